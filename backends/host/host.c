@@ -1,0 +1,422 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * host.c - the CPU reference backend.
+ *
+ * Each host "device" behaves like a real one: its own memory node (separate allocations that the
+ * core reaches only through handles and copies), a copy lane (a thread running memcpy jobs in
+ * order and reporting completion asynchronously) and a compute lane (the core's worker thread plus
+ * threads-1 helpers that split a launch's work-groups). So the whole asynchronous machinery of the
+ * core runs for real without a GPU.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "config.h"
+
+#define HOST_MAX_PARAMS 64
+#define HOST_ERR_MAX 256
+
+typedef struct host_state {
+	const odx__backend_env *env;
+	int ndevices;
+	unsigned threads;
+	uint64_t memory;
+} host_state;
+
+typedef struct host_job {
+	struct host_job *next;
+	void *dst;
+	const void *src; /* NULL: fill dst with `byte` */
+	size_t n;
+	int byte;
+	odx__done_fn done;
+	void *arg;
+} host_job;
+
+typedef struct host_dev host_dev;
+
+typedef struct host_helper {
+	host_dev *dev;
+	unsigned index; /* 1 .. threads-1; the worker itself is 0 */
+	pthread_t thread;
+	char error[HOST_ERR_MAX];
+} host_helper;
+
+struct host_dev {
+	host_state *st;
+	int odx_device;
+	unsigned threads;
+	unsigned bind_base;
+
+	/* copy lane */
+	pthread_t copy_thread;
+	pthread_mutex_t copy_lock;
+	pthread_cond_t copy_cond;
+	host_job *head, *tail;
+	bool copy_stop;
+
+	/* compute helpers: one generation per split launch */
+	host_helper *helpers;
+	unsigned started; /* helpers running: 1 + started threads */
+	pthread_mutex_t pool_lock;
+	pthread_cond_t work_cond;
+	pthread_cond_t done_cond;
+	uint64_t generation;
+	unsigned remaining;
+	unsigned chunks;
+	uint64_t groups;
+	const odx_host_launch *proto;
+	odx_host_fn fn;
+	int status;
+	unsigned failed_chunk;
+	bool pool_stop;
+};
+
+static int host_open(const odx__backend_env *env, void **state, char *reason, size_t reason_size)
+{
+	host_state *st = calloc(1, sizeof(*st));
+	int64_t threads;
+
+	if (!st) {
+		snprintf(reason, reason_size, "out of memory");
+		return ODX_ENOMEM;
+	}
+	st->env = env;
+	st->ndevices = (int)odx__config_int(env->config, "host.devices");
+	threads = odx__config_int(env->config, "host.threads");
+	if (threads == 0)
+		threads = env->host_cores / (unsigned)st->ndevices;
+	st->threads = threads > 0 ? (unsigned)threads : 1;
+	st->memory = odx__config_size(env->config, "host.memory", env->host_memory);
+	if (st->memory == 0)
+		st->memory = env->host_memory / (uint64_t)st->ndevices;
+	*state = st;
+	return 0;
+}
+
+static void host_close(void *state)
+{
+	free(state);
+}
+
+static int host_device_count(void *state)
+{
+	return ((host_state *)state)->ndevices;
+}
+
+static void *copy_lane_main(void *arg)
+{
+	host_dev *d = arg;
+	host_job *job;
+
+	pthread_mutex_lock(&d->copy_lock);
+	for (;;) {
+		while (!d->head && !d->copy_stop)
+			pthread_cond_wait(&d->copy_cond, &d->copy_lock);
+		job = d->head;
+		if (!job)
+			break; /* stopping and drained */
+		d->head = job->next;
+		if (!d->head)
+			d->tail = NULL;
+		pthread_mutex_unlock(&d->copy_lock);
+		if (job->src)
+			memcpy(job->dst, job->src, job->n);
+		else
+			memset(job->dst, job->byte, job->n);
+		job->done(job->arg, 0, NULL);
+		free(job);
+		pthread_mutex_lock(&d->copy_lock);
+	}
+	pthread_mutex_unlock(&d->copy_lock);
+	return NULL;
+}
+
+static void run_chunk(host_dev *d, odx_host_launch *l, unsigned chunk)
+{
+	uint64_t per = d->groups / d->chunks, extra = d->groups % d->chunks;
+	int rc;
+
+	/* The first `extra` chunks take one group more. */
+	l->group_first = chunk * per + (chunk < extra ? chunk : extra);
+	l->group_count = per + (chunk < extra ? 1 : 0);
+	l->thread = (int)chunk;
+	rc = d->fn(l);
+	if (rc != 0) {
+		pthread_mutex_lock(&d->pool_lock);
+		if (d->status == 0) {
+			d->status = rc;
+			d->failed_chunk = chunk;
+		}
+		pthread_mutex_unlock(&d->pool_lock);
+	}
+}
+
+static void *helper_main(void *arg)
+{
+	host_helper *h = arg;
+	host_dev *d = h->dev;
+	uint64_t seen = 0;
+	odx_host_launch l;
+
+	if (d->st->env->bind_thread)
+		d->st->env->bind_thread(d->st->env->core, d->bind_base + h->index);
+	pthread_mutex_lock(&d->pool_lock);
+	for (;;) {
+		while (d->generation == seen && !d->pool_stop)
+			pthread_cond_wait(&d->work_cond, &d->pool_lock);
+		if (d->pool_stop)
+			break;
+		seen = d->generation;
+		if (h->index < d->chunks) {
+			l = *d->proto;
+			l.error = h->error;
+			l.error_size = sizeof(h->error);
+			h->error[0] = '\0';
+			pthread_mutex_unlock(&d->pool_lock);
+			run_chunk(d, &l, h->index);
+			pthread_mutex_lock(&d->pool_lock);
+		}
+		if (--d->remaining == 0)
+			pthread_cond_signal(&d->done_cond);
+	}
+	pthread_mutex_unlock(&d->pool_lock);
+	return NULL;
+}
+
+static void host_device_close(void *dev);
+
+static int host_device_open(void *state, int index, int odx_device, odx__device_props *props,
+			    void **out)
+{
+	host_state *st = state;
+	host_dev *d = calloc(1, sizeof(*d));
+	unsigned i;
+
+	if (!d)
+		return ODX_ENOMEM;
+	d->st = st;
+	d->odx_device = odx_device;
+	d->threads = st->threads;
+	d->bind_base = (unsigned)index * st->threads;
+	pthread_mutex_init(&d->copy_lock, NULL);
+	pthread_cond_init(&d->copy_cond, NULL);
+	pthread_mutex_init(&d->pool_lock, NULL);
+	pthread_cond_init(&d->work_cond, NULL);
+	pthread_cond_init(&d->done_cond, NULL);
+	if (pthread_create(&d->copy_thread, NULL, copy_lane_main, d) != 0) {
+		free(d);
+		return ODX_ENOMEM;
+	}
+	d->helpers = calloc(d->threads, sizeof(*d->helpers));
+	if (!d->helpers)
+		goto out_close;
+	for (i = 1; i < d->threads; i++) {
+		d->helpers[i].dev = d;
+		d->helpers[i].index = i;
+		if (pthread_create(&d->helpers[i].thread, NULL, helper_main, &d->helpers[i]) != 0)
+			goto out_close;
+		d->started = i;
+	}
+	snprintf(props->name, sizeof(props->name), "host device %d (%u thread%s)", index,
+		 d->threads, d->threads == 1 ? "" : "s");
+	props->memory_bytes = st->memory;
+	props->compute_lanes = 1;
+	props->copy_lanes = 1;
+	props->threads = (int)d->threads;
+	props->pci_bus_id[0] = '\0';
+	*out = d;
+	return 0;
+
+out_close:
+	host_device_close(d);
+	return ODX_ENOMEM;
+}
+
+static void host_device_close(void *dev)
+{
+	host_dev *d = dev;
+	unsigned i;
+
+	pthread_mutex_lock(&d->copy_lock);
+	d->copy_stop = true;
+	pthread_cond_signal(&d->copy_cond);
+	pthread_mutex_unlock(&d->copy_lock);
+	pthread_join(d->copy_thread, NULL);
+
+	pthread_mutex_lock(&d->pool_lock);
+	d->pool_stop = true;
+	pthread_cond_broadcast(&d->work_cond);
+	pthread_mutex_unlock(&d->pool_lock);
+	for (i = 1; i <= d->started; i++)
+		pthread_join(d->helpers[i].thread, NULL);
+	free(d->helpers);
+	pthread_mutex_destroy(&d->copy_lock);
+	pthread_cond_destroy(&d->copy_cond);
+	pthread_mutex_destroy(&d->pool_lock);
+	pthread_cond_destroy(&d->work_cond);
+	pthread_cond_destroy(&d->done_cond);
+	free(d);
+}
+
+static int host_mem_alloc(void *dev, size_t size, bool zero, uint64_t *handle)
+{
+	size_t rounded = (size + 63) & ~(size_t)63;
+	void *p = aligned_alloc(64, rounded ? rounded : 64);
+
+	(void)dev;
+	if (!p)
+		return ODX_ENOMEM;
+	if (zero)
+		memset(p, 0, size);
+	*handle = (uint64_t)(uintptr_t)p;
+	return 0;
+}
+
+static void host_mem_free(void *dev, uint64_t handle, size_t size)
+{
+	(void)dev;
+	(void)size;
+	free((void *)(uintptr_t)handle);
+}
+
+static int queue_job(host_dev *d, void *dst, const void *src, size_t n, int byte,
+		     odx__done_fn done, void *arg)
+{
+	host_job *job = malloc(sizeof(*job));
+
+	if (!job)
+		return ODX_ENOMEM;
+	*job = (host_job){.dst = dst, .src = src, .n = n, .byte = byte, .done = done, .arg = arg};
+	pthread_mutex_lock(&d->copy_lock);
+	if (d->tail)
+		d->tail->next = job;
+	else
+		d->head = job;
+	d->tail = job;
+	pthread_cond_signal(&d->copy_cond);
+	pthread_mutex_unlock(&d->copy_lock);
+	return 0;
+}
+
+static int host_copy_h2d(void *dev, uint64_t dst, size_t dst_off, const void *src, size_t n,
+			 odx__done_fn done, void *arg)
+{
+	return queue_job(dev, (char *)(uintptr_t)dst + dst_off, src, n, 0, done, arg);
+}
+
+static int host_copy_d2h(void *dev, void *dst, uint64_t src, size_t src_off, size_t n,
+			 odx__done_fn done, void *arg)
+{
+	return queue_job(dev, dst, (const char *)(uintptr_t)src + src_off, n, 0, done, arg);
+}
+
+static int host_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev, uint64_t src,
+			 size_t src_off, size_t n, odx__done_fn done, void *arg)
+{
+	(void)src_dev;
+	return queue_job(dev, (char *)(uintptr_t)dst + dst_off,
+			 (const char *)(uintptr_t)src + src_off, n, 0, done, arg);
+}
+
+static int host_launch(void *dev, odx__launch *bl, odx__done_fn done, void *arg)
+{
+	host_dev *d = dev;
+	void *bufs[HOST_MAX_PARAMS];
+	size_t sizes[HOST_MAX_PARAMS];
+	odx_arg_kind kinds[HOST_MAX_PARAMS];
+	const void *scalars[HOST_MAX_PARAMS];
+	odx_host_launch l;
+	uint64_t groups;
+	int i, nb = 0;
+
+	(void)done;
+	(void)arg;
+	if (bl->nargs > HOST_MAX_PARAMS) {
+		snprintf(bl->error, bl->error_size, "host backend: %d parameters (at most %d)",
+			 bl->nargs, HOST_MAX_PARAMS);
+		return ODX_EINVAL;
+	}
+	for (i = 0; i < bl->nargs; i++) {
+		const odx__launch_arg *a = &bl->args[i];
+
+		kinds[i] = a->kind;
+		if (a->kind == ODX_ARG_BUFFER) {
+			bufs[nb] = (void *)(uintptr_t)a->mem;
+			sizes[nb++] = a->size;
+			scalars[i] = NULL;
+		} else {
+			scalars[i] = &a->v;
+		}
+	}
+	groups = (uint64_t)bl->grid[0] * bl->grid[1] * bl->grid[2];
+	l = (odx_host_launch){
+		.buffers = bufs,
+		.buffer_sizes = sizes,
+		.kinds = kinds,
+		.scalars = scalars,
+		.nparams = bl->nargs,
+		.grid = {bl->grid[0], bl->grid[1], bl->grid[2]},
+		.block = {bl->block[0], bl->block[1], bl->block[2]},
+		.group_first = 0,
+		.group_count = groups,
+		.device = bl->device,
+		.thread = 0,
+		.tag = bl->tag ? bl->tag : "",
+		.error = bl->error,
+		.error_size = bl->error_size,
+	};
+	bl->error[0] = '\0';
+	if (d->threads <= 1 || groups <= 1) {
+		/* The common case: run on the worker thread itself, no hand-off. */
+		int rc = bl->variant->host_fn(&l);
+
+		if (rc != 0) {
+			bl->native = rc;
+			return ODX_EKERNEL;
+		}
+		return 0;
+	}
+	pthread_mutex_lock(&d->pool_lock);
+	d->proto = &l;
+	d->fn = bl->variant->host_fn;
+	d->groups = groups;
+	d->chunks = groups < d->threads ? (unsigned)groups : d->threads;
+	d->status = 0;
+	d->remaining = d->threads - 1;
+	d->generation++;
+	pthread_cond_broadcast(&d->work_cond);
+	pthread_mutex_unlock(&d->pool_lock);
+
+	run_chunk(d, &l, 0);
+
+	pthread_mutex_lock(&d->pool_lock);
+	while (d->remaining > 0)
+		pthread_cond_wait(&d->done_cond, &d->pool_lock);
+	bl->native = d->status;
+	if (d->status != 0 && d->failed_chunk != 0)
+		snprintf(bl->error, bl->error_size, "%s", d->helpers[d->failed_chunk].error);
+	pthread_mutex_unlock(&d->pool_lock);
+	return bl->native != 0 ? ODX_EKERNEL : 0;
+}
+
+const odx__backend_ops odx__host_backend = {
+	.size = sizeof(odx__backend_ops),
+	.name = "host",
+	.kind = ODX_BACKEND_HOST,
+	.open = host_open,
+	.close = host_close,
+	.device_count = host_device_count,
+	.device_open = host_device_open,
+	.device_close = host_device_close,
+	.mem_alloc = host_mem_alloc,
+	.mem_free = host_mem_free,
+	.copy_h2d = host_copy_h2d,
+	.copy_d2h = host_copy_d2h,
+	.copy_d2d = host_copy_d2d,
+	.launch = host_launch,
+	.can_run = NULL,
+};

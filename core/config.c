@@ -1,0 +1,1049 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * config.c - the key table, the public override set (odx_config) and the resolved
+ * configuration of one context (odx__config).
+ *
+ * Every key is declared once, in `keys` below. A value is parsed where it is given (file line,
+ * environment variable, API call), so every error can name its origin; the resolved values are
+ * stored already parsed, which is why the getters cannot fail.
+ */
+#include <assert.h>
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <ini.h>
+
+#include "config.h"
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+enum key_type {
+	KEY_STRING,
+	KEY_BOOL,
+	KEY_INT,
+	KEY_SIZE,
+	KEY_ENUM,
+	KEY_LIST,
+};
+
+struct key_def {
+	const char *name;	   /* "backends", "host.devices" */
+	enum key_type type;
+	const char *def;	   /* default, as text; must parse */
+	const char *help;
+	int64_t min, max;	   /* KEY_INT */
+	const char *const *words;  /* KEY_ENUM, KEY_LIST: allowed words, NULL-terminated */
+	/* A rule the type cannot express; gets the canonical text, fills `why` on failure. */
+	int (*check)(const char *text, char *why, size_t whylen);
+};
+
+static int check_backends(const char *text, char *why, size_t whylen);
+static int check_policy(const char *text, char *why, size_t whylen);
+
+/* The only place keys are declared; foreach and `odx info --config` follow this order. */
+static const struct key_def keys[] = {
+	{
+		.name = "backends",
+		.type = KEY_LIST,
+		.def = "auto",
+		.help = "ordered list of backends to open (host, vulkan, opencl, cuda, hip), "
+			"or auto",
+		.words = (const char *const[]){"auto", "host", "vulkan", "opencl", "cuda", "hip",
+					       NULL},
+		.check = check_backends,
+	},
+	{
+		.name = "policy",
+		.type = KEY_STRING,
+		.def = "least_loaded",
+		.help = "scheduling policy: eager, least_loaded, round_robin, or a path to a "
+			".lua file",
+		.check = check_policy,
+	},
+	{
+		.name = "log",
+		.type = KEY_ENUM,
+		.def = "none",
+		.help = "log level: none, error, warn, info or debug",
+		.words = (const char *const[]){"none", "error", "warn", "info", "debug", NULL},
+	},
+	{
+		.name = "trace",
+		.type = KEY_STRING,
+		.def = "",
+		.help = "path of a Chrome trace JSON file written at close (empty: no trace)",
+	},
+	{
+		.name = "stats",
+		.type = KEY_BOOL,
+		.def = "false",
+		.help = "print a statistics summary at close",
+	},
+	{
+		.name = "host.devices",
+		.type = KEY_INT,
+		.def = "1",
+		.help = "number of host devices",
+		.min = 1,
+		.max = 64,
+	},
+	{
+		.name = "host.threads",
+		.type = KEY_INT,
+		.def = "0",
+		.help = "threads per host device (0: cores / devices, at least 1)",
+		.min = 0,
+		.max = 1024,
+	},
+	{
+		.name = "host.memory",
+		.type = KEY_SIZE,
+		.def = "0",
+		.help = "memory capacity of each host device (0: physical RAM / devices; "
+			"NN%: share of RAM)",
+	},
+	{
+		.name = "host.bind",
+		.type = KEY_BOOL,
+		.def = "true",
+		.help = "bind host worker threads to cores (hwloc)",
+	},
+	{
+		.name = "sched.max_inflight",
+		.type = KEY_INT,
+		.def = "65536",
+		.help = "unfinished tasks before odx_submit blocks",
+		.min = 16,
+		.max = 16777216,
+	},
+};
+
+#define KEY_COUNT ARRAY_LEN(keys)
+
+/* A parsed value; which member is valid follows from the key's type. */
+union parsed {
+	bool b;
+	int64_t i;
+	struct {
+		uint64_t bytes;
+		unsigned percent; /* nonzero: the value was "NN%" */
+	} size;
+};
+
+struct value {
+	char *text;	/* canonical text (lists without spaces, numbers trimmed) */
+	char *origin;	/* "default", "file PATH:LINE", "env ODX_X", "api" */
+	union parsed v;
+	unsigned file_line; /* line that set it in the file, to refuse duplicates; 0: none */
+};
+
+struct odx__config {
+	odx_log_fn log_fn;
+	void *log_user;
+	struct value values[KEY_COUNT];
+};
+
+struct odx_config {
+	char *overrides[KEY_COUNT]; /* API value per key, NULL where not set */
+	char *file;
+	odx_log_fn log_fn;
+	void *log_user;
+	char error[512];
+};
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+static void format_msg(char *buf, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void format_msg(char *buf, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	/* Callers may pass no buffer (err == NULL); a message is a courtesy, never required. */
+	if (!buf || !len)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+}
+
+static char *dup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static char *dup_printf(const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return NULL;
+	s = malloc((size_t)n + 1);
+	if (!s)
+		return NULL;
+	va_start(ap, fmt);
+	vsnprintf(s, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	return s;
+}
+
+static char *dup_str(const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *d = malloc(n);
+
+	if (d)
+		memcpy(d, s, n);
+	return d;
+}
+
+static bool is_blank(char c)
+{
+	return c == ' ' || c == '\t';
+}
+
+/* Copies text[0..len) without surrounding blanks into a new string. */
+static char *dup_trimmed(const char *text, size_t len)
+{
+	char *d;
+
+	while (len && is_blank(*text)) {
+		text++;
+		len--;
+	}
+	while (len && is_blank(text[len - 1]))
+		len--;
+	d = malloc(len + 1);
+	if (d) {
+		memcpy(d, text, len);
+		d[len] = '\0';
+	}
+	return d;
+}
+
+static const struct key_def *find_key(const char *name, size_t *index)
+{
+	for (size_t i = 0; i < KEY_COUNT; i++) {
+		if (strcmp(keys[i].name, name) == 0) {
+			*index = i;
+			return &keys[i];
+		}
+	}
+	return NULL;
+}
+
+/* "host.devices" -> "ODX_HOST_DEVICES": the one environment mapping of DESIGN section 11. */
+static void env_name(const char *key, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	assert(len > 4 + strlen(key));
+	memcpy(buf, "ODX_", 4);
+	n = 4;
+	for (; *key && n + 1 < len; key++)
+		buf[n++] = *key == '.' ? '_' : (char)toupper((unsigned char)*key);
+	buf[n] = '\0';
+}
+
+static int word_index(const char *const *words, const char *w, size_t len)
+{
+	for (int i = 0; words[i]; i++) {
+		if (strlen(words[i]) == len && strncmp(words[i], w, len) == 0)
+			return i;
+	}
+	return -1;
+}
+
+/* Writes "a, b, c" for messages. */
+static void join_words(const char *const *words, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	buf[0] = '\0';
+	for (int i = 0; words[i] && n < len; i++) {
+		int w = snprintf(buf + n, len - n, "%s%s", i ? ", " : "", words[i]);
+
+		if (w < 0)
+			break;
+		n += (size_t)w;
+	}
+}
+
+/* ---- parsers ------------------------------------------------------------------------------ */
+
+/* Reads decimal digits; false on no digit or overflow. */
+static bool read_digits(const char **p, uint64_t *out)
+{
+	const char *s = *p;
+	uint64_t n = 0;
+
+	if (!isdigit((unsigned char)*s))
+		return false;
+	for (; isdigit((unsigned char)*s); s++) {
+		unsigned d = (unsigned)(*s - '0');
+
+		if (n > (UINT64_MAX - d) / 10)
+			return false;
+		n = n * 10 + d;
+	}
+	*p = s;
+	*out = n;
+	return true;
+}
+
+static const char *skip_blanks(const char *s)
+{
+	while (is_blank(*s))
+		s++;
+	return s;
+}
+
+int odx__parse_int(const char *text, int64_t *out)
+{
+	const char *s = skip_blanks(text);
+	bool negative = false;
+	uint64_t n;
+
+	/* Hand-rolled rather than strtoll so that "0x10", "1e3" and "12abc" are all refused. */
+	if (*s == '+' || *s == '-')
+		negative = *s++ == '-';
+	if (!read_digits(&s, &n))
+		return ODX_EINVAL;
+	if (*skip_blanks(s))
+		return ODX_EINVAL;
+	if (negative) {
+		if (n > (uint64_t)INT64_MAX + 1)
+			return ODX_EINVAL;
+		*out = n == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)n;
+	} else {
+		if (n > INT64_MAX)
+			return ODX_EINVAL;
+		*out = (int64_t)n;
+	}
+	return 0;
+}
+
+int odx__parse_bool(const char *text, bool *out)
+{
+	static const char *const yes[] = {"true", "yes", "on", "1"};
+	static const char *const no[] = {"false", "no", "off", "0"};
+	const char *s = skip_blanks(text);
+	size_t len = strlen(s);
+
+	while (len && is_blank(s[len - 1]))
+		len--;
+	for (size_t i = 0; i < ARRAY_LEN(yes); i++) {
+		if (strlen(yes[i]) == len && strncasecmp(s, yes[i], len) == 0) {
+			*out = true;
+			return 0;
+		}
+		if (strlen(no[i]) == len && strncasecmp(s, no[i], len) == 0) {
+			*out = false;
+			return 0;
+		}
+	}
+	return ODX_EINVAL;
+}
+
+int odx__parse_size(const char *text, uint64_t *bytes, unsigned *percent)
+{
+	/* K/M/G/T alone mean the binary units, as most tools (dd, free) read them. */
+	static const struct {
+		const char *name;
+		uint64_t mult;
+	} units[] = {
+		{"B", 1},
+		{"KB", 1000ull},
+		{"MB", 1000ull * 1000},
+		{"GB", 1000ull * 1000 * 1000},
+		{"TB", 1000ull * 1000 * 1000 * 1000},
+		{"KiB", 1ull << 10},
+		{"MiB", 1ull << 20},
+		{"GiB", 1ull << 30},
+		{"TiB", 1ull << 40},
+		{"K", 1ull << 10},
+		{"M", 1ull << 20},
+		{"G", 1ull << 30},
+		{"T", 1ull << 40},
+	};
+	const char *s = skip_blanks(text);
+	const char *unit;
+	size_t len;
+	uint64_t n;
+
+	if (!read_digits(&s, &n))
+		return ODX_EINVAL;
+	unit = skip_blanks(s);
+	len = strlen(unit);
+	while (len && is_blank(unit[len - 1]))
+		len--;
+	if (len == 0) {
+		*bytes = n;
+		*percent = 0;
+		return 0;
+	}
+	if (len == 1 && *unit == '%') {
+		if (n == 0 || n > 100)
+			return ODX_EINVAL;
+		*bytes = 0;
+		*percent = (unsigned)n;
+		return 0;
+	}
+	for (size_t i = 0; i < ARRAY_LEN(units); i++) {
+		if (strlen(units[i].name) != len || strncasecmp(unit, units[i].name, len) != 0)
+			continue;
+		if (n > UINT64_MAX / units[i].mult)
+			return ODX_EINVAL;
+		*bytes = n * units[i].mult;
+		*percent = 0;
+		return 0;
+	}
+	return ODX_EINVAL;
+}
+
+/* Splits a comma list, checks each item against the allowed words, writes "a,b" to canon. */
+static int parse_list(const struct key_def *k, const char *text, char *canon, char *why,
+		      size_t whylen)
+{
+	uint64_t seen = 0;
+	const char *item = text;
+	size_t n = 0;
+	char allowed[256];
+
+	/* `seen` has one bit per allowed word. */
+	for (int w = 0; k->words[w]; w++)
+		assert(w < 64);
+	canon[0] = '\0';
+	for (;;) {
+		const char *end = strchr(item, ',');
+		size_t len = end ? (size_t)(end - item) : strlen(item);
+		int w;
+
+		while (len && is_blank(*item)) {
+			item++;
+			len--;
+		}
+		while (len && is_blank(item[len - 1]))
+			len--;
+		if (len == 0) {
+			format_msg(why, whylen, "'%s' has an empty item", text);
+			return ODX_ECONFIG;
+		}
+		w = word_index(k->words, item, len);
+		if (w < 0) {
+			join_words(k->words, allowed, sizeof(allowed));
+			format_msg(why, whylen, "'%.*s' is not one of %s", (int)len, item, allowed);
+			return ODX_ECONFIG;
+		}
+		/* A repeated backend would be opened twice; refuse instead of guessing. */
+		if (seen & (1ull << w)) {
+			format_msg(why, whylen, "'%.*s' is listed twice", (int)len, item);
+			return ODX_ECONFIG;
+		}
+		seen |= 1ull << w;
+		if (n)
+			canon[n++] = ',';
+		memcpy(canon + n, item, len);
+		n += len;
+		canon[n] = '\0';
+		if (!end)
+			return 0;
+		item = end + 1;
+	}
+}
+
+/*
+ * Parses `text` for key `k`. On success fills *out and sets *canon to a new string to keep as
+ * the value's text. Returns 0, ODX_ECONFIG with `why` set ("'0' is out of range 1..64"), or
+ * ODX_ENOMEM.
+ */
+static int parse_value(const struct key_def *k, const char *text, union parsed *out, char **canon,
+		       char *why, size_t whylen)
+{
+	union parsed v = {0};
+	char allowed[256];
+	char *c;
+	int rc = 0;
+
+	/* Strings are kept verbatim (a path may end in a blank); everything else is trimmed. */
+	c = k->type == KEY_STRING ? dup_str(text) : dup_trimmed(text, strlen(text));
+	if (!c)
+		return ODX_ENOMEM;
+	switch (k->type) {
+	case KEY_STRING:
+		break;
+	case KEY_BOOL:
+		if (odx__parse_bool(c, &v.b)) {
+			format_msg(why, whylen,
+				   "'%s' is not a boolean (true/false, yes/no, on/off, 1/0)", text);
+			rc = ODX_ECONFIG;
+		}
+		break;
+	case KEY_INT:
+		if (odx__parse_int(c, &v.i)) {
+			format_msg(why, whylen, "'%s' is not a decimal integer", text);
+			rc = ODX_ECONFIG;
+		} else if (v.i < k->min || v.i > k->max) {
+			format_msg(why, whylen, "'%s' is out of range %" PRId64 "..%" PRId64, text,
+				   k->min, k->max);
+			rc = ODX_ECONFIG;
+		}
+		break;
+	case KEY_SIZE:
+		if (odx__parse_size(c, &v.size.bytes, &v.size.percent)) {
+			format_msg(why, whylen,
+				   "'%s' is not a size (bytes with an optional unit B, KB, MB, GB, "
+				   "TB, KiB, MiB, GiB, TiB, K, M, G, T, or a percentage 1..100%%)",
+				   text);
+			rc = ODX_ECONFIG;
+		}
+		break;
+	case KEY_ENUM:
+		if (word_index(k->words, c, strlen(c)) < 0) {
+			join_words(k->words, allowed, sizeof(allowed));
+			format_msg(why, whylen, "'%s' is not one of %s", text, allowed);
+			rc = ODX_ECONFIG;
+		}
+		break;
+	case KEY_LIST:
+		/* The canonical list is never longer than the trimmed text, so parse in place. */
+		{
+			char *copy = dup_str(c);
+
+			if (!copy) {
+				rc = ODX_ENOMEM;
+				break;
+			}
+			rc = parse_list(k, copy, c, why, whylen);
+			free(copy);
+		}
+		break;
+	}
+	if (rc == 0 && k->check)
+		rc = k->check(c, why, whylen);
+	if (rc) {
+		free(c);
+		return rc;
+	}
+	*out = v;
+	*canon = c;
+	return 0;
+}
+
+/* "auto" asks ODX to pick; combining it with a named backend has no single meaning. */
+static int check_backends(const char *text, char *why, size_t whylen)
+{
+	const char *p = text;
+
+	if (strcmp(text, "auto") == 0)
+		return 0;
+	for (;;) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+
+		if (len == 4 && strncmp(p, "auto", 4) == 0) {
+			format_msg(why, whylen, "'auto' cannot be combined with other backends");
+			return ODX_ECONFIG;
+		}
+		if (!end)
+			return 0;
+		p = end + 1;
+	}
+}
+
+/* Lua policies are accepted here; whether they can run is the context's decision. */
+static int check_policy(const char *text, char *why, size_t whylen)
+{
+	static const char *const builtin[] = {"eager", "least_loaded", "round_robin", NULL};
+	size_t len = strlen(text);
+
+	if (word_index(builtin, text, len) >= 0)
+		return 0;
+	if (len > 4 && strcmp(text + len - 4, ".lua") == 0)
+		return 0;
+	format_msg(why, whylen,
+		   "'%s' is not a policy (eager, least_loaded, round_robin, or a path to a .lua "
+		   "file)",
+		   text);
+	return ODX_ECONFIG;
+}
+
+/* ---- the public override set -------------------------------------------------------------- */
+
+ODX_API int odx_config_create(odx_config **out)
+{
+	odx_config *cfg;
+
+	if (!out)
+		return ODX_EINVAL;
+	cfg = calloc(1, sizeof(*cfg));
+	if (!cfg)
+		return ODX_ENOMEM;
+	*out = cfg;
+	return 0;
+}
+
+ODX_API void odx_config_destroy(odx_config *cfg)
+{
+	if (!cfg)
+		return;
+	for (size_t i = 0; i < KEY_COUNT; i++)
+		free(cfg->overrides[i]);
+	free(cfg->file);
+	free(cfg);
+}
+
+ODX_API int odx_config_set(odx_config *cfg, const char *key, const char *value)
+{
+	const struct key_def *k;
+	union parsed v;
+	char why[400];
+	char *canon;
+	char *copy;
+	size_t i;
+	int rc;
+
+	if (!cfg)
+		return ODX_EINVAL;
+	if (!key || !value) {
+		format_msg(cfg->error, sizeof(cfg->error), "api: key and value must not be NULL");
+		return ODX_EINVAL;
+	}
+	k = find_key(key, &i);
+	if (!k) {
+		format_msg(cfg->error, sizeof(cfg->error), "api: unknown key '%s'", key);
+		return ODX_ECONFIG;
+	}
+	/* Validate now so the caller learns about a bad value at the line that set it. */
+	rc = parse_value(k, value, &v, &canon, why, sizeof(why));
+	if (rc == ODX_ENOMEM)
+		goto out_nomem;
+	if (rc) {
+		format_msg(cfg->error, sizeof(cfg->error), "api: key '%s': %s", key, why);
+		return rc;
+	}
+	free(canon);
+	/* Keep the value as given: odx__config_load parses it again, with the same result. */
+	copy = dup_str(value);
+	if (!copy)
+		goto out_nomem;
+	free(cfg->overrides[i]);
+	cfg->overrides[i] = copy;
+	return 0;
+
+out_nomem:
+	format_msg(cfg->error, sizeof(cfg->error), "api: key '%s': out of memory", key);
+	return ODX_ENOMEM;
+}
+
+ODX_API int odx_config_set_file(odx_config *cfg, const char *path)
+{
+	char *copy = NULL;
+
+	if (!cfg)
+		return ODX_EINVAL;
+	/* NULL goes back to the default search ($ODX_CONFIG, then ./odx.conf). */
+	if (path) {
+		copy = dup_str(path);
+		if (!copy) {
+			format_msg(cfg->error, sizeof(cfg->error),
+				   "api: config file: out of memory");
+			return ODX_ENOMEM;
+		}
+	}
+	free(cfg->file);
+	cfg->file = copy;
+	return 0;
+}
+
+ODX_API int odx_config_set_log(odx_config *cfg, odx_log_fn fn, void *user)
+{
+	if (!cfg)
+		return ODX_EINVAL;
+	cfg->log_fn = fn;
+	cfg->log_user = user;
+	return 0;
+}
+
+ODX_API const char *odx_config_error(const odx_config *cfg)
+{
+	return cfg ? cfg->error : "";
+}
+
+void odx__config_set_error(const odx_config *api, const char *msg)
+{
+	/* The set is heap-allocated by odx_config_create, so writing through it is defined; its
+	 * error text is the one field odx_open may change (documented in odx.h). */
+	odx_config *cfg = (odx_config *)(uintptr_t)api;
+
+	if (cfg)
+		format_msg(cfg->error, sizeof(cfg->error), "%s", msg);
+}
+
+odx_log_fn odx__config_api_log_fn(const odx_config *api, void **user)
+{
+	if (!api)
+		return NULL;
+	*user = api->log_user;
+	return api->log_fn;
+}
+
+/* ---- resolving: defaults, file, environment, api ------------------------------------------ */
+
+/* Parses `text` for key `index` and makes it the key's value; takes ownership of `origin`. */
+static int assign(odx__config *cfg, size_t index, const char *text, char *origin, char *why,
+		  size_t whylen)
+{
+	struct value *val = &cfg->values[index];
+	union parsed v;
+	char *canon;
+	int rc;
+
+	if (!origin)
+		return ODX_ENOMEM;
+	rc = parse_value(&keys[index], text, &v, &canon, why, whylen);
+	if (rc) {
+		free(origin);
+		return rc;
+	}
+	free(val->text);
+	free(val->origin);
+	val->text = canon;
+	val->origin = origin;
+	val->v = v;
+	return 0;
+}
+
+/* State shared by the line reader and the inih handler while one file is parsed. */
+struct file_parse {
+	odx__config *cfg;
+	FILE *fp;
+	const char *path;
+	unsigned line;	   /* line of the text last handed to inih */
+	unsigned err_line; /* line of our own first error; 0: none */
+	int rc;		   /* our own first error */
+	int read_errno;	   /* errno of a failed read; 0: none */
+	char *err;
+	size_t errlen;
+};
+
+/*
+ * inih's reader. Debian's inih has no INI_HANDLER_LINENO and splits a line longer than its buffer
+ * into several "lines", so we hand it exactly one line per call and count lines ourselves.
+ * Leading blanks are dropped: inih would read an indented line as the continuation of the
+ * previous key's value, a surprise nobody wants in this file. An over-long comment is skipped;
+ * any other over-long line is an error rather than a silently truncated value.
+ */
+static char *read_line(char *buf, int size, void *stream)
+{
+	struct file_parse *st = stream;
+	int n = 0;
+	int c;
+
+	if (st->rc)
+		return NULL; /* stop parsing at our first error */
+	do
+		c = getc(st->fp);
+	while (c == ' ' || c == '\t');
+	if (c == EOF) {
+		if (ferror(st->fp))
+			st->read_errno = errno;
+		return NULL;
+	}
+	st->line++;
+	while (c != EOF && c != '\n') {
+		if (n < size - 1) {
+			buf[n++] = (char)c;
+		} else if (buf[0] != ';' && buf[0] != '#') {
+			st->rc = ODX_ECONFIG;
+			st->err_line = st->line;
+			format_msg(st->err, st->errlen, "%s:%u: line longer than %d characters",
+				   st->path, st->line, size - 1);
+			return NULL;
+		}
+		c = getc(st->fp);
+	}
+	if (c == EOF && ferror(st->fp))
+		st->read_errno = errno;
+	buf[n] = '\0';
+	return buf;
+}
+
+static int handle_pair(void *user, const char *section, const char *name, const char *value)
+{
+	struct file_parse *st = user;
+	const struct key_def *k;
+	char key[256];
+	char why[400];
+	size_t i;
+	int rc;
+
+	if (section[0])
+		snprintf(key, sizeof(key), "%s.%s", section, name);
+	else
+		snprintf(key, sizeof(key), "%s", name);
+	k = find_key(key, &i);
+	if (!k) {
+		format_msg(st->err, st->errlen, "%s:%u: unknown key '%s'", st->path, st->line, key);
+		rc = ODX_ECONFIG;
+		goto out_fail;
+	}
+	/* Two lines setting one key is most likely an edit gone wrong: say which lines. */
+	if (st->cfg->values[i].file_line) {
+		format_msg(st->err, st->errlen, "%s:%u: duplicate key '%s' (first set on line %u)",
+			   st->path, st->line, key, st->cfg->values[i].file_line);
+		rc = ODX_ECONFIG;
+		goto out_fail;
+	}
+	rc = assign(st->cfg, i, value, dup_printf("file %s:%u", st->path, st->line), why,
+		    sizeof(why));
+	if (rc == ODX_ENOMEM) {
+		format_msg(st->err, st->errlen, "out of memory");
+		goto out_fail;
+	}
+	if (rc) {
+		format_msg(st->err, st->errlen, "%s:%u: key '%s': %s", st->path, st->line, key,
+			   why);
+		goto out_fail;
+	}
+	st->cfg->values[i].file_line = st->line;
+	return 1;
+
+out_fail:
+	st->rc = rc;
+	st->err_line = st->line;
+	return 0;
+}
+
+/*
+ * Picks the file: the API's, else $ODX_CONFIG (empty: none), else ./odx.conf if it exists.
+ * Only the implicit ./odx.conf may be missing; a file someone named must be there.
+ */
+static int load_file(odx__config *cfg, const odx_config *api,
+		     const char *(*lookup)(const char *name), char *err, size_t errlen)
+{
+	struct file_parse st = {.cfg = cfg, .err = err, .errlen = errlen};
+	const char *named_by = NULL;
+	const char *path;
+	int ret;
+
+	if (api && api->file) {
+		path = api->file;
+		named_by = "odx_config_set_file";
+	} else if ((path = lookup("ODX_CONFIG"))) {
+		if (!path[0])
+			return 0;
+		named_by = "ODX_CONFIG";
+	} else {
+		path = "odx.conf";
+	}
+	/* "e": workers and backends may fork helpers; they need not inherit this descriptor. */
+	st.fp = fopen(path, "re");
+	if (!st.fp) {
+		if (!named_by && errno == ENOENT)
+			return 0;
+		/* strerror is MT-safe in glibc >= 2.32 for every errno value fopen returns. */
+		format_msg(err, errlen, "%s: cannot open config file%s%s%s: %s", path,
+			   named_by ? " (named by " : "", named_by ? named_by : "",
+			   named_by ? ")" : "", strerror(errno));
+		return ODX_ECONFIG;
+	}
+	st.path = path;
+	ret = ini_parse_stream(read_line, &st, handle_pair, &st);
+	/* inih goes on after a syntax error and returns its line: report whichever came first. */
+	if (ret > 0 && (!st.rc || (unsigned)ret < st.err_line)) {
+		format_msg(err, errlen,
+			   "%s:%d: syntax error (expected 'key = value' or '[section]')",
+			   path, ret);
+		st.rc = ODX_ECONFIG;
+	} else if (ret < 0 && !st.rc) {
+		format_msg(err, errlen, "%s: out of memory", path);
+		st.rc = ODX_ENOMEM;
+	} else if (!st.rc && st.read_errno) {
+		/* A directory opens fine on Linux and fails only here (EISDIR). */
+		format_msg(err, errlen, "%s: cannot read config file: %s", path,
+			   strerror(st.read_errno));
+		st.rc = ODX_ECONFIG;
+	}
+	fclose(st.fp);
+	return st.rc;
+}
+
+static int load_env(odx__config *cfg, const char *(*lookup)(const char *name), char *err,
+		    size_t errlen)
+{
+	char var[128];
+	char why[400];
+
+	/* Every key has a variable; unknown ODX_* variables are not errors (ODX_CONFIG and
+	 * friends exist, and other tools share the prefix). */
+	for (size_t i = 0; i < KEY_COUNT; i++) {
+		const char *value;
+		int rc;
+
+		env_name(keys[i].name, var, sizeof(var));
+		value = lookup(var);
+		if (!value)
+			continue;
+		rc = assign(cfg, i, value, dup_printf("env %s", var), why, sizeof(why));
+		if (rc == ODX_ENOMEM) {
+			format_msg(err, errlen, "out of memory");
+			return rc;
+		}
+		if (rc) {
+			format_msg(err, errlen, "environment %s: %s", var, why);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+static int load_api(odx__config *cfg, const odx_config *api, char *err, size_t errlen)
+{
+	char why[400];
+
+	for (size_t i = 0; i < KEY_COUNT; i++) {
+		int rc;
+
+		if (!api->overrides[i])
+			continue;
+		/* Already validated by odx_config_set; this can only fail for memory. */
+		rc = assign(cfg, i, api->overrides[i], dup_str("api"), why, sizeof(why));
+		if (rc == ODX_ENOMEM) {
+			format_msg(err, errlen, "out of memory");
+			return rc;
+		}
+		if (rc) {
+			format_msg(err, errlen, "api: key '%s': %s", keys[i].name, why);
+			return rc;
+		}
+	}
+	cfg->log_fn = api->log_fn;
+	cfg->log_user = api->log_user;
+	return 0;
+}
+
+static const char *getenv_lookup(const char *name)
+{
+	return getenv(name);
+}
+
+int odx__config_load(const odx_config *api, const char *(*environ_lookup)(const char *name),
+		     odx__config **out, char *err, size_t errlen)
+{
+	const char *(*lookup)(const char *name) = environ_lookup ? environ_lookup : getenv_lookup;
+	odx__config *cfg;
+	char why[400];
+	int rc;
+
+	format_msg(err, errlen, "%s", "");
+	cfg = calloc(1, sizeof(*cfg));
+	if (!cfg) {
+		format_msg(err, errlen, "out of memory");
+		return ODX_ENOMEM;
+	}
+	for (size_t i = 0; i < KEY_COUNT; i++) {
+		rc = assign(cfg, i, keys[i].def, dup_str("default"), why, sizeof(why));
+		/* A default that does not parse is a bug in the table, not a user error. */
+		assert(rc != ODX_ECONFIG);
+		if (rc) {
+			format_msg(err, errlen, "out of memory");
+			goto out_free_cfg;
+		}
+	}
+	rc = load_file(cfg, api, lookup, err, errlen);
+	if (rc)
+		goto out_free_cfg;
+	rc = load_env(cfg, lookup, err, errlen);
+	if (rc)
+		goto out_free_cfg;
+	if (api) {
+		rc = load_api(cfg, api, err, errlen);
+		if (rc)
+			goto out_free_cfg;
+	}
+	*out = cfg;
+	return 0;
+
+out_free_cfg:
+	odx__config_free(cfg);
+	return rc;
+}
+
+void odx__config_free(odx__config *cfg)
+{
+	if (!cfg)
+		return;
+	for (size_t i = 0; i < KEY_COUNT; i++) {
+		free(cfg->values[i].text);
+		free(cfg->values[i].origin);
+	}
+	free(cfg);
+}
+
+/* ---- getters ------------------------------------------------------------------------------ */
+
+/* A wrong key or type is a programming error in the caller, hence assert, not an error code. */
+static const struct value *lookup_value(const odx__config *cfg, const char *key,
+					enum key_type type)
+{
+	const struct key_def *k;
+	size_t i = 0;
+
+	k = find_key(key, &i);
+	assert(k && "unknown configuration key");
+	assert(k->type == type ||
+	       (type == KEY_STRING && (k->type == KEY_ENUM || k->type == KEY_LIST)));
+	(void)k;
+	(void)type;
+	return &cfg->values[i];
+}
+
+/* Returns the text of a string, enum or list key (lists as "a,b", without spaces). */
+const char *odx__config_str(const odx__config *cfg, const char *key)
+{
+	return lookup_value(cfg, key, KEY_STRING)->text;
+}
+
+bool odx__config_bool(const odx__config *cfg, const char *key)
+{
+	return lookup_value(cfg, key, KEY_BOOL)->v.b;
+}
+
+int64_t odx__config_int(const odx__config *cfg, const char *key)
+{
+	return lookup_value(cfg, key, KEY_INT)->v.i;
+}
+
+uint64_t odx__config_size(const odx__config *cfg, const char *key, uint64_t percent_of)
+{
+	const struct value *val = lookup_value(cfg, key, KEY_SIZE);
+	uint64_t p = val->v.size.percent;
+
+	if (!p)
+		return val->v.size.bytes;
+	/* Split percent_of so that percent_of * p cannot overflow, without losing precision. */
+	return percent_of / 100 * p + percent_of % 100 * p / 100;
+}
+
+odx_log_fn odx__config_log_fn(const odx__config *cfg, void **user)
+{
+	if (user)
+		*user = cfg->log_user;
+	return cfg->log_fn;
+}
+
+void odx__config_foreach(const odx__config *cfg, odx_config_visit_fn fn, void *user)
+{
+	for (size_t i = 0; i < KEY_COUNT; i++)
+		fn(user, keys[i].name, cfg->values[i].text, cfg->values[i].origin, keys[i].help);
+}

@@ -1,0 +1,361 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * core.h - internal types shared by the core's files.
+ *
+ * The data model (DESIGN sections 3, 6, 7):
+ *  - memory nodes: node 0 is host RAM, then one per device;
+ *  - a buffer has one replica slot per memory node, each in an MSI state (invalid, shared = clean
+ *    copy, modified = the only valid copy), plus an owner rank and a version counter that the
+ *    fabric issue uses to move data between ranks;
+ *  - a task holds its arguments, the count of unfinished predecessors and the list of successors;
+ *    an odx_event is a reference to a task.
+ */
+#ifndef ODX_CORE_CORE_H
+#define ODX_CORE_CORE_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "config.h"
+#include "odx/odx.h"
+
+#define ODX__INLINE_ARGS 8
+#define ODX__TAG_MAX 64
+#define ODX__MSG_MAX 512
+
+typedef struct odx__task odx__task;
+typedef struct odx__device odx__device;
+typedef struct odx__trace odx__trace;
+typedef struct odx__lane_trace odx__lane_trace;
+
+/* ---- errors and log (error.c, log.c) ------------------------------------------------------ */
+
+/* Records `code` and a formatted message as the context's last error; returns `code`. */
+int odx__fail(odx_context *ctx, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void odx__log(odx_context *ctx, odx_log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+bool odx__log_enabled(const odx_context *ctx, odx_log_level level);
+
+/* Argument validation at public entry points: the one macro that hides a return. */
+#define ODX__CHECK_ARG(ctx, cond, name)                                                            \
+	do {                                                                                       \
+		if (!(cond))                                                                       \
+			return odx__fail((ctx), ODX_EINVAL, "%s: invalid argument '%s'", __func__, \
+					 (name));                                                  \
+	} while (0)
+
+uint64_t odx__now_ns(void);
+
+/* ---- memory nodes and replicas (buffer.c) ------------------------------------------------- */
+
+enum odx__replica_state {
+	ODX__INVALID = 0,
+	ODX__SHARED = 1,   /* clean: equal to every other valid copy */
+	ODX__MODIFIED = 2, /* dirty: the only valid copy */
+};
+
+typedef struct odx__fetch_waiter {
+	struct odx__fetch_waiter *next;
+	odx__task *task;
+} odx__fetch_waiter;
+
+typedef struct odx__replica {
+	_Atomic uint8_t state; /* enum odx__replica_state; written under the buffer lock */
+	bool allocated;
+	bool fetching;         /* a copy into this replica is in flight */
+	uint32_t pins;         /* running or staged tasks using it: never freed or moved then */
+	uint64_t mem;          /* backend handle, or the host pointer for memory node 0 */
+	odx__fetch_waiter *waiters;
+} odx__replica;
+
+typedef struct odx__memnode {
+	odx_memnode_kind kind;
+	odx__device *device;   /* NULL for host RAM */
+	uint64_t capacity;
+	_Atomic uint64_t used;
+} odx__memnode;
+
+struct odx_buffer {
+	odx_context *ctx;
+	uint64_t id;
+	size_t size;
+	int home_rank;          /* owner rank (distributed execution); 0 on one process */
+	pthread_mutex_t lock;   /* replicas and dependency tracking */
+	/* dependency tracking, in submission order */
+	uint64_t version;       /* bumped by every writer at submission */
+	odx__task *last_writer; /* referenced */
+	odx__task **readers;    /* referenced readers since last_writer */
+	int nreaders, capreaders;
+	bool zero;              /* never written: reads as zeros */
+	bool registered;        /* replica 0 is user memory */
+	void *user_ptr;
+	struct odx_buffer *prev, *next; /* ctx->buffers (live buffers) */
+	odx__replica replicas[]; /* one per memory node */
+};
+
+int odx__buffer_release_memory(odx_buffer *buf); /* frees replicas and the struct */
+void odx__buffers_release_all(odx_context *ctx);
+void odx__replica_set_state(odx_buffer *buf, int memnode, int state);
+
+/* ---- kernels (kernel.c) ------------------------------------------------------------------- */
+
+struct odx_kernel {
+	odx_context *ctx;
+	char *name;
+	odx_param *params;
+	int nparams;
+	int nbuffers;
+	odx_kernel_variant *variants;
+	int nvariants;
+	/* per device: index of the variant it runs, or -1 */
+	int *device_variant;
+	_Atomic int refs;       /* handle + tasks holding it */
+	bool user_destroyed;    /* odx_kernel_destroy was called */
+	struct odx_kernel *prev, *next; /* ctx->kernels, until odx_kernel_destroy */
+};
+
+void odx__kernel_put(odx_kernel *k);
+
+/* ---- tasks (task.c) ----------------------------------------------------------------------- */
+
+enum odx__task_kind {
+	ODX__TASK_KERNEL = 0,
+	ODX__TASK_READ,    /* copy out of the host replica into a user pointer */
+	ODX__TASK_WRITE,   /* copy from a user pointer into the host replica */
+	ODX__TASK_DESTROY, /* release a buffer after its last user */
+};
+
+/* Execution state, for the user-side timeout race of reads and writes. */
+enum odx__exec_state {
+	ODX__EXEC_WAITING = 0,
+	ODX__EXEC_RUNNING,
+	ODX__EXEC_ABANDONED,
+};
+
+typedef struct odx__succ {
+	odx__task *task;
+	bool data; /* read-after-write: a failure here cancels the successor */
+} odx__succ;
+
+struct odx__task {
+	_Atomic int refs;
+	odx_context *ctx;
+	odx__task *pool_next;       /* free list link */
+	uint64_t id;
+	uint8_t kind;               /* enum odx__task_kind */
+	odx_kernel *kernel;         /* referenced; NULL for internal kinds */
+	int nargs;
+	odx_arg *args;              /* inline_args or heap */
+	odx_arg inline_args[ODX__INLINE_ARGS];
+	uint32_t grid[3], block[3];
+	int priority;
+	int device_mask_only;       /* opts.device: 0 any, d+1 forced */
+	char tag[ODX__TAG_MAX];
+
+	/* graph */
+	_Atomic int pending;        /* unfinished predecessors + 1 while submitting */
+	pthread_mutex_t lock;       /* succ list and done */
+	_Atomic bool done;
+	odx__succ *succ;
+	int nsucc, capsucc;
+	odx__succ inline_succ[4];
+
+	/* outcome */
+	_Atomic int cancel;         /* nonzero: a data predecessor failed; the task will not run */
+	int status;                 /* final status once done */
+	char *message;              /* heap, failure text */
+
+	/* execution */
+	int device;                 /* placed device, -1 until placed */
+	bool staged;                /* its buffers were staged on its device */
+	int nstaged;                /* arguments 0..nstaged-1 are pinned */
+	bool no_effect;             /* an abandoned read or write: completes without touching data */
+	_Atomic int fetches;        /* outstanding fetches before it can run */
+	_Atomic int fetch_error;    /* a fetch for it failed */
+	_Atomic int exec;           /* enum odx__exec_state (reads, writes) */
+	uint64_t seq;               /* FIFO order among equal priorities */
+	void *host_ptr;             /* reads / writes: user memory */
+	size_t host_off, host_len;
+	uint64_t t_ready;
+};
+
+odx__task *odx__task_new(odx_context *ctx);
+void odx__task_put(odx__task *t);
+/* Infers dependencies of a filled task, then makes it ready if nothing is pending. */
+enum odx__admit {
+	ODX__ADMIT_WAIT = 0,     /* block while sched.max_inflight tasks are unfinished */
+	ODX__ADMIT_NONBLOCK = 1, /* return ODX_EAGAIN then */
+	ODX__ADMIT_FORCE = 2,    /* never wait (buffer destruction must not block) */
+};
+int odx__task_submit(odx_context *ctx, odx__task *t, int admit);
+void odx__task_complete(odx__task *t, int status, const char *msg);
+void odx__task_ready(odx__task *t);
+int odx__task_wait(odx__task *t, int timeout_ms);
+/* buffer access of argument i: mode used for dependencies, and whether staging fetches it */
+odx_access odx__task_dep_access(const odx__task *t, int i);
+bool odx__task_stage_reads(const odx__task *t, int i);
+
+/* ---- devices, scheduling, workers (sched.c, worker.c) -------------------------------------- */
+
+typedef struct odx__queue {
+	odx__task **heap;
+	int n, cap;
+} odx__queue;
+
+struct odx__device {
+	int index;
+	int memnode;
+	const odx__backend_ops *ops;
+	void *bdev;                 /* backend device state */
+	odx__device_props props;
+	char name[160];
+
+	pthread_t thread;
+	bool thread_started;
+	pthread_mutex_t lock;       /* queues and sleeping */
+	pthread_cond_t cond;
+	odx__queue ready;           /* placed tasks, by priority */
+	odx__task **staged;         /* tasks whose inputs arrived: FIFO ring */
+	int staged_head, staged_n, staged_cap;
+	bool sleeping;
+	bool stop;
+	_Atomic int load;           /* queued + staging + running tasks */
+
+	/* stats */
+	_Atomic uint64_t tasks_run;
+	_Atomic uint64_t busy_ns;
+	odx__lane_trace *compute_trace;
+	odx__lane_trace *copy_trace;
+	uint64_t copy_lane_free_ns;  /* end of the last traced copy (copy completions are serial) */
+};
+
+typedef struct odx__sched_ops {
+	const char *name;
+	bool shared_queue; /* place() may return -1 */
+	/* Picks a device for a ready task among those that can run it, or -1 to let any worker
+	 * take it (eager). */
+	int (*place)(odx_context *ctx, odx__task *t);
+} odx__sched_ops;
+
+const odx__sched_ops *odx__sched_find(const char *name);
+void odx__sched_push(odx_context *ctx, odx__task *t);
+bool odx__device_can_run(odx_context *ctx, const odx__device *d, const odx__task *t);
+int odx__workers_start(odx_context *ctx);
+void odx__workers_stop(odx_context *ctx);
+void odx__queue_free(odx__queue *q);
+/* Queues a task whose inputs arrived on its device (from copy-completion threads). */
+void odx__device_push_staged(odx__device *d, odx__task *t);
+/* Next task for a device's worker; called with d->lock held. */
+odx__task *odx__sched_next(odx_context *ctx, odx__device *d);
+/* Ends a placed task: updates and unpins its replicas, accounts, completes it (worker.c). */
+void odx__task_finish(odx__task *t, int status, const char *msg);
+
+/* Staging (buffer.c): makes the task's inputs valid on the memory node it runs against and pins
+ * them. Returns true if it can run now; otherwise the last fetch queues it as staged. */
+bool odx__stage(odx__task *t);
+/* After the task ran (status 0) or failed: replica states, unpinning. */
+void odx__unstage(odx__task *t, int status);
+int odx__task_memnode(const odx__task *t);
+
+/* ---- backends registered in a context (context.c) ----------------------------------------- */
+
+typedef struct odx__backend_slot {
+	const char *name;
+	const odx__backend_ops *ops;    /* NULL: not built into this library */
+	void *state;
+	bool available;
+	int ndevices;
+	char reason[256];
+} odx__backend_slot;
+
+/* ---- trace and stats (trace.c) ------------------------------------------------------------ */
+
+odx__lane_trace *odx__lane_trace_new(odx_context *ctx, const char *name, int pid, int tid);
+void odx__trace_span(odx__lane_trace *lt, const char *name, const char *cat, uint64_t t0,
+		     uint64_t t1, uint64_t task_id);
+int odx__trace_write(odx_context *ctx, const char *path);
+void odx__trace_free(odx_context *ctx);
+void odx__stats_print(odx_context *ctx);
+
+/* ---- topology (topo.c) -------------------------------------------------------------------- */
+
+typedef struct odx__topo odx__topo;
+int odx__topo_open(odx__topo **out);
+void odx__topo_close(odx__topo *t);
+unsigned odx__topo_pus(const odx__topo *t);
+uint64_t odx__topo_memory(const odx__topo *t);
+int odx__topo_bind_self(odx__topo *t, unsigned slot);
+
+/* ---- the context (context.c) -------------------------------------------------------------- */
+
+struct odx_context {
+	odx__config *config;
+	odx_log_level log_level;
+	odx_log_fn log_fn;
+	void *log_user;
+	odx__topo *topo;
+	bool bind;
+
+	odx__backend_env benv;
+	odx__backend_slot *backends;
+	int nbackends;
+	odx__device *devices;
+	int ndevices;
+	odx__memnode *memnodes;
+	int nmemnodes;
+	const odx__sched_ops *sched;
+	_Atomic unsigned rr_next;
+
+	/* eager queue shared by every worker */
+	bool use_shared;              /* the policy may leave tasks unplaced */
+	pthread_mutex_t shared_lock;
+	odx__queue shared;
+
+	/* task pool: slabs freed at close, free list reused in between */
+	pthread_mutex_t pool_lock;
+	odx__task *pool_free;
+	void **slabs;
+	int nslabs, capslabs;
+	_Atomic uint64_t next_task_id;
+	_Atomic uint64_t next_seq;
+
+	/* in-flight accounting and waiting */
+	pthread_mutex_t wait_lock;
+	pthread_cond_t wait_cond;
+	_Atomic long inflight;
+	long max_inflight;
+	_Atomic int waiters;          /* threads in odx_event_wait / odx_wait_all / back-pressure */
+	_Atomic int first_error;      /* first failure since the last odx_wait_all */
+	char first_error_msg[ODX__MSG_MAX];
+
+	/* dependency analysis runs one submission at a time: a total program order */
+	pthread_mutex_t submit_lock;
+
+	/* live buffers and kernels, released at close */
+	pthread_mutex_t objects_lock;
+	odx_buffer *buffers;
+	odx_kernel *kernels;
+	_Atomic int nsleeping;        /* workers asleep, for the eager queue's wake-up */
+	_Atomic uint64_t next_buffer_id;
+
+	/* last error */
+	pthread_mutex_t error_lock;
+	char last_error[ODX__MSG_MAX];
+
+	/* observability */
+	bool stats;
+	bool tracing;
+	char *trace_path;
+	odx__trace *trace;
+	_Atomic uint64_t *bytes_copied; /* nmemnodes x nmemnodes, [src][dst] */
+	_Atomic uint64_t copies;
+	uint64_t t_open;
+	bool closing;
+};
+
+#endif /* ODX_CORE_CORE_H */

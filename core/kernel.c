@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* kernel.c - kernel registration: a name, a signature and one variant per backend kind. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+#define ODX__MAX_PARAMS 64
+
+static void kernel_free(odx_kernel *k)
+{
+	int i;
+
+	for (i = 0; i < k->nvariants; i++) {
+		free((void *)k->variants[i].code);
+		free((void *)k->variants[i].entry);
+	}
+	for (i = 0; i < k->nparams; i++)
+		free((void *)k->params[i].name);
+	free(k->variants);
+	free(k->params);
+	free(k->device_variant);
+	free(k->name);
+	free(k);
+}
+
+void odx__kernel_put(odx_kernel *k)
+{
+	if (k && atomic_fetch_sub_explicit(&k->refs, 1, memory_order_acq_rel) == 1)
+		kernel_free(k);
+}
+
+static int check_params(odx_context *ctx, const char *name, const odx_param *params, int nparams)
+{
+	int i;
+
+	for (i = 0; i < nparams; i++) {
+		const odx_param *p = &params[i];
+
+		if (p->kind < ODX_ARG_BUFFER || p->kind > ODX_ARG_F64)
+			return odx__fail(ctx, ODX_EINVAL,
+					 "odx_kernel_create: kernel '%s' parameter %d: bad kind %d",
+					 name, i, (int)p->kind);
+		if (p->kind == ODX_ARG_BUFFER && (p->access < ODX_R || p->access > ODX_RW))
+			return odx__fail(ctx, ODX_EINVAL,
+					 "odx_kernel_create: kernel '%s' parameter %d: a buffer "
+					 "needs access ODX_R, ODX_W or ODX_RW",
+					 name, i);
+	}
+	return 0;
+}
+
+static int copy_variant(odx_context *ctx, const char *name, const odx_kernel_variant *in,
+			odx_kernel_variant *out)
+{
+	*out = *in;
+	out->code = NULL;
+	out->entry = NULL;
+	if (in->backend < 0 || in->backend >= ODX_BACKEND_KIND_COUNT)
+		return odx__fail(ctx, ODX_EINVAL, "odx_kernel_create: kernel '%s': bad backend %d",
+				 name, (int)in->backend);
+	if (in->format == ODX_FORMAT_HOST_FN) {
+		if (!in->host_fn)
+			return odx__fail(ctx, ODX_EINVAL,
+					 "odx_kernel_create: kernel '%s': host variant without "
+					 "host_fn",
+					 name);
+		return 0;
+	}
+	if (!in->code || in->code_size == 0)
+		return odx__fail(ctx, ODX_EINVAL,
+				 "odx_kernel_create: kernel '%s': %s variant without code", name,
+				 odx_backend_kind_name(in->backend));
+	out->code = malloc(in->code_size);
+	if (!out->code)
+		return ODX_ENOMEM;
+	memcpy((void *)out->code, in->code, in->code_size);
+	if (in->entry && !(out->entry = strdup(in->entry)))
+		return ODX_ENOMEM;
+	return 0;
+}
+
+static void bind_devices(odx_context *ctx, odx_kernel *k)
+{
+	int d, v;
+
+	/* The first variant a device can run is its variant; order in the list is preference. */
+	for (d = 0; d < ctx->ndevices; d++) {
+		const odx__device *dev = &ctx->devices[d];
+
+		k->device_variant[d] = -1;
+		for (v = 0; v < k->nvariants; v++) {
+			const odx_kernel_variant *var = &k->variants[v];
+			bool ok = dev->ops->can_run ? dev->ops->can_run(dev->bdev, var)
+						    : var->backend == dev->ops->kind;
+
+			if (ok) {
+				k->device_variant[d] = v;
+				break;
+			}
+		}
+	}
+}
+
+ODX_API int odx_kernel_create(odx_context *ctx, const char *name, const odx_param *params,
+			      int nparams, const odx_kernel_variant *variants, int nvariants,
+			      odx_kernel **out)
+{
+	odx_kernel *k;
+	int i, rc;
+
+	if (!ctx)
+		return ODX_EINVAL;
+	ODX__CHECK_ARG(ctx, name && *name, "name");
+	ODX__CHECK_ARG(ctx, nparams >= 0 && nparams <= ODX__MAX_PARAMS, "nparams");
+	ODX__CHECK_ARG(ctx, nparams == 0 || params, "params");
+	ODX__CHECK_ARG(ctx, nvariants > 0 && variants, "variants");
+	ODX__CHECK_ARG(ctx, out, "out");
+	rc = check_params(ctx, name, params, nparams);
+	if (rc)
+		return rc;
+
+	k = calloc(1, sizeof(*k));
+	if (!k)
+		return odx__fail(ctx, ODX_ENOMEM, "odx_kernel_create: out of memory");
+	k->ctx = ctx;
+	atomic_init(&k->refs, 1);
+	k->name = strdup(name);
+	k->params = calloc((size_t)nparams + 1, sizeof(*k->params));
+	k->variants = calloc((size_t)nvariants, sizeof(*k->variants));
+	k->device_variant = calloc((size_t)ctx->ndevices + 1, sizeof(int));
+	if (!k->name || !k->params || !k->variants || !k->device_variant)
+		goto out_nomem;
+	for (i = 0; i < nparams; i++) {
+		k->params[i] = params[i];
+		k->params[i].name = NULL;
+		if (params[i].name && !(k->params[i].name = strdup(params[i].name)))
+			goto out_nomem;
+		k->nbuffers += params[i].kind == ODX_ARG_BUFFER;
+	}
+	k->nparams = nparams;
+	for (i = 0; i < nvariants; i++) {
+		rc = copy_variant(ctx, name, &variants[i], &k->variants[i]);
+		k->nvariants = i + 1;
+		if (rc)
+			goto out_free;
+	}
+	bind_devices(ctx, k);
+	pthread_mutex_lock(&ctx->objects_lock);
+	k->next = ctx->kernels;
+	if (ctx->kernels)
+		ctx->kernels->prev = k;
+	ctx->kernels = k;
+	pthread_mutex_unlock(&ctx->objects_lock);
+	*out = k;
+	return 0;
+
+out_nomem:
+	rc = odx__fail(ctx, ODX_ENOMEM, "odx_kernel_create: out of memory");
+out_free:
+	kernel_free(k);
+	return rc;
+}
+
+ODX_API int odx_kernel_destroy(odx_kernel *kernel)
+{
+	odx_context *ctx;
+
+	if (!kernel)
+		return ODX_EINVAL;
+	ctx = kernel->ctx;
+	pthread_mutex_lock(&ctx->objects_lock);
+	if (kernel->user_destroyed) {
+		pthread_mutex_unlock(&ctx->objects_lock);
+		return odx__fail(ctx, ODX_EINVAL, "odx_kernel_destroy: kernel '%s' destroyed twice",
+				 kernel->name);
+	}
+	kernel->user_destroyed = true;
+	if (kernel->prev)
+		kernel->prev->next = kernel->next;
+	else
+		ctx->kernels = kernel->next;
+	if (kernel->next)
+		kernel->next->prev = kernel->prev;
+	pthread_mutex_unlock(&ctx->objects_lock);
+	/* Tasks already submitted hold their own references. */
+	odx__kernel_put(kernel);
+	return 0;
+}

@@ -1,0 +1,286 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * sched.c - placement of ready tasks and the device ready queues.
+ *
+ * Placement sits behind one interface (odx__sched_ops.place) so the Lua policy host of a later
+ * issue replaces the decision, not the mechanism. C decides what is feasible (the kernel has a
+ * variant for the device, the user did not force another device); the policy decides what is best.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+/* ---- priority queue: higher priority first, then submission order ------------------------- */
+
+static bool before(const odx__task *a, const odx__task *b)
+{
+	if (a->priority != b->priority)
+		return a->priority > b->priority;
+	return a->seq < b->seq;
+}
+
+static int queue_push(odx__queue *q, odx__task *t)
+{
+	int i;
+
+	if (q->n == q->cap) {
+		int cap = q->cap ? 2 * q->cap : 64;
+		odx__task **h = realloc(q->heap, (size_t)cap * sizeof(*h));
+
+		if (!h)
+			return ODX_ENOMEM;
+		q->heap = h;
+		q->cap = cap;
+	}
+	for (i = q->n++; i > 0; i = (i - 1) / 2) {
+		odx__task *parent = q->heap[(i - 1) / 2];
+
+		if (!before(t, parent))
+			break;
+		q->heap[i] = parent;
+	}
+	q->heap[i] = t;
+	return 0;
+}
+
+static odx__task *queue_pop(odx__queue *q)
+{
+	odx__task *top, *last;
+	int i = 0, child;
+
+	if (q->n == 0)
+		return NULL;
+	top = q->heap[0];
+	last = q->heap[--q->n];
+	while ((child = 2 * i + 1) < q->n) {
+		if (child + 1 < q->n && before(q->heap[child + 1], q->heap[child]))
+			child++;
+		if (!before(q->heap[child], last))
+			break;
+		q->heap[i] = q->heap[child];
+		i = child;
+	}
+	if (q->n > 0)
+		q->heap[i] = last;
+	return top;
+}
+
+void odx__queue_free(odx__queue *q)
+{
+	free(q->heap);
+	q->heap = NULL;
+	q->n = q->cap = 0;
+}
+
+/* ---- feasibility ---------------------------------------------------------------------------- */
+
+bool odx__device_can_run(odx_context *ctx, const odx__device *d, const odx__task *t)
+{
+	(void)ctx;
+	if (t->device_mask_only && t->device_mask_only - 1 != d->index)
+		return false;
+	/* Buffer reads, writes and releases run on any device's worker. */
+	if (t->kind != ODX__TASK_KERNEL)
+		return true;
+	return t->kernel->device_variant[d->index] >= 0;
+}
+
+/* Bytes of the task's inputs that device `d` would have to fetch first. */
+static uint64_t missing_bytes(const odx__task *t, const odx__device *d)
+{
+	uint64_t bytes = 0;
+	int i;
+
+	for (i = 0; i < t->nargs; i++) {
+		const odx_buffer *b = t->args[i].v.buffer;
+
+		if (t->args[i].kind != ODX_ARG_BUFFER || !(t->args[i].access & ODX_R))
+			continue;
+		/* A relaxed read: a stale answer only makes the placement slightly worse. */
+		if (atomic_load_explicit(&b->replicas[d->memnode].state, memory_order_relaxed) ==
+		    ODX__INVALID && !b->zero)
+			bytes += b->size;
+	}
+	return bytes;
+}
+
+/* ---- built-in policies ---------------------------------------------------------------------- */
+
+/* Least loaded: the shortest queue, counting a device that must copy inputs first as one task
+ * busier, so a chain of tasks over one buffer stays where its data is unless another device is
+ * clearly idler. */
+static int place_least_loaded(odx_context *ctx, odx__task *t)
+{
+	int best = -1, d;
+	long best_cost = 0;
+
+	for (d = 0; d < ctx->ndevices; d++) {
+		const odx__device *dev = &ctx->devices[d];
+		long cost;
+
+		if (!odx__device_can_run(ctx, dev, t))
+			continue;
+		cost = 2L * atomic_load_explicit(&dev->load, memory_order_relaxed);
+		if (missing_bytes(t, dev) > 0)
+			cost += 2;
+		if (best < 0 || cost < best_cost) {
+			best = d;
+			best_cost = cost;
+		}
+	}
+	return best;
+}
+
+static int place_round_robin(odx_context *ctx, odx__task *t)
+{
+	unsigned start = atomic_fetch_add_explicit(&ctx->rr_next, 1, memory_order_relaxed);
+	int i;
+
+	for (i = 0; i < ctx->ndevices; i++) {
+		int d = (int)((start + (unsigned)i) % (unsigned)ctx->ndevices);
+
+		if (odx__device_can_run(ctx, &ctx->devices[d], t))
+			return d;
+	}
+	return -1;
+}
+
+/* Eager: one shared queue, the first idle worker that can run a task takes it. A forced device
+ * still goes to that device's own queue. */
+static int place_eager(odx_context *ctx, odx__task *t)
+{
+	return t->device_mask_only ? t->device_mask_only - 1 : -1;
+}
+
+static const odx__sched_ops policies[] = {
+	{.name = "least_loaded", .place = place_least_loaded},
+	{.name = "eager", .shared_queue = true, .place = place_eager},
+	{.name = "round_robin", .place = place_round_robin},
+};
+
+const odx__sched_ops *odx__sched_find(const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(policies) / sizeof(policies[0]); i++)
+		if (strcmp(policies[i].name, name) == 0)
+			return &policies[i];
+	return NULL;
+}
+
+/* ---- queues --------------------------------------------------------------------------------- */
+
+static void wake_one_sleeper(odx_context *ctx, const odx__task *t)
+{
+	int d;
+
+	if (atomic_load(&ctx->nsleeping) == 0)
+		return;
+	for (d = 0; d < ctx->ndevices; d++) {
+		odx__device *dev = &ctx->devices[d];
+		bool woke = false;
+
+		if (!odx__device_can_run(ctx, dev, t))
+			continue;
+		pthread_mutex_lock(&dev->lock);
+		if (dev->sleeping) {
+			pthread_cond_signal(&dev->cond);
+			woke = true;
+		}
+		pthread_mutex_unlock(&dev->lock);
+		if (woke)
+			return;
+	}
+}
+
+static void push_failed(odx__task *t)
+{
+	odx__task_complete(t, ODX_ENOMEM, "out of memory while queueing the task");
+}
+
+void odx__sched_push(odx_context *ctx, odx__task *t)
+{
+	int d = ctx->sched->place(ctx, t);
+	odx__device *dev;
+	int rc;
+
+	if (ctx->tracing || ctx->stats)
+		t->t_ready = odx__now_ns();
+	if (d < 0 || d >= ctx->ndevices) {
+		pthread_mutex_lock(&ctx->shared_lock);
+		rc = queue_push(&ctx->shared, t);
+		pthread_mutex_unlock(&ctx->shared_lock);
+		if (rc)
+			push_failed(t);
+		else
+			wake_one_sleeper(ctx, t);
+		return;
+	}
+	dev = &ctx->devices[d];
+	t->device = d;
+	pthread_mutex_lock(&dev->lock);
+	rc = queue_push(&dev->ready, t);
+	if (rc == 0) {
+		atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
+		if (dev->sleeping)
+			pthread_cond_signal(&dev->cond);
+	}
+	pthread_mutex_unlock(&dev->lock);
+	if (rc)
+		push_failed(t);
+}
+
+/* Takes the next task for `dev`: staged tasks first (their inputs are there), then its own ready
+ * queue, then the shared eager queue. Called with dev->lock held. */
+odx__task *odx__sched_next(odx_context *ctx, odx__device *dev)
+{
+	odx__task *t = NULL;
+
+	if (dev->staged_n > 0) {
+		t = dev->staged[dev->staged_head];
+		dev->staged_head = (dev->staged_head + 1) % dev->staged_cap;
+		dev->staged_n--;
+		return t;
+	}
+	if (dev->ready.n > 0)
+		return queue_pop(&dev->ready);
+	if (!ctx->use_shared)
+		return NULL;
+	pthread_mutex_lock(&ctx->shared_lock);
+	if (ctx->shared.n > 0 && odx__device_can_run(ctx, dev, ctx->shared.heap[0])) {
+		t = queue_pop(&ctx->shared);
+		t->device = dev->index;
+		atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&ctx->shared_lock);
+	return t;
+}
+
+/* Queues a task whose inputs have arrived (called from copy-completion threads). */
+void odx__device_push_staged(odx__device *dev, odx__task *t)
+{
+	pthread_mutex_lock(&dev->lock);
+	if (dev->staged_n == dev->staged_cap) {
+		int cap = dev->staged_cap ? 2 * dev->staged_cap : 64, i;
+		odx__task **ring = malloc((size_t)cap * sizeof(*ring));
+
+		if (!ring) {
+			/* Cannot queue it: finish it as failed rather than lose it. */
+			pthread_mutex_unlock(&dev->lock);
+			odx__task_finish(t, ODX_ENOMEM, "out of memory while queueing the task");
+			return;
+		}
+		for (i = 0; i < dev->staged_n; i++)
+			ring[i] = dev->staged[(dev->staged_head + i) % dev->staged_cap];
+		free(dev->staged);
+		dev->staged = ring;
+		dev->staged_head = 0;
+		dev->staged_cap = cap;
+	}
+	dev->staged[(dev->staged_head + dev->staged_n) % dev->staged_cap] = t;
+	dev->staged_n++;
+	if (dev->sleeping)
+		pthread_cond_signal(&dev->cond);
+	pthread_mutex_unlock(&dev->lock);
+}

@@ -1,0 +1,633 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * task.c - tasks, dependency inference, completion, failure propagation, events.
+ *
+ * Dependencies follow submission order per buffer, as in StarPU's implicit data dependencies:
+ * a reader waits for the buffer's last writer (RAW); a writer waits for the last writer (WAW) and
+ * for every reader since (WAR). Only RAW edges carry data, so only they propagate a failure: a
+ * task whose input came from a failed task is canceled with that cause, and so on downstream.
+ *
+ * A task starts with pending = 1 (the submission itself); each edge adds one; completion of a
+ * predecessor and the end of submission subtract one. Whoever brings it to zero makes it ready.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core.h"
+
+#define POOL_SLAB 256
+
+/* ---- allocation: slabs kept until close, so events outliving nothing leak nothing ---------- */
+
+static int pool_grow(odx_context *ctx)
+{
+	odx__task *slab = calloc(POOL_SLAB, sizeof(*slab));
+	int i;
+
+	if (!slab)
+		return ODX_ENOMEM;
+	if (ctx->nslabs == ctx->capslabs) {
+		int cap = ctx->capslabs ? 2 * ctx->capslabs : 16;
+		void **s = realloc(ctx->slabs, (size_t)cap * sizeof(*s));
+
+		if (!s) {
+			free(slab);
+			return ODX_ENOMEM;
+		}
+		ctx->slabs = s;
+		ctx->capslabs = cap;
+	}
+	ctx->slabs[ctx->nslabs++] = slab;
+	for (i = 0; i < POOL_SLAB; i++) {
+		pthread_mutex_init(&slab[i].lock, NULL);
+		slab[i].pool_next = ctx->pool_free;
+		ctx->pool_free = &slab[i];
+	}
+	return 0;
+}
+
+odx__task *odx__task_new(odx_context *ctx)
+{
+	odx__task *t;
+
+	pthread_mutex_lock(&ctx->pool_lock);
+	if (!ctx->pool_free && pool_grow(ctx) != 0) {
+		pthread_mutex_unlock(&ctx->pool_lock);
+		return NULL;
+	}
+	t = ctx->pool_free;
+	ctx->pool_free = t->pool_next;
+	pthread_mutex_unlock(&ctx->pool_lock);
+
+	/* Reset every field but the mutex, which stays initialised for the slab's lifetime. */
+	atomic_init(&t->refs, 1);
+	t->ctx = ctx;
+	t->pool_next = NULL;
+	t->id = atomic_fetch_add_explicit(&ctx->next_task_id, 1, memory_order_relaxed) + 1;
+	t->kind = ODX__TASK_KERNEL;
+	t->kernel = NULL;
+	t->nargs = 0;
+	t->args = t->inline_args;
+	t->grid[0] = t->grid[1] = t->grid[2] = 1;
+	t->block[0] = t->block[1] = t->block[2] = 1;
+	t->priority = 0;
+	t->device_mask_only = 0;
+	t->tag[0] = '\0';
+	atomic_init(&t->pending, 1);
+	atomic_init(&t->done, false);
+	t->succ = t->inline_succ;
+	t->nsucc = 0;
+	t->capsucc = (int)(sizeof(t->inline_succ) / sizeof(t->inline_succ[0]));
+	atomic_init(&t->cancel, 0);
+	t->status = 0;
+	t->message = NULL;
+	t->device = -1;
+	t->staged = false;
+	t->no_effect = false;
+	atomic_init(&t->fetches, 0);
+	atomic_init(&t->fetch_error, 0);
+	atomic_init(&t->exec, ODX__EXEC_WAITING);
+	t->seq = 0;
+	t->host_ptr = NULL;
+	t->host_off = t->host_len = 0;
+	t->t_ready = 0;
+	return t;
+}
+
+void odx__task_put(odx__task *t)
+{
+	odx_context *ctx;
+
+	if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	ctx = t->ctx;
+	free(t->message);
+	t->message = NULL;
+	if (t->args != t->inline_args)
+		free(t->args);
+	if (t->succ != t->inline_succ)
+		free(t->succ);
+	if (t->kernel)
+		odx__kernel_put(t->kernel);
+	pthread_mutex_lock(&ctx->pool_lock);
+	t->pool_next = ctx->pool_free;
+	ctx->pool_free = t;
+	pthread_mutex_unlock(&ctx->pool_lock);
+}
+
+/* ---- access modes --------------------------------------------------------------------------- */
+
+odx_access odx__task_dep_access(const odx__task *t, int i)
+{
+	odx_buffer *b = t->args[i].v.buffer;
+	odx_access mode = 0;
+	int j;
+
+	/* A buffer passed twice is one access with the union of both modes, counted at its first
+	 * position; later positions return 0 so callers skip them. */
+	for (j = 0; j < i; j++)
+		if (t->args[j].kind == ODX_ARG_BUFFER && t->args[j].v.buffer == b)
+			return 0;
+	for (j = i; j < t->nargs; j++)
+		if (t->args[j].kind == ODX_ARG_BUFFER && t->args[j].v.buffer == b)
+			mode |= t->args[j].access;
+	return mode;
+}
+
+bool odx__task_stage_reads(const odx__task *t, int i)
+{
+	odx_access mode = odx__task_dep_access(t, i);
+
+	if (t->kind == ODX__TASK_DESTROY)
+		return t->args[i].v.buffer->registered; /* write back into user memory */
+	return (mode & ODX_R) != 0;
+}
+
+/* ---- failure -------------------------------------------------------------------------------- */
+
+static char *describe(const odx__task *t, char *out, size_t n)
+{
+	static const char *kinds[] = {"task", "buffer read", "buffer write", "buffer destroy"};
+
+	if (t->kind == ODX__TASK_KERNEL)
+		snprintf(out, n, "task #%llu '%s' (kernel '%s')", (unsigned long long)t->id,
+			 t->tag, t->kernel->name);
+	else
+		snprintf(out, n, "%s #%llu", kinds[t->kind], (unsigned long long)t->id);
+	return out;
+}
+
+/* Cancels `t` because its input came from `cause`, which failed; the first cause wins. */
+static void cancel_from(odx__task *t, const odx__task *cause)
+{
+	char who[160], whom[160];
+	char *msg;
+	int expected = 0;
+
+	if (!atomic_compare_exchange_strong(&t->cancel, &expected, ODX_ECANCELED))
+		return;
+	msg = malloc(ODX__MSG_MAX);
+	if (!msg)
+		return;
+	snprintf(msg, ODX__MSG_MAX, "%s canceled: its input comes from %s, which failed: %s",
+		 describe(t, who, sizeof(who)), describe(cause, whom, sizeof(whom)),
+		 cause->message ? cause->message : odx_strerror(cause->status));
+	t->message = msg;
+}
+
+static void record_failure(odx_context *ctx, const odx__task *t)
+{
+	int expected = 0;
+
+	odx__fail(ctx, t->status, "%s", t->message ? t->message : odx_strerror(t->status));
+	if (atomic_compare_exchange_strong(&ctx->first_error, &expected, t->status)) {
+		pthread_mutex_lock(&ctx->error_lock);
+		snprintf(ctx->first_error_msg, sizeof(ctx->first_error_msg), "%s",
+			 t->message ? t->message : "");
+		pthread_mutex_unlock(&ctx->error_lock);
+	}
+	odx__log(ctx, ODX_LOG_WARN, "%s", t->message ? t->message : odx_strerror(t->status));
+}
+
+/* ---- completion ----------------------------------------------------------------------------- */
+
+static void wake_waiters(odx_context *ctx)
+{
+	if (atomic_load(&ctx->waiters) > 0) {
+		pthread_mutex_lock(&ctx->wait_lock);
+		pthread_cond_broadcast(&ctx->wait_cond);
+		pthread_mutex_unlock(&ctx->wait_lock);
+	}
+}
+
+void odx__task_ready(odx__task *t)
+{
+	if (atomic_load(&t->cancel)) {
+		odx__task_complete(t, ODX_ECANCELED, NULL);
+		return;
+	}
+	odx__sched_push(t->ctx, t);
+}
+
+void odx__task_complete(odx__task *t, int status, const char *msg)
+{
+	odx_context *ctx = t->ctx;
+	odx__succ *succ;
+	int i, nsucc;
+
+	t->status = status;
+	if (status != 0) {
+		if (!t->message && msg)
+			t->message = strdup(msg);
+		record_failure(ctx, t);
+	}
+	/* After `done` is set no new edge is added, so the successor list is final. */
+	pthread_mutex_lock(&t->lock);
+	atomic_store(&t->done, true);
+	succ = t->succ;
+	nsucc = t->nsucc;
+	t->succ = t->inline_succ;
+	t->nsucc = 0;
+	pthread_mutex_unlock(&t->lock);
+
+	for (i = 0; i < nsucc; i++) {
+		odx__task *s = succ[i].task;
+
+		if (status != 0 && succ[i].data)
+			cancel_from(s, t);
+		if (atomic_fetch_sub_explicit(&s->pending, 1, memory_order_acq_rel) == 1)
+			odx__task_ready(s);
+	}
+	if (succ != t->inline_succ)
+		free(succ);
+	atomic_fetch_sub(&ctx->inflight, 1);
+	wake_waiters(ctx);
+	odx__task_put(t);
+}
+
+/* ---- dependency inference ------------------------------------------------------------------- */
+
+static int add_edge(odx__task *pred, odx__task *t, bool data)
+{
+	pthread_mutex_lock(&pred->lock);
+	if (atomic_load(&pred->done)) {
+		pthread_mutex_unlock(&pred->lock);
+		if (data && pred->status != 0)
+			cancel_from(t, pred);
+		return 0;
+	}
+	if (pred->nsucc == pred->capsucc) {
+		int cap = 2 * pred->capsucc;
+		odx__succ *s = pred->succ == pred->inline_succ ? NULL : pred->succ;
+
+		s = realloc(s, (size_t)cap * sizeof(*s));
+		if (!s) {
+			pthread_mutex_unlock(&pred->lock);
+			return ODX_ENOMEM;
+		}
+		if (pred->succ == pred->inline_succ)
+			memcpy(s, pred->inline_succ, sizeof(pred->inline_succ));
+		pred->succ = s;
+		pred->capsucc = cap;
+	}
+	pred->succ[pred->nsucc++] = (odx__succ){.task = t, .data = data};
+	atomic_fetch_add_explicit(&t->pending, 1, memory_order_relaxed);
+	pthread_mutex_unlock(&pred->lock);
+	return 0;
+}
+
+static void drop_ref(odx__task **slot)
+{
+	if (*slot) {
+		odx__task_put(*slot);
+		*slot = NULL;
+	}
+}
+
+/* Keeps the readers list short: readers that already finished need no edge. */
+static int readers_make_room(odx_buffer *b)
+{
+	int i, n = 0;
+
+	for (i = 0; i < b->nreaders; i++) {
+		if (atomic_load(&b->readers[i]->done))
+			odx__task_put(b->readers[i]);
+		else
+			b->readers[n++] = b->readers[i];
+	}
+	b->nreaders = n;
+	if (n < b->capreaders)
+		return 0;
+	{
+		int cap = b->capreaders ? 2 * b->capreaders : 8;
+		odx__task **r = realloc(b->readers, (size_t)cap * sizeof(*r));
+
+		if (!r)
+			return ODX_ENOMEM;
+		b->readers = r;
+		b->capreaders = cap;
+	}
+	return 0;
+}
+
+static int track_access(odx__task *t, odx_buffer *b, odx_access mode)
+{
+	/* Destruction orders after every user but consumes no data: never canceled. */
+	bool data = t->kind != ODX__TASK_DESTROY && (mode & ODX_R);
+	int rc = 0, i;
+
+	if (b->last_writer)
+		rc = add_edge(b->last_writer, t, data);
+	if (rc)
+		return rc;
+	if (mode & ODX_W) {
+		for (i = 0; i < b->nreaders && rc == 0; i++)
+			rc = add_edge(b->readers[i], t, false);
+		for (i = 0; i < b->nreaders; i++)
+			odx__task_put(b->readers[i]);
+		b->nreaders = 0;
+		drop_ref(&b->last_writer);
+		atomic_fetch_add(&t->refs, 1);
+		b->last_writer = t;
+		b->version++;
+		return rc;
+	}
+	if (b->nreaders == b->capreaders && (rc = readers_make_room(b)) != 0)
+		return rc;
+	atomic_fetch_add(&t->refs, 1);
+	b->readers[b->nreaders++] = t;
+	return 0;
+}
+
+/* Waits for room under the in-flight bound: back-pressure on submission. */
+static int admit(odx_context *ctx, int mode)
+{
+	if (mode == ODX__ADMIT_FORCE || atomic_load(&ctx->inflight) < ctx->max_inflight)
+		goto out_admit;
+	if (mode == ODX__ADMIT_NONBLOCK)
+		return odx__fail(ctx, ODX_EAGAIN,
+				 "odx_submit: %ld tasks in flight (sched.max_inflight)",
+				 ctx->max_inflight);
+	atomic_fetch_add(&ctx->waiters, 1);
+	pthread_mutex_lock(&ctx->wait_lock);
+	while (atomic_load(&ctx->inflight) >= ctx->max_inflight)
+		pthread_cond_wait(&ctx->wait_cond, &ctx->wait_lock);
+	pthread_mutex_unlock(&ctx->wait_lock);
+	atomic_fetch_sub(&ctx->waiters, 1);
+out_admit:
+	atomic_fetch_add(&ctx->inflight, 1);
+	return 0;
+}
+
+int odx__task_submit(odx_context *ctx, odx__task *t, int admit_mode)
+{
+	int i, rc = 0;
+
+	rc = admit(ctx, admit_mode);
+	if (rc) {
+		odx__task_put(t);
+		return rc;
+	}
+	t->seq = atomic_fetch_add_explicit(&ctx->next_seq, 1, memory_order_relaxed);
+	pthread_mutex_lock(&ctx->submit_lock);
+	for (i = 0; i < t->nargs && rc == 0; i++) {
+		odx_access mode;
+
+		if (t->args[i].kind != ODX_ARG_BUFFER)
+			continue;
+		mode = odx__task_dep_access(t, i);
+		if (mode)
+			rc = track_access(t, t->args[i].v.buffer, mode);
+	}
+	pthread_mutex_unlock(&ctx->submit_lock);
+	if (rc) {
+		/* Out of memory while linking: the task is in the graph already, so it must still
+		 * complete; it fails instead of running. */
+		int expected = 0;
+
+		if (atomic_compare_exchange_strong(&t->cancel, &expected, rc))
+			t->message = strdup("out of memory while inferring dependencies");
+	}
+	if (atomic_fetch_sub_explicit(&t->pending, 1, memory_order_acq_rel) == 1)
+		odx__task_ready(t);
+	return 0;
+}
+
+/* ---- waiting -------------------------------------------------------------------------------- */
+
+static void deadline_after(struct timespec *ts, int timeout_ms)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+	ts->tv_sec += timeout_ms / 1000;
+	ts->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
+/* Waits until `cond(arg)` holds; 0 or ODX_ETIMEDOUT. */
+static int wait_until(odx_context *ctx, bool (*cond)(void *), void *arg, int timeout_ms)
+{
+	struct timespec deadline;
+	int rc = 0;
+
+	if (cond(arg))
+		return 0;
+	if (timeout_ms == 0)
+		return ODX_ETIMEDOUT;
+	if (timeout_ms > 0)
+		deadline_after(&deadline, timeout_ms);
+	atomic_fetch_add(&ctx->waiters, 1);
+	pthread_mutex_lock(&ctx->wait_lock);
+	while (!cond(arg)) {
+		if (timeout_ms < 0) {
+			pthread_cond_wait(&ctx->wait_cond, &ctx->wait_lock);
+		} else if (pthread_cond_timedwait(&ctx->wait_cond, &ctx->wait_lock, &deadline) ==
+			   ETIMEDOUT) {
+			if (!cond(arg))
+				rc = ODX_ETIMEDOUT;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&ctx->wait_lock);
+	atomic_fetch_sub(&ctx->waiters, 1);
+	return rc;
+}
+
+static bool task_done(void *arg)
+{
+	return atomic_load(&((odx__task *)arg)->done);
+}
+
+static bool all_done(void *arg)
+{
+	return atomic_load(&((odx_context *)arg)->inflight) == 0;
+}
+
+int odx__task_wait(odx__task *t, int timeout_ms)
+{
+	int rc = wait_until(t->ctx, task_done, t, timeout_ms);
+
+	return rc ? rc : t->status;
+}
+
+/* ---- public API ----------------------------------------------------------------------------- */
+
+static int check_args(odx_context *ctx, const odx_kernel *k, const odx_arg *args, int nargs)
+{
+	int i;
+
+	if (nargs != k->nparams)
+		return odx__fail(ctx, ODX_EINVAL,
+				 "odx_submit: kernel '%s' takes %d arguments, %d given", k->name,
+				 k->nparams, nargs);
+	if (nargs > 0 && !args)
+		return odx__fail(ctx, ODX_EINVAL, "odx_submit: invalid argument 'args' (NULL)");
+	for (i = 0; i < nargs; i++) {
+		const odx_param *p = &k->params[i];
+		const odx_arg *a = &args[i];
+
+		if (a->kind != p->kind)
+			return odx__fail(ctx, ODX_EINVAL,
+					 "odx_submit: kernel '%s' argument %d (%s): kind %d given, "
+					 "%d declared",
+					 k->name, i, p->name ? p->name : "?", (int)a->kind,
+					 (int)p->kind);
+		if (a->kind != ODX_ARG_BUFFER)
+			continue;
+		if (!a->v.buffer || a->v.buffer->ctx != ctx)
+			return odx__fail(ctx, ODX_EINVAL,
+					 "odx_submit: kernel '%s' argument %d (%s): invalid buffer",
+					 k->name, i, p->name ? p->name : "?");
+		if (a->access != 0 && ((a->access & ~ODX_RW) || (a->access & p->access) !=
+									p->access))
+			return odx__fail(ctx, ODX_EINVAL,
+					 "odx_submit: kernel '%s' argument %d (%s): access %d does "
+					 "not include the declared access %d",
+					 k->name, i, p->name ? p->name : "?", (int)a->access,
+					 (int)p->access);
+	}
+	return 0;
+}
+
+static bool feasible_somewhere(odx_context *ctx, const odx_kernel *k, int forced)
+{
+	int d;
+
+	if (forced > 0)
+		return k->device_variant[forced - 1] >= 0;
+	for (d = 0; d < ctx->ndevices; d++)
+		if (k->device_variant[d] >= 0)
+			return true;
+	return false;
+}
+
+ODX_API int odx_submit(odx_context *ctx, odx_kernel *kernel, const odx_arg *args, int nargs,
+		       const odx_task_opts *opts, odx_event **event)
+{
+	static const odx_task_opts no_opts;
+	odx__task *t;
+	int i, rc;
+
+	if (!ctx)
+		return ODX_EINVAL;
+	ODX__CHECK_ARG(ctx, kernel && kernel->ctx == ctx, "kernel");
+	if (!opts)
+		opts = &no_opts;
+	rc = check_args(ctx, kernel, args, nargs);
+	if (rc)
+		return rc;
+	if (opts->device < 0 || opts->device > ctx->ndevices)
+		return odx__fail(ctx, ODX_EINVAL,
+				 "odx_submit: invalid argument 'opts->device' (%d): the context has "
+				 "%d devices (use 0 for any, d+1 for device d)",
+				 opts->device, ctx->ndevices);
+	if (!feasible_somewhere(ctx, kernel, opts->device)) {
+		if (opts->device > 0)
+			return odx__fail(ctx, ODX_ENOVARIANT,
+					 "odx_submit: kernel '%s' has no variant for device %d (%s)",
+					 kernel->name, opts->device - 1,
+					 ctx->devices[opts->device - 1].name);
+		return odx__fail(ctx, ODX_ENOVARIANT,
+				 "odx_submit: kernel '%s' has no variant for any of the %d open "
+				 "devices",
+				 kernel->name, ctx->ndevices);
+	}
+	if (ctx->closing)
+		return odx__fail(ctx, ODX_ECLOSED, "odx_submit: the context is closing");
+
+	t = odx__task_new(ctx);
+	if (!t)
+		return odx__fail(ctx, ODX_ENOMEM, "odx_submit: out of memory");
+	if (nargs > ODX__INLINE_ARGS) {
+		t->args = malloc((size_t)nargs * sizeof(*t->args));
+		if (!t->args) {
+			t->args = t->inline_args;
+			odx__task_put(t);
+			return odx__fail(ctx, ODX_ENOMEM, "odx_submit: out of memory");
+		}
+	}
+	memcpy(t->args, args, (size_t)nargs * sizeof(*args));
+	for (i = 0; i < nargs; i++)
+		if (t->args[i].kind == ODX_ARG_BUFFER && t->args[i].access == 0)
+			t->args[i].access = kernel->params[i].access;
+	t->nargs = nargs;
+	t->kernel = kernel;
+	atomic_fetch_add(&kernel->refs, 1);
+	t->priority = opts->priority;
+	t->device_mask_only = opts->device;
+	for (i = 0; i < 3; i++) {
+		t->grid[i] = opts->grid[i] ? opts->grid[i] : 1;
+		t->block[i] = opts->block[i] ? opts->block[i] : 1;
+	}
+	if (opts->tag)
+		snprintf(t->tag, sizeof(t->tag), "%s", opts->tag);
+	if (event)
+		atomic_fetch_add(&t->refs, 1);
+	rc = odx__task_submit(ctx, t,
+			      (opts->flags & ODX_SUBMIT_NONBLOCK) ? ODX__ADMIT_NONBLOCK
+								  : ODX__ADMIT_WAIT);
+	if (rc) {
+		if (event)
+			odx__task_put(t);
+		return rc;
+	}
+	if (event)
+		*event = (odx_event *)t;
+	return 0;
+}
+
+ODX_API int odx_event_query(odx_event *ev)
+{
+	odx__task *t = (odx__task *)ev;
+
+	if (!t)
+		return ODX_EINVAL;
+	return atomic_load(&t->done) ? t->status : ODX_EAGAIN;
+}
+
+ODX_API int odx_event_wait(odx_event *ev, int timeout_ms)
+{
+	if (!ev)
+		return ODX_EINVAL;
+	return odx__task_wait((odx__task *)ev, timeout_ms);
+}
+
+ODX_API const char *odx_event_message(odx_event *ev)
+{
+	odx__task *t = (odx__task *)ev;
+
+	if (!t || !atomic_load(&t->done) || !t->message)
+		return "";
+	return t->message;
+}
+
+ODX_API void odx_event_release(odx_event *ev)
+{
+	if (ev)
+		odx__task_put((odx__task *)ev);
+}
+
+ODX_API int odx_wait_all(odx_context *ctx, int timeout_ms)
+{
+	int rc;
+
+	if (!ctx)
+		return ODX_EINVAL;
+	rc = wait_until(ctx, all_done, ctx, timeout_ms);
+	if (rc)
+		return odx__fail(ctx, rc, "odx_wait_all: %ld tasks still unfinished after %d ms",
+				 (long)atomic_load(&ctx->inflight), timeout_ms);
+	rc = atomic_exchange(&ctx->first_error, 0);
+	if (rc) {
+		pthread_mutex_lock(&ctx->error_lock);
+		snprintf(ctx->last_error, sizeof(ctx->last_error), "%s: %s", odx_err_name(rc),
+			 ctx->first_error_msg);
+		pthread_mutex_unlock(&ctx->error_lock);
+	}
+	return rc;
+}

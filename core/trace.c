@@ -1,0 +1,208 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * trace.c - the Chrome trace-event file (ODX_TRACE) and the run summary (ODX_STATS).
+ *
+ * Each lane (a device's compute lane, its copy lane) records spans into its own array, written by
+ * one thread only, so recording takes no lock. The file is written once, at close.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+#define LANE_MAX_EVENTS (4u << 20) /* per lane; beyond it spans are counted, not kept */
+
+typedef struct trace_event {
+	uint64_t t0, t1, id;
+	const char *cat;
+	char name[48];
+} trace_event;
+
+struct odx__lane_trace {
+	odx__lane_trace *next;
+	char name[64];
+	int pid, tid;
+	trace_event *ev;
+	size_t n, cap;
+	uint64_t dropped;
+};
+
+struct odx__trace {
+	pthread_mutex_t lock;
+	odx__lane_trace *lanes;
+};
+
+odx__lane_trace *odx__lane_trace_new(odx_context *ctx, const char *name, int pid, int tid)
+{
+	odx__lane_trace *lt;
+
+	if (!ctx->tracing)
+		return NULL;
+	if (!ctx->trace) {
+		ctx->trace = calloc(1, sizeof(*ctx->trace));
+		if (!ctx->trace)
+			return NULL;
+		pthread_mutex_init(&ctx->trace->lock, NULL);
+	}
+	lt = calloc(1, sizeof(*lt));
+	if (!lt)
+		return NULL;
+	snprintf(lt->name, sizeof(lt->name), "%s", name);
+	lt->pid = pid;
+	lt->tid = tid;
+	pthread_mutex_lock(&ctx->trace->lock);
+	lt->next = ctx->trace->lanes;
+	ctx->trace->lanes = lt;
+	pthread_mutex_unlock(&ctx->trace->lock);
+	return lt;
+}
+
+void odx__trace_span(odx__lane_trace *lt, const char *name, const char *cat, uint64_t t0,
+		     uint64_t t1, uint64_t task_id)
+{
+	trace_event *e;
+
+	if (!lt)
+		return;
+	if (lt->n == lt->cap) {
+		size_t cap = lt->cap ? 2 * lt->cap : 1024;
+		trace_event *ev;
+
+		if (cap > LANE_MAX_EVENTS || !(ev = realloc(lt->ev, cap * sizeof(*ev)))) {
+			lt->dropped++;
+			return;
+		}
+		lt->ev = ev;
+		lt->cap = cap;
+	}
+	e = &lt->ev[lt->n++];
+	e->t0 = t0;
+	e->t1 = t1;
+	e->id = task_id;
+	e->cat = cat;
+	snprintf(e->name, sizeof(e->name), "%s", name);
+}
+
+static void put_json_string(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+int odx__trace_write(odx_context *ctx, const char *path)
+{
+	odx__lane_trace *lt;
+	FILE *f;
+	size_t i;
+
+	if (!ctx->trace)
+		return 0;
+	f = fopen(path, "we");
+	if (!f)
+		return odx__fail(ctx, ODX_EIO, "cannot write trace file '%s': %s", path,
+				 strerror(errno));
+	fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n", f);
+	fprintf(f, "{\"ph\":\"M\",\"pid\":0,\"name\":\"process_name\",\"args\":{\"name\":\"odx\"}}");
+	for (lt = ctx->trace->lanes; lt; lt = lt->next) {
+		fprintf(f, ",\n{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\","
+			   "\"args\":{\"name\":",
+			lt->pid, lt->tid);
+		put_json_string(f, lt->name);
+		fprintf(f, "}},\n{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_sort_index\","
+			   "\"args\":{\"sort_index\":%d}}",
+			lt->pid, lt->tid, lt->tid);
+		for (i = 0; i < lt->n; i++) {
+			const trace_event *e = &lt->ev[i];
+			uint64_t t0 = e->t0 > ctx->t_open ? e->t0 - ctx->t_open : 0;
+
+			fprintf(f, ",\n{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"cat\":\"%s\",\"name\":",
+				lt->pid, lt->tid, e->cat);
+			put_json_string(f, e->name);
+			fprintf(f, ",\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"id\":%llu}}", t0 / 1e3,
+				(e->t1 - e->t0) / 1e3, (unsigned long long)e->id);
+		}
+		if (lt->dropped)
+			odx__log(ctx, ODX_LOG_WARN, "trace: lane '%s' dropped %llu spans", lt->name,
+				 (unsigned long long)lt->dropped);
+	}
+	fputs("\n]}\n", f);
+	if (fclose(f) != 0)
+		return odx__fail(ctx, ODX_EIO, "cannot write trace file '%s': %s", path,
+				 strerror(errno));
+	odx__log(ctx, ODX_LOG_INFO, "trace written to %s", path);
+	return 0;
+}
+
+void odx__trace_free(odx_context *ctx)
+{
+	odx__lane_trace *lt, *next;
+
+	if (!ctx->trace)
+		return;
+	for (lt = ctx->trace->lanes; lt; lt = next) {
+		next = lt->next;
+		free(lt->ev);
+		free(lt);
+	}
+	pthread_mutex_destroy(&ctx->trace->lock);
+	free(ctx->trace);
+	ctx->trace = NULL;
+}
+
+static void emit(odx_context *ctx, FILE *f, const char *line)
+{
+	if (ctx->log_fn)
+		ctx->log_fn(ctx->log_user, ODX_LOG_INFO, line);
+	else
+		fprintf(f, "%s\n", line);
+}
+
+void odx__stats_print(odx_context *ctx)
+{
+	double wall = (double)(odx__now_ns() - ctx->t_open) / 1e9;
+	uint64_t tasks = 0, bytes = 0;
+	char line[512];
+	int d, s, m;
+
+	for (d = 0; d < ctx->ndevices; d++)
+		tasks += atomic_load(&ctx->devices[d].tasks_run);
+	for (s = 0; s < ctx->nmemnodes * ctx->nmemnodes; s++)
+		bytes += atomic_load(&ctx->bytes_copied[s]);
+	snprintf(line, sizeof(line),
+		 "odx stats: %llu tasks on %d devices in %.3f s; %llu copies, %.1f MiB moved",
+		 (unsigned long long)tasks, ctx->ndevices, wall,
+		 (unsigned long long)atomic_load(&ctx->copies), (double)bytes / (1 << 20));
+	emit(ctx, stderr, line);
+	for (d = 0; d < ctx->ndevices; d++) {
+		odx__device *dev = &ctx->devices[d];
+		double busy = (double)atomic_load(&dev->busy_ns) / 1e9;
+
+		snprintf(line, sizeof(line),
+			 "  device %d (%s): %llu tasks, busy %.3f s (%.0f%% of the run)", d,
+			 dev->name, (unsigned long long)atomic_load(&dev->tasks_run), busy,
+			 wall > 0 ? 100.0 * busy / wall : 0.0);
+		emit(ctx, stderr, line);
+	}
+	for (s = 0; s < ctx->nmemnodes; s++)
+		for (m = 0; m < ctx->nmemnodes; m++) {
+			uint64_t b = atomic_load(&ctx->bytes_copied[s * ctx->nmemnodes + m]);
+
+			if (!b)
+				continue;
+			snprintf(line, sizeof(line), "  copied memory node %d -> %d: %.3f MiB", s, m,
+				 (double)b / (1 << 20));
+			emit(ctx, stderr, line);
+		}
+}

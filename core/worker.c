@@ -1,0 +1,223 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * worker.c - one worker thread per device: it stages a task's inputs, runs it on the device's
+ * compute lane, and completes it. It sleeps on a condition variable when it has nothing to do
+ * (never spins: these machines have two cores), and it does not wait for copies: a task whose
+ * inputs are still in flight is parked and comes back through the staged queue.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+static void finish_trace(odx__task *t, odx__device *dev, uint64_t t0)
+{
+	odx_context *ctx = t->ctx;
+	uint64_t t1;
+
+	if (!ctx->stats && !ctx->tracing)
+		return;
+	t1 = odx__now_ns();
+	atomic_fetch_add_explicit(&dev->busy_ns, t1 - t0, memory_order_relaxed);
+	if (ctx->tracing) {
+		const char *name = t->kind == ODX__TASK_KERNEL
+					   ? (t->tag[0] ? t->tag : t->kernel->name)
+				   : t->kind == ODX__TASK_READ	? "buffer read"
+				   : t->kind == ODX__TASK_WRITE ? "buffer write"
+								: "buffer destroy";
+
+		odx__trace_span(dev->compute_trace, name, "task", t0, t1, t->id);
+	}
+}
+
+void odx__task_finish(odx__task *t, int status, const char *msg)
+{
+	odx_context *ctx = t->ctx;
+	odx__device *dev = &ctx->devices[t->device];
+
+	if (t->staged)
+		odx__unstage(t, status);
+	atomic_fetch_sub_explicit(&dev->load, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&dev->tasks_run, 1, memory_order_relaxed);
+	if (t->kind == ODX__TASK_DESTROY) {
+		odx_buffer *b = t->args[0].v.buffer;
+
+		/* The buffer's last writer is this task: its reference goes with the buffer. */
+		odx__buffer_release_memory(b);
+	}
+	odx__task_complete(t, status, msg);
+}
+
+static int run_kernel(odx__task *t, odx__device *dev, char *err, size_t errlen, int *native)
+{
+	odx_context *ctx = t->ctx;
+	odx__launch_arg largs[64];
+	odx__launch l;
+	int i, rc, m = dev->memnode;
+
+	for (i = 0; i < t->nargs; i++) {
+		const odx_arg *a = &t->args[i];
+
+		largs[i].kind = a->kind;
+		if (a->kind == ODX_ARG_BUFFER) {
+			largs[i].mem = a->v.buffer->replicas[m].mem;
+			largs[i].size = a->v.buffer->size;
+		} else {
+			largs[i].mem = 0;
+			largs[i].size = 0;
+			memcpy(&largs[i].v, &a->v, sizeof(largs[i].v));
+		}
+	}
+	l = (odx__launch){
+		.variant = &t->kernel->variants[t->kernel->device_variant[dev->index]],
+		.args = largs,
+		.nargs = t->nargs,
+		.grid = {t->grid[0], t->grid[1], t->grid[2]},
+		.block = {t->block[0], t->block[1], t->block[2]},
+		.device = dev->index,
+		.tag = t->tag,
+		.error = err,
+		.error_size = errlen,
+		.native = 0,
+	};
+	err[0] = '\0';
+	rc = dev->ops->launch(dev->bdev, &l, NULL, NULL);
+	*native = l.native;
+	if (rc == ODX__PENDING) {
+		/* Asynchronous launches arrive with the GPU backends (issue 4). */
+		odx__log(ctx, ODX_LOG_ERROR, "%s: asynchronous launch not supported yet", dev->name);
+		rc = ODX_ENOSYS;
+	}
+	return rc;
+}
+
+static void run(odx__task *t, odx__device *dev)
+{
+	odx_context *ctx = t->ctx;
+	char err[256], msg[ODX__MSG_MAX];
+	uint64_t t0 = (ctx->stats || ctx->tracing) ? odx__now_ns() : 0;
+	int rc = atomic_load(&t->fetch_error), native = 0, expected = ODX__EXEC_WAITING;
+	char *replica0;
+
+	if (rc) {
+		snprintf(msg, sizeof(msg), "task #%llu '%s': its inputs could not be staged on %s: %s",
+			 (unsigned long long)t->id, t->tag, dev->name, odx_strerror(rc));
+		odx__task_finish(t, rc, msg);
+		return;
+	}
+	switch (t->kind) {
+	case ODX__TASK_KERNEL:
+		rc = run_kernel(t, dev, err, sizeof(err), &native);
+		break;
+	case ODX__TASK_READ:
+	case ODX__TASK_WRITE:
+		/* The caller may have given up waiting: then its pointer must not be touched. */
+		if (!atomic_compare_exchange_strong(&t->exec, &expected, ODX__EXEC_RUNNING)) {
+			t->no_effect = true;
+			break;
+		}
+		replica0 = (char *)(uintptr_t)t->args[0].v.buffer->replicas[0].mem + t->host_off;
+		if (t->kind == ODX__TASK_READ)
+			memcpy(t->host_ptr, replica0, t->host_len);
+		else
+			memcpy(replica0, t->host_ptr, t->host_len);
+		break;
+	default:
+		break;
+	}
+	finish_trace(t, dev, t0);
+	if (rc == 0) {
+		odx__task_finish(t, 0, NULL);
+		return;
+	}
+	snprintf(msg, sizeof(msg), "task #%llu '%s' (kernel '%s') failed on device %d (%s): %s%s%s (native code %d)",
+		 (unsigned long long)t->id, t->tag, t->kernel->name, dev->index, dev->name,
+		 odx_err_name(rc), err[0] ? ": " : "", err, native);
+	odx__task_finish(t, rc, msg);
+}
+
+typedef struct worker_arg {
+	odx_context *ctx;
+	odx__device *dev;
+} worker_arg;
+
+static void *worker_loop(void *p)
+{
+	worker_arg wa = *(worker_arg *)p;
+	odx_context *ctx = wa.ctx;
+	odx__device *dev = wa.dev;
+	odx__task *t;
+	char name[16];
+
+	free(p);
+	snprintf(name, sizeof(name), "odx-dev%d", dev->index);
+	pthread_setname_np(pthread_self(), name);
+	if (ctx->bind)
+		odx__topo_bind_self(ctx->topo, (unsigned)dev->index *
+						       (unsigned)(dev->props.threads > 0
+								  ? dev->props.threads
+								  : 1));
+	pthread_mutex_lock(&dev->lock);
+	for (;;) {
+		t = odx__sched_next(ctx, dev);
+		if (!t) {
+			if (dev->stop)
+				break;
+			dev->sleeping = true;
+			atomic_fetch_add(&ctx->nsleeping, 1);
+			/* Re-check the shared queue after announcing sleep (see wake_one_sleeper). */
+			t = odx__sched_next(ctx, dev);
+			if (!t)
+				pthread_cond_wait(&dev->cond, &dev->lock);
+			atomic_fetch_sub(&ctx->nsleeping, 1);
+			dev->sleeping = false;
+			if (!t)
+				continue;
+		}
+		pthread_mutex_unlock(&dev->lock);
+		if (t->staged || odx__stage(t))
+			run(t, dev);
+		pthread_mutex_lock(&dev->lock);
+	}
+	pthread_mutex_unlock(&dev->lock);
+	return NULL;
+}
+
+int odx__workers_start(odx_context *ctx)
+{
+	int d;
+
+	for (d = 0; d < ctx->ndevices; d++) {
+		odx__device *dev = &ctx->devices[d];
+		worker_arg *wa = malloc(sizeof(*wa));
+
+		if (!wa)
+			return ODX_ENOMEM;
+		*wa = (worker_arg){.ctx = ctx, .dev = dev};
+		if (pthread_create(&dev->thread, NULL, worker_loop, wa) != 0) {
+			free(wa);
+			return odx__fail(ctx, ODX_ENOMEM, "cannot start the worker of device %d", d);
+		}
+		dev->thread_started = true;
+	}
+	return 0;
+}
+
+void odx__workers_stop(odx_context *ctx)
+{
+	int d;
+
+	for (d = 0; d < ctx->ndevices; d++) {
+		odx__device *dev = &ctx->devices[d];
+
+		if (!dev->thread_started)
+			continue;
+		pthread_mutex_lock(&dev->lock);
+		dev->stop = true;
+		pthread_cond_signal(&dev->cond);
+		pthread_mutex_unlock(&dev->lock);
+		pthread_join(dev->thread, NULL);
+		dev->thread_started = false;
+	}
+}

@@ -1,0 +1,433 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * odx.h - the public API of ODX (Open Distributed eXecution).
+ *
+ * This is the only header an application needs. Link with `pkg-config --cflags --libs odx`.
+ *
+ * Conventions that hold for every function below unless its comment says otherwise:
+ *
+ *  - Errors: functions return int, 0 on success or a negative ODX_E* code on failure. No function
+ *    both returns an error and aborts. odx_strerror() and odx_err_name() describe a code;
+ *    odx_last_error() gives the detailed message of the last failure on a context (which argument,
+ *    which task, which file and line, which native code).
+ *  - Out parameters are written only on success ("out is not touched on failure").
+ *  - Ownership: every object made by odx_*_create/odx_open has exactly one matching
+ *    destroy/release/close. Strings passed in are copied; strings handed out stay owned by ODX and
+ *    live as long as the object they came from, unless stated otherwise.
+ *  - Thread-safety: every function taking an odx_context may be called from any thread at the same
+ *    time, except odx_close(), which must be the last call on that context. Program order (which
+ *    decides task dependencies) is the order in which submissions reach the context; submissions
+ *    from two threads at once are ordered as the runtime receives them.
+ *  - No hidden globals: two contexts in one process are fully independent.
+ */
+#ifndef ODX_ODX_H
+#define ODX_ODX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(ODX_BUILDING_LIBRARY) && defined(__GNUC__)
+#define ODX_API __attribute__((visibility("default")))
+#else
+#define ODX_API
+#endif
+
+#define ODX_VERSION_MAJOR 0
+#define ODX_VERSION_MINOR 1
+#define ODX_VERSION_PATCH 0
+
+/** The library's version as "major.minor.patch" (static storage). */
+ODX_API const char *odx_version(void);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Errors                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * One table, libuv style: the first block mirrors negated POSIX errno values (Linux numbering,
+ * fixed here so they do not depend on the platform's <errno.h>), the second is ODX's own range.
+ * XX(name, value, message).
+ */
+#define ODX_ERRNO_MAP(XX)                                                                          \
+	XX(EPERM, -1, "operation not permitted")                                                   \
+	XX(ENOENT, -2, "no such file, object or key")                                              \
+	XX(EIO, -5, "input/output error")                                                          \
+	XX(EAGAIN, -11, "resource temporarily unavailable (try again)")                            \
+	XX(ENOMEM, -12, "out of memory")                                                           \
+	XX(EACCES, -13, "permission denied")                                                       \
+	XX(EBUSY, -16, "resource busy")                                                            \
+	XX(EEXIST, -17, "already exists")                                                          \
+	XX(ENODEV, -19, "no such device")                                                          \
+	XX(EINVAL, -22, "invalid argument")                                                        \
+	XX(ERANGE, -34, "out of range")                                                            \
+	XX(ENOSYS, -38, "operation not implemented")                                               \
+	XX(ETIMEDOUT, -110, "timed out")                                                           \
+	XX(ECANCELED, -125, "canceled")                                                            \
+	XX(ECONFIG, -4001, "invalid configuration")                                                \
+	XX(ENOVARIANT, -4002, "kernel has no variant for any open device")                         \
+	XX(EKERNEL, -4003, "kernel reported failure")                                              \
+	XX(EBACKEND, -4004, "backend or driver error")                                             \
+	XX(EUNAVAIL, -4005, "backend unavailable")                                                 \
+	XX(ECLOSED, -4006, "context is closing")                                                   \
+	XX(EDEVLOST, -4007, "device lost")
+
+typedef enum odx_errno {
+#define ODX__ERR_ENUM(name, value, msg) ODX_##name = (value),
+	ODX_ERRNO_MAP(ODX__ERR_ENUM)
+#undef ODX__ERR_ENUM
+} odx_errno;
+
+/** A short message for an error code ("invalid argument"); static storage, never NULL. */
+ODX_API const char *odx_strerror(int err);
+/** The code's name ("ODX_EINVAL"); static storage, never NULL ("ODX_E?" for unknown codes). */
+ODX_API const char *odx_err_name(int err);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Configuration and context                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct odx_config odx_config;
+typedef struct odx_context odx_context;
+
+/** Log levels, most severe first. */
+typedef enum odx_log_level {
+	ODX_LOG_NONE = 0,
+	ODX_LOG_ERROR = 1,
+	ODX_LOG_WARN = 2,
+	ODX_LOG_INFO = 3,
+	ODX_LOG_DEBUG = 4,
+} odx_log_level;
+
+/**
+ * A log sink. Called from any ODX thread, possibly concurrently; must not call back into ODX.
+ * `msg` has no trailing newline and is valid only during the call.
+ */
+typedef void (*odx_log_fn)(void *user, odx_log_level level, const char *msg);
+
+/**
+ * Programmatic configuration: a set of overrides applied on top of the environment (ODX_*),
+ * the config file and the built-in defaults (precedence: API > environment > file > defaults).
+ * Keys are spelt as in the file: global keys bare ("backends", "trace"), section keys with their
+ * section ("host.devices", "sched.max_inflight"). `odx info --config` lists them all.
+ */
+ODX_API int odx_config_create(odx_config **out);
+/** Frees `cfg`; NULL is allowed. A context opened from it keeps its own copy. */
+ODX_API void odx_config_destroy(odx_config *cfg);
+/**
+ * Sets `key` to `value` (both copied). Unknown keys and values that do not parse are refused here
+ * with ODX_ECONFIG; odx_config_error() then says why.
+ */
+ODX_API int odx_config_set(odx_config *cfg, const char *key, const char *value);
+/** Uses `path` as the config file instead of $ODX_CONFIG or ./odx.conf (copied). */
+ODX_API int odx_config_set_file(odx_config *cfg, const char *path);
+/** Sends the context's log to `fn` instead of stderr; the level still comes from `log`. */
+ODX_API int odx_config_set_log(odx_config *cfg, odx_log_fn fn, void *user);
+/** The message of the last refused odx_config_set* call on `cfg` ("" if none). Owned by cfg. */
+ODX_API const char *odx_config_error(const odx_config *cfg);
+
+/**
+ * Opens a context: reads the configuration, opens the backends and their devices, starts one
+ * worker per device. `cfg` may be NULL (environment, file and defaults only) and may be destroyed
+ * right after this call. On failure *out is not touched; if `cfg` is not NULL the reason is
+ * available from odx_config_error(cfg), and it is also logged at the error level.
+ */
+ODX_API int odx_open(odx_context **out, const odx_config *cfg);
+
+/**
+ * Closes a context: waits for every submitted task, runs deferred buffer destructions, writes the
+ * trace and the stats summary if asked for, stops the workers and frees everything. Handles
+ * obtained from the context (buffers, kernels, events) must not be used afterwards, except that
+ * events still held by the caller must not be released after close either: close frees them.
+ * Returns the first error met while draining (e.g. a trace file that could not be written); the
+ * context is freed in every case. NULL is allowed and returns 0.
+ */
+ODX_API int odx_close(odx_context *ctx);
+
+/**
+ * The detailed message of the last error on `ctx` (what, where, native code), or "" if none.
+ * The pointer refers to a per-thread copy, valid until the next odx_last_error call on this thread.
+ */
+ODX_API const char *odx_last_error(odx_context *ctx);
+
+/** Visits every configuration key's effective value and where it came from. */
+typedef void (*odx_config_visit_fn)(void *user, const char *key, const char *value,
+				    const char *origin, const char *help);
+ODX_API int odx_config_describe(odx_context *ctx, odx_config_visit_fn fn, void *user);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Backends, devices and memory nodes                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum odx_backend_kind {
+	ODX_BACKEND_HOST = 0,
+	ODX_BACKEND_CUDA = 1,
+	ODX_BACKEND_HIP = 2,
+	ODX_BACKEND_VULKAN = 3,
+	ODX_BACKEND_OPENCL = 4,
+	ODX_BACKEND_KIND_COUNT
+} odx_backend_kind;
+
+/** "host", "cuda", ... (static storage), or "?" for an unknown kind. */
+ODX_API const char *odx_backend_kind_name(odx_backend_kind kind);
+
+typedef struct odx_backend_info {
+	const char *name;      /* "host", "vulkan", ... */
+	int available;         /* 1: opened and its devices are in use; 0: not */
+	const char *reason;    /* why not available ("" when available) */
+	int device_count;      /* devices this backend contributed to the context */
+} odx_backend_info;
+
+/** Number of backends the context knows (built in or found), available or not. */
+ODX_API int odx_backend_count(odx_context *ctx);
+/** Describes backend `index` (0 <= index < odx_backend_count). Strings live as long as ctx. */
+ODX_API int odx_backend_get_info(odx_context *ctx, int index, odx_backend_info *out);
+
+typedef struct odx_device_info {
+	int index;               /* 0 .. odx_device_count()-1 */
+	odx_backend_kind kind;   /* which backend drives it */
+	const char *name;        /* e.g. "host device 1 (2 threads)"; lives as long as ctx */
+	uint64_t memory_bytes;   /* capacity of its memory node */
+	int memnode;             /* index of its memory node (see odx_memnode_get_info) */
+	int compute_lanes;       /* compute lanes (queues); tasks run one lane at a time each */
+	int copy_lanes;          /* copy lanes */
+	int threads;             /* host threads serving the compute lane (host backend), else 0 */
+} odx_device_info;
+
+ODX_API int odx_device_count(odx_context *ctx);
+ODX_API int odx_device_get_info(odx_context *ctx, int device, odx_device_info *out);
+
+typedef enum odx_memnode_kind {
+	ODX_MEMNODE_HOST = 0,   /* pageable host RAM: where user reads and writes land */
+	ODX_MEMNODE_DEVICE = 1, /* a device's own memory */
+} odx_memnode_kind;
+
+typedef struct odx_memnode_info {
+	int index;
+	odx_memnode_kind kind;
+	int device;               /* owning device, or -1 for host memory */
+	uint64_t capacity_bytes;
+	uint64_t used_bytes;      /* bytes of replicas currently allocated there */
+} odx_memnode_info;
+
+/** Memory node 0 is always host RAM; device memory nodes follow. */
+ODX_API int odx_memnode_count(odx_context *ctx);
+ODX_API int odx_memnode_get_info(odx_context *ctx, int memnode, odx_memnode_info *out);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Buffers                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/**
+ * A logical array of bytes. ODX owns where its copies (replicas) live; users reach the bytes only
+ * through odx_buffer_read/odx_buffer_write or tasks. A new buffer reads as zeros.
+ */
+typedef struct odx_buffer odx_buffer;
+
+/** Creates a runtime-owned buffer of `size` bytes (size > 0). `flags` must be 0. */
+ODX_API int odx_buffer_create(odx_context *ctx, size_t size, unsigned flags, odx_buffer **out);
+
+/**
+ * Wraps user memory `ptr[0..size)` as a buffer: it becomes the buffer's host replica and holds its
+ * current contents. Until the buffer is destroyed and that destruction has run (after
+ * odx_buffer_destroy, when odx_wait_all returns or odx_close returns), the memory belongs to ODX:
+ * the caller must not read or write it directly. When the destruction runs, the buffer's latest
+ * contents are written back into `ptr`. `flags` must be 0.
+ */
+ODX_API int odx_buffer_register(odx_context *ctx, void *ptr, size_t size, unsigned flags,
+				odx_buffer **out);
+
+/**
+ * Copies `len` bytes from `src` into the buffer at `offset`, in program order: waits (up to
+ * `timeout_ms`, -1 = forever) for every earlier task that reads or writes the buffer, then
+ * writes. Tasks submitted afterwards see the new bytes. A range outside the buffer is refused
+ * (ODX_ERANGE) without writing anything.
+ */
+ODX_API int odx_buffer_write(odx_buffer *buf, size_t offset, const void *src, size_t len,
+			     int timeout_ms);
+
+/**
+ * Copies `len` bytes at `offset` into `dst`, in program order: waits (up to `timeout_ms`) for the
+ * last earlier task that writes the buffer, brings a valid copy to host memory if needed, and
+ * copies. If that writer failed or was canceled, returns ODX_ECANCELED with the cause in
+ * odx_last_error() and `dst` is not touched.
+ */
+ODX_API int odx_buffer_read(odx_buffer *buf, size_t offset, void *dst, size_t len, int timeout_ms);
+
+/** The buffer's size in bytes (0 for NULL). */
+ODX_API size_t odx_buffer_size(const odx_buffer *buf);
+
+/**
+ * Destroys the buffer handle now; the memory is released once every task submitted before this
+ * call that uses the buffer has finished. Never blocks. The handle must not be used afterwards.
+ */
+ODX_API int odx_buffer_destroy(odx_buffer *buf);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Kernels                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Access modes of a task to a buffer. Dependencies follow from them (RAW, WAR, WAW). */
+typedef enum odx_access {
+	ODX_R = 1,
+	ODX_W = 2,
+	ODX_RW = 3,
+} odx_access;
+
+typedef enum odx_arg_kind {
+	ODX_ARG_BUFFER = 1,
+	ODX_ARG_I32 = 2,
+	ODX_ARG_I64 = 3,
+	ODX_ARG_F32 = 4,
+	ODX_ARG_F64 = 5,
+} odx_arg_kind;
+
+/** One parameter of a kernel's declared signature. */
+typedef struct odx_param {
+	odx_arg_kind kind;
+	odx_access access; /* buffers only: what the kernel does with it; 0 for scalars */
+	const char *name;  /* for messages; may be NULL */
+} odx_param;
+
+/** Where a host variant runs: the work-groups [group_first, group_first + group_count). */
+typedef struct odx_host_launch {
+	void *const *buffers;        /* one pointer per buffer parameter, in signature order */
+	const size_t *buffer_sizes;  /* their sizes in bytes */
+	const odx_arg_kind *kinds;   /* per parameter, in signature order */
+	const void *const *scalars;  /* per parameter: a pointer to the scalar value, NULL for buffers */
+	int nparams;
+	uint32_t grid[3];            /* number of work-groups in each dimension */
+	uint32_t block[3];           /* work-items per group in each dimension */
+	uint64_t group_first;        /* linear group index range this call covers */
+	uint64_t group_count;
+	int device;                  /* ODX device index */
+	int thread;                  /* 0 .. threads-1 within the device */
+	const char *tag;             /* the task's tag or "" */
+	char *error;                 /* the kernel may write a failure message here ... */
+	size_t error_size;           /* ... of at most this many bytes (NUL-terminated) */
+} odx_host_launch;
+
+/**
+ * A host (C) variant. Called once per chunk of work-groups, possibly from several threads of the
+ * device at once with disjoint ranges. Returns 0, or a nonzero value to fail the task (ODX_EKERNEL
+ * is reported, with the returned value as native code and the message written to l->error).
+ */
+typedef int (*odx_host_fn)(const odx_host_launch *l);
+
+/** The format of a kernel variant's code. */
+typedef enum odx_variant_format {
+	ODX_FORMAT_HOST_FN = 1, /* `host_fn` is set */
+	ODX_FORMAT_SPIRV = 2,   /* `code` is a SPIR-V module, `entry` its entry point */
+	ODX_FORMAT_OPENCL_C = 3,
+	ODX_FORMAT_PTX = 4,
+	ODX_FORMAT_CUBIN = 5,
+	ODX_FORMAT_HIP_CO = 6,
+} odx_variant_format;
+
+typedef struct odx_kernel_variant {
+	odx_backend_kind backend;
+	odx_variant_format format;
+	odx_host_fn host_fn;   /* ODX_FORMAT_HOST_FN */
+	const void *code;      /* other formats: the image or source (copied at registration) */
+	size_t code_size;
+	const char *entry;     /* entry point name (copied) */
+} odx_kernel_variant;
+
+typedef struct odx_kernel odx_kernel;
+
+/**
+ * Registers a kernel `name` with its signature and variants (all copied). A kernel whose variants
+ * match no open device is accepted (another configuration may run it); submitting it fails with
+ * ODX_ENOVARIANT. Kernels live until odx_kernel_destroy or odx_close.
+ */
+ODX_API int odx_kernel_create(odx_context *ctx, const char *name, const odx_param *params,
+			      int nparams, const odx_kernel_variant *variants, int nvariants,
+			      odx_kernel **out);
+/** Destroys a kernel; tasks already submitted with it still run. */
+ODX_API int odx_kernel_destroy(odx_kernel *kernel);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Tasks and events                                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+/** One argument of a task, matching the kernel's signature position by position. */
+typedef struct odx_arg {
+	odx_arg_kind kind;
+	/* Buffers: 0 means "as declared"; otherwise it must include the declared mode (a task may
+	 * declare more than the kernel does, e.g. RW for a W kernel, never less). */
+	odx_access access;
+	union {
+		odx_buffer *buffer;
+		int32_t i32;
+		int64_t i64;
+		float f32;
+		double f64;
+	} v;
+} odx_arg;
+
+#define ODX_BUF(b, mode) ((odx_arg){.kind = ODX_ARG_BUFFER, .access = (mode), .v.buffer = (b)})
+#define ODX_I32(x) ((odx_arg){.kind = ODX_ARG_I32, .v.i32 = (x)})
+#define ODX_I64(x) ((odx_arg){.kind = ODX_ARG_I64, .v.i64 = (x)})
+#define ODX_F32(x) ((odx_arg){.kind = ODX_ARG_F32, .v.f32 = (x)})
+#define ODX_F64(x) ((odx_arg){.kind = ODX_ARG_F64, .v.f64 = (x)})
+
+/** odx_task_opts.flags */
+enum {
+	/* Return ODX_EAGAIN instead of blocking when the context's in-flight bound is reached. */
+	ODX_SUBMIT_NONBLOCK = 1u << 0,
+};
+
+/** Options of one submission. Zero-initialise; every zero field means "default". */
+typedef struct odx_task_opts {
+	int priority;       /* higher runs first among ready tasks of one device; default 0 */
+	int device;         /* 0: any; d+1: only on device d (must be able to run the kernel) */
+	const char *tag;    /* shown in traces and error messages (copied, 63 chars kept) */
+	uint32_t grid[3];   /* work-groups per dimension; 0 is read as 1 */
+	uint32_t block[3];  /* work-items per group per dimension; 0 is read as 1 */
+	unsigned flags;     /* ODX_SUBMIT_* */
+} odx_task_opts;
+
+/** Completion of one task (or of an internal operation). Reference counted. */
+typedef struct odx_event odx_event;
+
+/**
+ * Submits a task: `kernel` over `args` (nargs must equal the kernel's parameter count).
+ * Dependencies on earlier submissions are inferred from the buffers' access modes. Never waits for
+ * execution; it waits only when the context already holds `sched.max_inflight` unfinished tasks
+ * (back-pressure), or returns ODX_EAGAIN then if opts->flags has ODX_SUBMIT_NONBLOCK.
+ * `opts` may be NULL. If `event` is not NULL, *event receives a new reference the caller must
+ * release with odx_event_release. A task whose kernel has no variant for any device it may run
+ * on is refused with ODX_ENOVARIANT; nothing is submitted then.
+ */
+ODX_API int odx_submit(odx_context *ctx, odx_kernel *kernel, const odx_arg *args, int nargs,
+		       const odx_task_opts *opts, odx_event **event);
+
+/**
+ * State of an event: 0 when it completed successfully, ODX_EAGAIN while pending, or the task's
+ * error (ODX_EKERNEL, ODX_ECANCELED, ...) when it failed.
+ */
+ODX_API int odx_event_query(odx_event *ev);
+/**
+ * Waits up to `timeout_ms` (-1 = forever, 0 = poll) for completion. Returns what
+ * odx_event_query would then, except ODX_ETIMEDOUT instead of ODX_EAGAIN.
+ */
+ODX_API int odx_event_wait(odx_event *ev, int timeout_ms);
+/** The failure message of a failed event ("" otherwise). Valid until the event is released. */
+ODX_API const char *odx_event_message(odx_event *ev);
+/** Drops the caller's reference. NULL is allowed. */
+ODX_API void odx_event_release(odx_event *ev);
+/**
+ * Waits up to `timeout_ms` (-1 = forever) until every task submitted so far has finished and
+ * deferred buffer destructions have run. Returns 0, ODX_ETIMEDOUT, or the error of the first task
+ * that failed since the previous odx_wait_all (the others still ran or were canceled).
+ */
+ODX_API int odx_wait_all(odx_context *ctx, int timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ODX_ODX_H */
