@@ -226,6 +226,9 @@ bool odx__stage(odx__task *t)
 	int i, rc = 0, njobs = 0;
 	copy_job *jobs[64];
 
+	t->staged = true;
+	if (t->nargs == 0)
+		return true;
 	atomic_store(&t->fetches, 1);
 	for (i = 0; i < t->nargs; i++) {
 		odx_buffer *b = t->args[i].v.buffer;

@@ -122,6 +122,15 @@ static const struct key_def keys[] = {
 		.min = 16,
 		.max = 16777216,
 	},
+	{
+		.name = "sched.idle_spin_us",
+		.type = KEY_INT,
+		.def = "20",
+		.help = "microseconds an idle worker polls for new work before it sleeps (0: sleep "
+			"at once)",
+		.min = 0,
+		.max = 10000,
+	},
 };
 
 #define KEY_COUNT ARRAY_LEN(keys)

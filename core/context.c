@@ -213,6 +213,7 @@ static int apply_settings(odx_context *ctx, char *err, size_t errlen)
 	ctx->stats = odx__config_bool(ctx->config, "stats");
 	ctx->bind = odx__config_bool(ctx->config, "host.bind");
 	ctx->max_inflight = (long)odx__config_int(ctx->config, "sched.max_inflight");
+	ctx->idle_spin_ns = 1000u * (uint64_t)odx__config_int(ctx->config, "sched.idle_spin_us");
 	if (trace[0]) {
 		ctx->tracing = true;
 		ctx->trace_path = strdup(trace);
@@ -311,16 +312,11 @@ out_fail:
 
 static void context_free(odx_context *ctx)
 {
-	odx_kernel *k;
 	int i;
 
 	odx__workers_stop(ctx);
 	odx__buffers_release_all(ctx);
-	while ((k = ctx->kernels) != NULL) {
-		ctx->kernels = k->next;
-		k->prev = k->next = NULL;
-		odx__kernel_put(k);
-	}
+	odx__kernels_free_all(ctx);
 	for (i = 0; i < ctx->ndevices; i++) {
 		odx__device *dev = &ctx->devices[i];
 

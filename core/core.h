@@ -50,6 +50,7 @@ bool odx__log_enabled(const odx_context *ctx, odx_log_level level);
 	} while (0)
 
 uint64_t odx__now_ns(void);
+long odx__inflight(odx_context *ctx);
 
 /* ---- memory nodes and replicas (buffer.c) ------------------------------------------------- */
 
@@ -114,12 +115,13 @@ struct odx_kernel {
 	int nvariants;
 	/* per device: index of the variant it runs, or -1 */
 	int *device_variant;
-	_Atomic int refs;       /* handle + tasks holding it */
-	bool user_destroyed;    /* odx_kernel_destroy was called */
-	struct odx_kernel *prev, *next; /* ctx->kernels, until odx_kernel_destroy */
+	bool user_destroyed;    /* odx_kernel_destroy was called: freed at close, since tasks
+				 * still queued may use it (no per-task reference counting on the
+				 * submission path) */
+	struct odx_kernel *prev, *next; /* ctx->kernels */
 };
 
-void odx__kernel_put(odx_kernel *k);
+void odx__kernels_free_all(odx_context *ctx);
 
 /* ---- tasks (task.c) ----------------------------------------------------------------------- */
 
@@ -148,7 +150,7 @@ struct odx__task {
 	odx__task *pool_next;       /* free list link */
 	uint64_t id;
 	uint8_t kind;               /* enum odx__task_kind */
-	odx_kernel *kernel;         /* referenced; NULL for internal kinds */
+	odx_kernel *kernel;         /* NULL for internal kinds; kernels live until close */
 	int nargs;
 	odx_arg *args;              /* inline_args or heap */
 	odx_arg inline_args[ODX__INLINE_ARGS];
@@ -178,7 +180,6 @@ struct odx__task {
 	_Atomic int fetches;        /* outstanding fetches before it can run */
 	_Atomic int fetch_error;    /* a fetch for it failed */
 	_Atomic int exec;           /* enum odx__exec_state (reads, writes) */
-	uint64_t seq;               /* FIFO order among equal priorities */
 	void *host_ptr;             /* reads / writes: user memory */
 	size_t host_off, host_len;
 	uint64_t t_ready;
@@ -202,9 +203,19 @@ bool odx__task_stage_reads(const odx__task *t, int i);
 
 /* ---- devices, scheduling, workers (sched.c, worker.c) -------------------------------------- */
 
+/* Ready tasks by priority: one FIFO ring per distinct priority, levels sorted from the highest.
+ * Programs use few distinct priorities, so push and pop are O(1) in practice, with no pointer
+ * chasing through a heap of every queued task. */
+typedef struct odx__level {
+	int priority;
+	odx__task **ring;
+	int head, n, cap;
+} odx__level;
+
 typedef struct odx__queue {
-	odx__task **heap;
-	int n, cap;
+	odx__level *levels;
+	int nlevels, caplevels;
+	int n; /* tasks in all levels */
 } odx__queue;
 
 struct odx__device {
@@ -225,6 +236,7 @@ struct odx__device {
 	bool sleeping;
 	bool stop;
 	_Atomic int load;           /* queued + staging + running tasks */
+	_Atomic uint64_t completed; /* tasks placed here that completed */
 
 	/* stats */
 	_Atomic uint64_t tasks_run;
@@ -318,17 +330,23 @@ struct odx_context {
 
 	/* task pool: slabs freed at close, free list reused in between */
 	pthread_mutex_t pool_lock;
-	odx__task *pool_free;
+	odx__task *pool_free;         /* under pool_lock */
+	_Atomic(odx__task *) pool_returned; /* lock-free stack of finished tasks */
 	void **slabs;
 	int nslabs, capslabs;
 	_Atomic uint64_t next_task_id;
-	_Atomic uint64_t next_seq;
 
 	/* in-flight accounting and waiting */
 	pthread_mutex_t wait_lock;
 	pthread_cond_t wait_cond;
-	_Atomic long inflight;
+	/* In flight = submitted - completed. Completions are counted per device so workers do not
+	 * fight over one cache line; submission checks the sum only when its estimate is full. */
+	_Atomic uint64_t submitted;
+	_Atomic uint64_t completed_other; /* tasks completed before placement (canceled) */
+	uint64_t completed_seen;          /* a lower bound of completions, read by submitters */
 	long max_inflight;
+	uint64_t idle_spin_ns;        /* polling before a worker sleeps */
+	_Atomic int shared_count;     /* tasks in the shared queue, for polling without its lock */
 	_Atomic int waiters;          /* threads in odx_event_wait / odx_wait_all / back-pressure */
 	_Atomic int first_error;      /* first failure since the last odx_wait_all */
 	char first_error_msg[ODX__MSG_MAX];

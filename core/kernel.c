@@ -24,10 +24,14 @@ static void kernel_free(odx_kernel *k)
 	free(k);
 }
 
-void odx__kernel_put(odx_kernel *k)
+void odx__kernels_free_all(odx_context *ctx)
 {
-	if (k && atomic_fetch_sub_explicit(&k->refs, 1, memory_order_acq_rel) == 1)
+	odx_kernel *k;
+
+	while ((k = ctx->kernels) != NULL) {
+		ctx->kernels = k->next;
 		kernel_free(k);
+	}
 }
 
 static int check_params(odx_context *ctx, const char *name, const odx_param *params, int nparams)
@@ -124,7 +128,6 @@ ODX_API int odx_kernel_create(odx_context *ctx, const char *name, const odx_para
 	if (!k)
 		return odx__fail(ctx, ODX_ENOMEM, "odx_kernel_create: out of memory");
 	k->ctx = ctx;
-	atomic_init(&k->refs, 1);
 	k->name = strdup(name);
 	k->params = calloc((size_t)nparams + 1, sizeof(*k->params));
 	k->variants = calloc((size_t)nvariants, sizeof(*k->variants));
@@ -175,15 +178,8 @@ ODX_API int odx_kernel_destroy(odx_kernel *kernel)
 		return odx__fail(ctx, ODX_EINVAL, "odx_kernel_destroy: kernel '%s' destroyed twice",
 				 kernel->name);
 	}
+	/* Tasks already submitted may still run it: the memory goes at close. */
 	kernel->user_destroyed = true;
-	if (kernel->prev)
-		kernel->prev->next = kernel->next;
-	else
-		ctx->kernels = kernel->next;
-	if (kernel->next)
-		kernel->next->prev = kernel->prev;
 	pthread_mutex_unlock(&ctx->objects_lock);
-	/* Tasks already submitted hold their own references. */
-	odx__kernel_put(kernel);
 	return 0;
 }

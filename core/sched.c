@@ -13,64 +13,104 @@
 
 /* ---- priority queue: higher priority first, then submission order ------------------------- */
 
-static bool before(const odx__task *a, const odx__task *b)
+static odx__level *level_for(odx__queue *q, int priority)
 {
-	if (a->priority != b->priority)
-		return a->priority > b->priority;
-	return a->seq < b->seq;
+	int lo = 0, hi = q->nlevels;
+
+	/* Levels are sorted by decreasing priority; find it or the place to insert it. */
+	while (lo < hi) {
+		int mid = (lo + hi) / 2;
+
+		if (q->levels[mid].priority == priority)
+			return &q->levels[mid];
+		if (q->levels[mid].priority > priority)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (q->nlevels == q->caplevels) {
+		int cap = q->caplevels ? 2 * q->caplevels : 4;
+		odx__level *l = realloc(q->levels, (size_t)cap * sizeof(*l));
+
+		if (!l)
+			return NULL;
+		q->levels = l;
+		q->caplevels = cap;
+	}
+	memmove(&q->levels[lo + 1], &q->levels[lo], (size_t)(q->nlevels - lo) * sizeof(*q->levels));
+	q->nlevels++;
+	q->levels[lo] = (odx__level){.priority = priority};
+	return &q->levels[lo];
 }
 
 static int queue_push(odx__queue *q, odx__task *t)
 {
+	odx__level *l = level_for(q, t->priority);
+
+	if (!l)
+		return ODX_ENOMEM;
+	if (l->n == l->cap) {
+		int cap = l->cap ? 2 * l->cap : 64, i;
+		odx__task **ring = malloc((size_t)cap * sizeof(*ring));
+
+		if (!ring)
+			return ODX_ENOMEM;
+		for (i = 0; i < l->n; i++)
+			ring[i] = l->ring[(l->head + i) % l->cap];
+		free(l->ring);
+		l->ring = ring;
+		l->head = 0;
+		l->cap = cap;
+	}
+	l->ring[(l->head + l->n) % l->cap] = t;
+	l->n++;
+	q->n++;
+	return 0;
+}
+
+static odx__task *queue_peek(const odx__queue *q)
+{
 	int i;
 
-	if (q->n == q->cap) {
-		int cap = q->cap ? 2 * q->cap : 64;
-		odx__task **h = realloc(q->heap, (size_t)cap * sizeof(*h));
-
-		if (!h)
-			return ODX_ENOMEM;
-		q->heap = h;
-		q->cap = cap;
-	}
-	for (i = q->n++; i > 0; i = (i - 1) / 2) {
-		odx__task *parent = q->heap[(i - 1) / 2];
-
-		if (!before(t, parent))
-			break;
-		q->heap[i] = parent;
-	}
-	q->heap[i] = t;
-	return 0;
+	for (i = 0; i < q->nlevels; i++)
+		if (q->levels[i].n > 0)
+			return q->levels[i].ring[q->levels[i].head];
+	return NULL;
 }
 
 static odx__task *queue_pop(odx__queue *q)
 {
-	odx__task *top, *last;
-	int i = 0, child;
+	int i;
 
-	if (q->n == 0)
-		return NULL;
-	top = q->heap[0];
-	last = q->heap[--q->n];
-	while ((child = 2 * i + 1) < q->n) {
-		if (child + 1 < q->n && before(q->heap[child + 1], q->heap[child]))
-			child++;
-		if (!before(q->heap[child], last))
-			break;
-		q->heap[i] = q->heap[child];
-		i = child;
+	for (i = 0; i < q->nlevels; i++) {
+		odx__level *l = &q->levels[i];
+		odx__task *t;
+
+		if (l->n == 0)
+			continue;
+		t = l->ring[l->head];
+		l->head = (l->head + 1) % l->cap;
+		l->n--;
+		q->n--;
+		/* Drop an emptied level unless it is the only one (keeps the common case warm). */
+		if (l->n == 0 && q->nlevels > 1) {
+			free(l->ring);
+			memmove(l, l + 1, (size_t)(q->nlevels - i - 1) * sizeof(*l));
+			q->nlevels--;
+		}
+		return t;
 	}
-	if (q->n > 0)
-		q->heap[i] = last;
-	return top;
+	return NULL;
 }
 
 void odx__queue_free(odx__queue *q)
 {
-	free(q->heap);
-	q->heap = NULL;
-	q->n = q->cap = 0;
+	int i;
+
+	for (i = 0; i < q->nlevels; i++)
+		free(q->levels[i].ring);
+	free(q->levels);
+	*q = (odx__queue){0};
 }
 
 /* ---- feasibility ---------------------------------------------------------------------------- */
@@ -210,6 +250,8 @@ void odx__sched_push(odx_context *ctx, odx__task *t)
 	if (d < 0 || d >= ctx->ndevices) {
 		pthread_mutex_lock(&ctx->shared_lock);
 		rc = queue_push(&ctx->shared, t);
+		if (rc == 0)
+			atomic_fetch_add(&ctx->shared_count, 1);
 		pthread_mutex_unlock(&ctx->shared_lock);
 		if (rc)
 			push_failed(t);
@@ -248,8 +290,9 @@ odx__task *odx__sched_next(odx_context *ctx, odx__device *dev)
 	if (!ctx->use_shared)
 		return NULL;
 	pthread_mutex_lock(&ctx->shared_lock);
-	if (ctx->shared.n > 0 && odx__device_can_run(ctx, dev, ctx->shared.heap[0])) {
+	if (ctx->shared.n > 0 && odx__device_can_run(ctx, dev, queue_peek(&ctx->shared))) {
 		t = queue_pop(&ctx->shared);
+		atomic_fetch_sub(&ctx->shared_count, 1);
 		t->device = dev->index;
 		atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
 	}

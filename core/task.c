@@ -54,6 +54,9 @@ odx__task *odx__task_new(odx_context *ctx)
 	odx__task *t;
 
 	pthread_mutex_lock(&ctx->pool_lock);
+	/* Take back every task finished since the last time, in one exchange. */
+	if (!ctx->pool_free)
+		ctx->pool_free = atomic_exchange(&ctx->pool_returned, NULL);
 	if (!ctx->pool_free && pool_grow(ctx) != 0) {
 		pthread_mutex_unlock(&ctx->pool_lock);
 		return NULL;
@@ -90,7 +93,6 @@ odx__task *odx__task_new(odx_context *ctx)
 	atomic_init(&t->fetches, 0);
 	atomic_init(&t->fetch_error, 0);
 	atomic_init(&t->exec, ODX__EXEC_WAITING);
-	t->seq = 0;
 	t->host_ptr = NULL;
 	t->host_off = t->host_len = 0;
 	t->t_ready = 0;
@@ -110,12 +112,11 @@ void odx__task_put(odx__task *t)
 		free(t->args);
 	if (t->succ != t->inline_succ)
 		free(t->succ);
-	if (t->kernel)
-		odx__kernel_put(t->kernel);
-	pthread_mutex_lock(&ctx->pool_lock);
-	t->pool_next = ctx->pool_free;
-	ctx->pool_free = t;
-	pthread_mutex_unlock(&ctx->pool_lock);
+	/* Lock-free push: finishing threads never wait for a submitting one. */
+	t->pool_next = atomic_load_explicit(&ctx->pool_returned, memory_order_relaxed);
+	while (!atomic_compare_exchange_weak_explicit(&ctx->pool_returned, &t->pool_next, t,
+						      memory_order_release, memory_order_relaxed))
+		;
 }
 
 /* ---- access modes --------------------------------------------------------------------------- */
@@ -243,7 +244,9 @@ void odx__task_complete(odx__task *t, int status, const char *msg)
 	}
 	if (succ != t->inline_succ)
 		free(succ);
-	atomic_fetch_sub(&ctx->inflight, 1);
+	atomic_fetch_add(t->device >= 0 ? &ctx->devices[t->device].completed
+					: &ctx->completed_other,
+			 1);
 	wake_waiters(ctx);
 	odx__task_put(t);
 }
@@ -342,10 +345,34 @@ static int track_access(odx__task *t, odx_buffer *b, odx_access mode)
 	return 0;
 }
 
+long odx__inflight(odx_context *ctx)
+{
+	uint64_t done = atomic_load(&ctx->completed_other);
+	int d;
+
+	for (d = 0; d < ctx->ndevices; d++)
+		done += atomic_load(&ctx->devices[d].completed);
+	/* Read completions first: the difference can only be too large, never negative. */
+	return (long)(atomic_load(&ctx->submitted) - done);
+}
+
+static bool has_room(odx_context *ctx)
+{
+	uint64_t seen = __atomic_load_n(&ctx->completed_seen, __ATOMIC_RELAXED);
+	uint64_t submitted = atomic_load_explicit(&ctx->submitted, memory_order_relaxed);
+
+	/* The cheap estimate first: it only ever undercounts completions. */
+	if ((long)(submitted - seen) < ctx->max_inflight)
+		return true;
+	seen = submitted - (uint64_t)odx__inflight(ctx);
+	__atomic_store_n(&ctx->completed_seen, seen, __ATOMIC_RELAXED);
+	return (long)(submitted - seen) < ctx->max_inflight;
+}
+
 /* Waits for room under the in-flight bound: back-pressure on submission. */
 static int admit(odx_context *ctx, int mode)
 {
-	if (mode == ODX__ADMIT_FORCE || atomic_load(&ctx->inflight) < ctx->max_inflight)
+	if (mode == ODX__ADMIT_FORCE || has_room(ctx))
 		goto out_admit;
 	if (mode == ODX__ADMIT_NONBLOCK)
 		return odx__fail(ctx, ODX_EAGAIN,
@@ -353,12 +380,12 @@ static int admit(odx_context *ctx, int mode)
 				 ctx->max_inflight);
 	atomic_fetch_add(&ctx->waiters, 1);
 	pthread_mutex_lock(&ctx->wait_lock);
-	while (atomic_load(&ctx->inflight) >= ctx->max_inflight)
+	while (!has_room(ctx))
 		pthread_cond_wait(&ctx->wait_cond, &ctx->wait_lock);
 	pthread_mutex_unlock(&ctx->wait_lock);
 	atomic_fetch_sub(&ctx->waiters, 1);
 out_admit:
-	atomic_fetch_add(&ctx->inflight, 1);
+	atomic_fetch_add(&ctx->submitted, 1);
 	return 0;
 }
 
@@ -371,7 +398,6 @@ int odx__task_submit(odx_context *ctx, odx__task *t, int admit_mode)
 		odx__task_put(t);
 		return rc;
 	}
-	t->seq = atomic_fetch_add_explicit(&ctx->next_seq, 1, memory_order_relaxed);
 	pthread_mutex_lock(&ctx->submit_lock);
 	for (i = 0; i < t->nargs && rc == 0; i++) {
 		odx_access mode;
@@ -445,7 +471,7 @@ static bool task_done(void *arg)
 
 static bool all_done(void *arg)
 {
-	return atomic_load(&((odx_context *)arg)->inflight) == 0;
+	return odx__inflight(arg) == 0;
 }
 
 int odx__task_wait(odx__task *t, int timeout_ms)
@@ -557,7 +583,6 @@ ODX_API int odx_submit(odx_context *ctx, odx_kernel *kernel, const odx_arg *args
 			t->args[i].access = kernel->params[i].access;
 	t->nargs = nargs;
 	t->kernel = kernel;
-	atomic_fetch_add(&kernel->refs, 1);
 	t->priority = opts->priority;
 	t->device_mask_only = opts->device;
 	for (i = 0; i < 3; i++) {
@@ -621,7 +646,7 @@ ODX_API int odx_wait_all(odx_context *ctx, int timeout_ms)
 	rc = wait_until(ctx, all_done, ctx, timeout_ms);
 	if (rc)
 		return odx__fail(ctx, rc, "odx_wait_all: %ld tasks still unfinished after %d ms",
-				 (long)atomic_load(&ctx->inflight), timeout_ms);
+				 odx__inflight(ctx), timeout_ms);
 	rc = atomic_exchange(&ctx->first_error, 0);
 	if (rc) {
 		pthread_mutex_lock(&ctx->error_lock);

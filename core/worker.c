@@ -142,12 +142,35 @@ typedef struct worker_arg {
 	odx__device *dev;
 } worker_arg;
 
+/* Polls briefly for new work before sleeping: a wake-up through the kernel costs microseconds,
+ * more than a small task. Bounded by sched.idle_spin_us, so an idle runtime still sleeps. */
+static bool poll_for_work(odx_context *ctx, odx__device *dev)
+{
+	uint64_t deadline;
+	unsigned i = 0;
+
+	if (ctx->idle_spin_ns == 0)
+		return false;
+	deadline = odx__now_ns() + ctx->idle_spin_ns;
+	for (;;) {
+		if (atomic_load_explicit(&dev->load, memory_order_relaxed) > 0 ||
+		    (ctx->use_shared && atomic_load_explicit(&ctx->shared_count, memory_order_relaxed) > 0))
+			return true;
+		if ((++i & 63) == 0 && odx__now_ns() > deadline)
+			return false;
+		__builtin_ia32_pause();
+	}
+}
+
+#define WORKER_BATCH 16
+
 static void *worker_loop(void *p)
 {
 	worker_arg wa = *(worker_arg *)p;
 	odx_context *ctx = wa.ctx;
 	odx__device *dev = wa.dev;
-	odx__task *t;
+	odx__task *t, *batch[WORKER_BATCH];
+	int i, nbatch;
 	char name[16];
 
 	free(p);
@@ -161,6 +184,12 @@ static void *worker_loop(void *p)
 	pthread_mutex_lock(&dev->lock);
 	for (;;) {
 		t = odx__sched_next(ctx, dev);
+		if (!t && !dev->stop) {
+			pthread_mutex_unlock(&dev->lock);
+			poll_for_work(ctx, dev);
+			pthread_mutex_lock(&dev->lock);
+			t = odx__sched_next(ctx, dev);
+		}
 		if (!t) {
 			if (dev->stop)
 				break;
@@ -175,9 +204,17 @@ static void *worker_loop(void *p)
 			if (!t)
 				continue;
 		}
+		/* Take a few at once: one lock round trip for several small tasks. The shared eager
+		 * queue gives one at a time so idle workers share it. */
+		batch[0] = t;
+		nbatch = 1;
+		while (!ctx->use_shared && nbatch < WORKER_BATCH &&
+		       (t = odx__sched_next(ctx, dev)) != NULL)
+			batch[nbatch++] = t;
 		pthread_mutex_unlock(&dev->lock);
-		if (t->staged || odx__stage(t))
-			run(t, dev);
+		for (i = 0; i < nbatch; i++)
+			if (batch[i]->staged || odx__stage(batch[i]))
+				run(batch[i], dev);
 		pthread_mutex_lock(&dev->lock);
 	}
 	pthread_mutex_unlock(&dev->lock);
