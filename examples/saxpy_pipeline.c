@@ -22,6 +22,8 @@
 
 #include <odx/odx.h>
 
+#define PROGRAM "saxpy_pipeline"
+
 #define SAXPY_A 0.5f		/* a of y = a*x + y */
 #define SCALE_S 0.25f		/* s of the final y = s*y */
 #define GROUP_ELEMS 65536	/* elements per work-group: the unit a host thread takes */
@@ -31,9 +33,30 @@ static void check(odx_context *ctx, int rc, const char *what)
 {
 	if (rc >= 0)
 		return;
-	fprintf(stderr, "saxpy_pipeline: %s failed: %s (%s)%s%s\n", what, odx_err_name(rc),
+	fprintf(stderr, "%s: %s failed: %s (%s)%s%s\n", PROGRAM, what, odx_err_name(rc),
 		odx_strerror(rc), ctx ? ": " : "", ctx ? odx_last_error(ctx) : "");
 	exit(1);
+}
+
+/*
+ * Opens a context from the environment (ODX_*) and the config file, as odx_open(&ctx, NULL)
+ * would; the empty odx_config is only there to say why opening failed.
+ */
+static odx_context *open_context(void)
+{
+	odx_config *cfg;
+	odx_context *ctx;
+	int rc = odx_config_create(&cfg);
+
+	check(NULL, rc, "odx_config_create");
+	rc = odx_open(&ctx, cfg);
+	if (rc < 0) {
+		fprintf(stderr, "%s: odx_open failed: %s (%s): %s\n", PROGRAM, odx_err_name(rc),
+			odx_strerror(rc), odx_config_error(cfg));
+		exit(1);
+	}
+	odx_config_destroy(cfg);
+	return ctx;
 }
 
 static double now_s(void)
@@ -140,9 +163,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
-	/* NULL config: the environment (ODX_*) and odx.conf decide the devices. */
-	odx_context *ctx;
-	check(NULL, odx_open(&ctx, NULL), "odx_open");
+	/* The environment (ODX_HOST_DEVICES=2, ...) and odx.conf decide the devices. */
+	odx_context *ctx = open_context();
 
 	const odx_param init_params[] = {
 		{ODX_ARG_BUFFER, ODX_W, "x"},
@@ -233,7 +255,8 @@ int main(int argc, char **argv)
 	}
 
 	/* Bytes the kernels touch: init writes x and y, a saxpy reads x and y and writes y,
-	 * scale reads and writes y. */
+	 * scale reads and writes y. init also pays the page faults of fresh memory, so more
+	 * steps bring the figure closer to the memory bandwidth. */
 	double bytes = (double)n * sizeof(float) * (2 + 3.0 * steps + 2);
 	long ntasks = (long)nblocks * (steps + 2);
 	printf("saxpy_pipeline: n=%zu blocks=%d steps=%d devices=%d\n", n, nblocks, steps,

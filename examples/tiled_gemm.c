@@ -21,6 +21,8 @@
 
 #include <odx/odx.h>
 
+#define PROGRAM "tiled_gemm"
+
 #define ROWS_PER_GROUP 16	/* rows of a C tile per work-group */
 #define SAMPLES 16		/* rows and columns checked when N is too large to check fully */
 
@@ -28,9 +30,30 @@ static void check(odx_context *ctx, int rc, const char *what)
 {
 	if (rc >= 0)
 		return;
-	fprintf(stderr, "tiled_gemm: %s failed: %s (%s)%s%s\n", what, odx_err_name(rc),
+	fprintf(stderr, "%s: %s failed: %s (%s)%s%s\n", PROGRAM, what, odx_err_name(rc),
 		odx_strerror(rc), ctx ? ": " : "", ctx ? odx_last_error(ctx) : "");
 	exit(1);
+}
+
+/*
+ * Opens a context from the environment (ODX_*) and the config file, as odx_open(&ctx, NULL)
+ * would; the empty odx_config is only there to say why opening failed.
+ */
+static odx_context *open_context(void)
+{
+	odx_config *cfg;
+	odx_context *ctx;
+	int rc = odx_config_create(&cfg);
+
+	check(NULL, rc, "odx_config_create");
+	rc = odx_open(&ctx, cfg);
+	if (rc < 0) {
+		fprintf(stderr, "%s: odx_open failed: %s (%s): %s\n", PROGRAM, odx_err_name(rc),
+			odx_strerror(rc), odx_config_error(cfg));
+		exit(1);
+	}
+	odx_config_destroy(cfg);
+	return ctx;
 }
 
 static void *xmalloc(size_t size)
@@ -161,8 +184,7 @@ int main(int argc, char **argv)
 	size_t nt = n / t;			 /* tiles per dimension */
 	size_t tile_bytes = t * t * sizeof(float);
 
-	odx_context *ctx;
-	check(NULL, odx_open(&ctx, NULL), "odx_open");
+	odx_context *ctx = open_context();
 
 	const odx_param params[] = {
 		{ODX_ARG_BUFFER, ODX_RW, "C"},

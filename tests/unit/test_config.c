@@ -304,17 +304,19 @@ static void test_defaults(void **state)
 	assert_int_equal(odx__config_size(cfg, "host.memory", 1000), 0);
 	assert_true(odx__config_bool(cfg, "host.bind"));
 	assert_int_equal(odx__config_int(cfg, "sched.max_inflight"), 65536);
+	assert_int_equal(odx__config_int(cfg, "sched.idle_spin_us"), 20);
 	assert_null(odx__config_log_fn(cfg, &user));
 	assert_null(user);
 
 	/* Every key, in table order, all from the defaults. */
 	odx__config_foreach(cfg, collect, &l);
-	assert_int_equal(l.count, 10);
+	assert_int_equal(l.count, 11);
 	assert_string_equal(l.text, "backends=auto@default;policy=least_loaded@default;"
 				    "log=none@default;trace=@default;stats=false@default;"
 				    "host.devices=1@default;host.threads=0@default;"
 				    "host.memory=0@default;host.bind=true@default;"
-				    "sched.max_inflight=65536@default;");
+				    "sched.max_inflight=65536@default;"
+				    "sched.idle_spin_us=20@default;");
 	odx__config_free(cfg);
 	odx__config_free(NULL);
 }
