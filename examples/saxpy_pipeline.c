@@ -172,7 +172,9 @@ int main(int argc, char **argv)
 		{ODX_ARG_I64, 0, "offset"},
 	};
 	const odx_param saxpy_params[] = {
-		{ODX_ARG_BUFFER, ODX_R, "x"}, {ODX_ARG_BUFFER, ODX_RW, "y"}, {ODX_ARG_F32, 0, "a"},
+		{ODX_ARG_BUFFER, ODX_R, "x"},
+		{ODX_ARG_BUFFER, ODX_RW, "y"},
+		{ODX_ARG_F32, 0, "a"},
 	};
 	const odx_param scale_params[] = {{ODX_ARG_BUFFER, ODX_RW, "y"}, {ODX_ARG_F32, 0, "s"}};
 	odx_kernel *init = host_kernel(ctx, "init", init_params, 3, init_kernel);
@@ -184,7 +186,7 @@ int main(int argc, char **argv)
 	odx_buffer **y = calloc(nblocks, sizeof(*y));
 	size_t *first = calloc(nblocks + 1, sizeof(*first));
 	if (!x || !y || !first) {
-		fprintf(stderr, "saxpy_pipeline: out of memory\n");
+		fprintf(stderr, "%s: out of memory\n", PROGRAM);
 		return 1;
 	}
 	for (int b = 0; b < nblocks; b++)
@@ -230,7 +232,7 @@ int main(int argc, char **argv)
 	 * against the same float operations done sequentially. */
 	float *result = malloc(n * sizeof(float));
 	if (!result) {
-		fprintf(stderr, "saxpy_pipeline: out of memory\n");
+		fprintf(stderr, "%s: out of memory\n", PROGRAM);
 		return 1;
 	}
 	for (int b = 0; b < nblocks; b++)

@@ -61,7 +61,7 @@ static void *xmalloc(size_t size)
 	void *p = malloc(size);
 
 	if (!p) {
-		fprintf(stderr, "tiled_gemm: out of memory (%zu bytes)\n", size);
+		fprintf(stderr, "%s: out of memory (%zu bytes)\n", PROGRAM, size);
 		exit(1);
 	}
 	return p;

@@ -391,7 +391,12 @@ static int host_launch(void *dev, odx__launch *bl, odx__done_fn done, void *arg)
 	pthread_cond_broadcast(&d->work_cond);
 	pthread_mutex_unlock(&d->pool_lock);
 
-	run_chunk(d, &l, 0);
+	{
+		/* Helpers copy the prototype; chunk 0 works on its own copy. */
+		odx_host_launch mine = l;
+
+		run_chunk(d, &mine, 0);
+	}
 
 	pthread_mutex_lock(&d->pool_lock);
 	while (d->remaining > 0)
