@@ -579,7 +579,8 @@ ODX_API int odx_submit(odx_context *ctx, odx_kernel *kernel, const odx_arg *args
 			return odx__fail(ctx, ODX_ENOMEM, "odx_submit: out of memory");
 		}
 	}
-	memcpy(t->args, args, (size_t)nargs * sizeof(*args));
+	if (nargs > 0)
+		memcpy(t->args, args, (size_t)nargs * sizeof(*args));
 	for (i = 0; i < nargs; i++)
 		if (t->args[i].kind == ODX_ARG_BUFFER && t->args[i].access == 0)
 			t->args[i].access = kernel->params[i].access;

@@ -386,6 +386,119 @@ static void test_close_behind_gate(void **state)
 	assert_int_equal(atomic_load(&tasks_run), 101);
 }
 
+/* A kernel destroyed while its tasks are pending: they still run. */
+static void test_kernel_destroy_pending(void **state)
+{
+	odx_context *ctx = open_ctx("1", NULL);
+	odx_kernel *gk = test_host_kernel(ctx, "gate", NULL, 0, gate_kernel);
+	odx_kernel *count = test_host_kernel(ctx, "count", NULL, 0, count_kernel);
+
+	(void)state;
+	assert_ok(odx_submit(ctx, gk, NULL, 0, NULL, NULL));
+	for (int i = 0; i < 10; i++)
+		assert_ok(odx_submit(ctx, count, NULL, 0, NULL, NULL));
+	assert_ok(odx_kernel_destroy(count));
+	assert_ok(odx_kernel_destroy(gk));
+	assert_true(gate_wait_for(&gate.entered));
+	gate_open();
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	assert_int_equal(atomic_load(&tasks_run), 11);
+	assert_ok(odx_close(ctx));
+}
+
+/*
+ * Timeouts while the gate holds the writer: waits report ODX_ETIMEDOUT without side effects, a
+ * read or write that timed out does nothing, and everything completes once the gate opens.
+ */
+static void test_timeouts(void **state)
+{
+	enum { ELEMS = 64 };
+	odx_context *ctx = open_ctx("1", NULL);
+	odx_kernel *gate_rw = test_host_kernel(
+		ctx, "gate_rw", (odx_param[]){{ODX_ARG_BUFFER, ODX_RW, "buf"}}, 1, gate_kernel);
+	uint64_t init[ELEMS], got[ELEMS], other[ELEMS];
+	odx_buffer *b;
+	odx_event *ev;
+
+	(void)state;
+	for (int e = 0; e < ELEMS; e++) {
+		init[e] = (uint64_t)e;
+		other[e] = 1000;
+	}
+	assert_ok(odx_buffer_create(ctx, sizeof(init), 0, &b));
+	assert_ok(odx_buffer_write(b, 0, init, sizeof(init), TEST_TIMEOUT_MS));
+	assert_ok(odx_submit(ctx, gate_rw, (odx_arg[]){ODX_BUF(b, 0)}, 1, NULL, &ev));
+	assert_true(gate_wait_for(&gate.entered));
+
+	assert_rc(odx_event_query(ev), ODX_EAGAIN);
+	assert_rc(odx_event_wait(ev, 0), ODX_ETIMEDOUT);
+	assert_rc(odx_event_wait(ev, 1), ODX_ETIMEDOUT);
+	assert_rc(odx_wait_all(ctx, 0), ODX_ETIMEDOUT);
+	assert_rc(odx_wait_all(ctx, 1), ODX_ETIMEDOUT);
+	memset(got, 0xee, sizeof(got));
+	assert_rc(odx_buffer_read(b, 0, got, sizeof(got), 0), ODX_ETIMEDOUT);
+	assert_rc(odx_buffer_read(b, 0, got, sizeof(got), 1), ODX_ETIMEDOUT);
+	for (int e = 0; e < ELEMS; e++)
+		assert_true(got[e] == 0xeeeeeeeeeeeeeeeeull);
+	/* a write that timed out is not applied later */
+	assert_rc(odx_buffer_write(b, 0, other, sizeof(other), 0), ODX_ETIMEDOUT);
+	assert_rc(odx_buffer_write(b, 0, other, sizeof(other), 1), ODX_ETIMEDOUT);
+	assert_int_equal(atomic_load(&tasks_run), 0);
+
+	gate_open();
+	assert_ok(odx_event_wait(ev, TEST_TIMEOUT_MS));
+	assert_ok(odx_event_query(ev));
+	odx_event_release(ev);
+	/* timeouts are not task failures */
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_read(b, 0, got, sizeof(got), TEST_TIMEOUT_MS));
+	assert_memory_equal(got, init, sizeof(init));
+	assert_ok(odx_buffer_destroy(b));
+	assert_ok(odx_close(ctx));
+}
+
+static int order_log[8];
+static atomic_int order_n;
+
+/* order(i32 id): logs the order in which tasks run. */
+static int order_kernel(const odx_host_launch *l)
+{
+	int slot = atomic_fetch_add(&order_n, 1);
+
+	if (slot < 8)
+		order_log[slot] = *(const int32_t *)l->scalars[0];
+	return 0;
+}
+
+/* Among ready tasks of one device, a higher priority runs first; equal priorities in FIFO order. */
+static void test_priority_order(void **state)
+{
+	static const int prio[6] = {0, 5, 1, 5, -2, 1};
+	static const int want[6] = {1, 3, 2, 5, 0, 4};
+	odx_context *ctx = open_ctx("1", NULL);
+	odx_kernel *gk = test_host_kernel(ctx, "gate", NULL, 0, gate_kernel);
+	odx_kernel *ok = test_host_kernel(ctx, "order", (odx_param[]){{ODX_ARG_I32, 0, "id"}}, 1,
+					  order_kernel);
+
+	(void)state;
+	atomic_store(&order_n, 0);
+	assert_ok(odx_submit(ctx, gk, NULL, 0, &(odx_task_opts){.priority = 100}, NULL));
+	assert_true(gate_wait_for(&gate.entered));
+	for (int i = 0; i < 6; i++)
+		assert_ok(odx_submit(ctx, ok, (odx_arg[]){ODX_I32(i)}, 1,
+				     &(odx_task_opts){.priority = prio[i], .device = 1}, NULL));
+	gate_open();
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	assert_int_equal(atomic_load(&order_n), 6);
+	for (int i = 0; i < 6; i++) {
+		if (order_log[i] != want[i])
+			fail_msg("position %d ran task %d (priority %d), expected task %d "
+				 "(priority %d)",
+				 i, order_log[i], prio[order_log[i]], want[i], prio[want[i]]);
+	}
+	assert_ok(odx_close(ctx));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -395,6 +508,9 @@ int main(void)
 		cmocka_unit_test(test_backpressure_nonblock),
 		cmocka_unit_test(test_backpressure_blocks),
 		cmocka_unit_test(test_close_behind_gate),
+		cmocka_unit_test(test_kernel_destroy_pending),
+		cmocka_unit_test(test_timeouts),
+		cmocka_unit_test(test_priority_order),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

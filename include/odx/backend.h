@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * backend.h - the ODX backend ABI, for people writing a backend (in this tree or outside it).
+ *
+ * A backend is a shared module `libodx-backend-<name>.so` that exports one function,
+ * `odx_backend_entry` (see odx_backend_entry_fn). ODX finds modules in the directories of
+ * $ODX_BACKEND_PATH (colon-separated, searched first), then in $libdir/odx; the same source may
+ * also be linked into libodx (the host backend is). Nothing but this header and odx.h is needed
+ * to build one: the core hands the backend everything else through odx_backend_host.
+ *
+ * Versioning (Vulkan-loader style negotiation, libfabric-style tables):
+ *  - ODX_BACKEND_ABI_VERSION is major << 16 | minor. The core calls the entry point with the
+ *    newest version it knows; the backend answers a descriptor carrying the version it
+ *    implements. The majors must be equal; the minors may differ either way.
+ *  - odx_backend_ops and odx_backend_host start with their own size and only ever grow at the
+ *    end. A reader checks that an operation lies inside the size the other side was built with
+ *    (ODX_BACKEND_HAS_OP) before calling it. Optional operations may also be NULL; the core then
+ *    falls back (see each operation) or reports ODX_ENOSYS.
+ *
+ * Threads: open/close/device_* are called from the thread opening or closing the context;
+ * mem_*, copies and launch from the device's worker thread and from completion callbacks; a
+ * backend must accept calls for different devices concurrently. Completion callbacks may be
+ * called from any thread of the backend, but never from inside the call that queued the work.
+ *
+ * Errors: operations return 0 or a negative ODX_E* code. A backend translates vendor codes at its
+ * edge and writes the vendor's own name and number into the message buffer it is given.
+ */
+#ifndef ODX_BACKEND_H
+#define ODX_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "odx.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ODX_BACKEND_ABI_MAJOR 1
+#define ODX_BACKEND_ABI_MINOR 0
+#define ODX_BACKEND_ABI_VERSION ((ODX_BACKEND_ABI_MAJOR << 16) | ODX_BACKEND_ABI_MINOR)
+
+/** True if table `t` (whose first member is its size) was built with member `op` in it. */
+#define ODX_BACKEND_HAS_OP(t, type, op)                                                             \
+	((t)->size >= offsetof(type, op) + sizeof((t)->op) && (t)->op != NULL)
+
+/**
+ * Completion of asynchronous work. `status` is 0 or a negative ODX_E* code; `msg` (may be NULL)
+ * details a failure, valid only during the call.
+ */
+typedef void (*odx_backend_done_fn)(void *arg, int status, const char *msg);
+
+/** What the core offers a backend. Valid from open until close returns. */
+typedef struct odx_backend_host {
+	size_t size;             /* sizeof(odx_backend_host) as the core was built */
+	uint32_t abi_version;    /* ODX_BACKEND_ABI_VERSION of the core */
+	unsigned host_cores;     /* processing units this process may use */
+	uint64_t host_memory;    /* physical RAM in bytes */
+	void *core;              /* opaque; the first argument of every callback below */
+
+	/* Configuration values of this context (keys like "vulkan.allow_cpu"). Each returns
+	 * ODX_ENOENT for a key the core does not know, and does not touch *out then. Strings
+	 * stay valid until close. */
+	int (*config_str)(void *core, const char *key, const char **out);
+	int (*config_int)(void *core, const char *key, int64_t *out);
+	int (*config_bool)(void *core, const char *key, bool *out);
+	/* Sizes: bytes, or `percent_of` * share when the value was given as "NN%". */
+	int (*config_size)(void *core, const char *key, uint64_t percent_of, uint64_t *out);
+
+	/* Binds the calling thread to processing unit `slot` (modulo the machine's); a no-op when
+	 * binding is disabled. */
+	int (*bind_thread)(void *core, unsigned slot);
+	/* Logs through the context's log sink. */
+	void (*log)(void *core, odx_log_level level, const char *msg);
+} odx_backend_host;
+
+/** Static properties of one device, filled by device_open. */
+typedef struct odx_backend_device_props {
+	char name[128];          /* e.g. "NVIDIA H100 80GB HBM3" */
+	uint64_t memory_bytes;   /* device memory usable by ODX */
+	int compute_lanes;       /* queues that run kernels */
+	int copy_lanes;          /* queues that run copies */
+	int threads;             /* host threads serving compute (CPU-like devices), else 0 */
+	char pci_bus_id[32];     /* "0000:65:00.0" for hwloc locality, "" if not a PCI device */
+	bool host_visible;       /* device memory handles are host pointers (host backend) */
+	uint8_t reserved[64];
+} odx_backend_device_props;
+
+/** One argument of a launch, in the kernel's signature order. */
+typedef struct odx_backend_arg {
+	odx_arg_kind kind;
+	uint64_t mem;            /* buffers: the device memory handle (from mem_alloc) */
+	size_t size;             /* buffers: bytes */
+	union {
+		int32_t i32;
+		int64_t i64;
+		float f32;
+		double f64;
+	} v;                     /* scalars */
+} odx_backend_arg;
+
+typedef struct odx_backend_launch {
+	const odx_kernel_variant *variant; /* the variant chosen for this device */
+	void *module;            /* what module_load returned for it (NULL if no module_load) */
+	const odx_backend_arg *args;
+	int nargs;
+	uint32_t grid[3];        /* work-groups per dimension (each >= 1) */
+	uint32_t block[3];       /* work-items per group per dimension (each >= 1) */
+	int device;              /* ODX device index, for messages */
+	const char *tag;         /* the task's tag ("" if none) */
+	char *error;             /* a failure message goes here ... */
+	size_t error_size;       /* ... NUL-terminated, at most this many bytes */
+	int native;              /* out: native code of a failure (kernel return, vendor code) */
+} odx_backend_launch;
+
+/** odx_backend_ops.launch returns this when completion will come through `done`. */
+#define ODX_BACKEND_PENDING 1
+
+typedef struct odx_backend_ops {
+	size_t size;             /* sizeof(odx_backend_ops) as the backend was built */
+
+	/* ---- ABI 1.0: required unless marked optional ---------------------------------- */
+
+	/** Opens the driver. On failure returns ODX_EUNAVAIL (driver missing, no usable device,
+	 * ...) or another code, and says why in reason[0..reason_size) ("libvulkan.so.1 not
+	 * found", "only CPU devices; set vulkan.allow_cpu = true"). */
+	int (*open)(const odx_backend_host *host, void **state, char *reason, size_t reason_size);
+	void (*close)(void *state);
+	/** Number of devices this backend offers (>= 0). */
+	int (*device_count)(void *state);
+	/** Opens device `index` (0-based within the backend); `odx_device` is its ODX index. */
+	int (*device_open)(void *state, int index, int odx_device, odx_backend_device_props *props,
+			   void **dev);
+	void (*device_close)(void *dev);
+
+	/** Device memory: an opaque handle; `zero` asks for zero-filled memory. */
+	int (*mem_alloc)(void *dev, size_t size, bool zero, uint64_t *handle);
+	void (*mem_free)(void *dev, uint64_t handle, size_t size);
+
+	/** Asynchronous copies on the device's copy lane. 0: queued, `done` is called later;
+	 * negative: nothing was queued, `done` is not called. Host memory given to a copy stays
+	 * valid and untouched until `done`. */
+	int (*copy_h2d)(void *dev, uint64_t dst, size_t dst_off, const void *src, size_t n,
+			odx_backend_done_fn done, void *arg);
+	int (*copy_d2h)(void *dev, void *dst, uint64_t src, size_t src_off, size_t n,
+			odx_backend_done_fn done, void *arg);
+	/** Between two devices of this backend, queued on `dev` (the destination). Optional:
+	 * without it the core stages through host memory. */
+	int (*copy_d2d)(void *dev, uint64_t dst, size_t dst_off, void *src_dev, uint64_t src,
+			size_t src_off, size_t n, odx_backend_done_fn done, void *arg);
+
+	/** Optional: prepares a variant for a device (compiles, loads a module) once; the core
+	 * caches the result per kernel and device and passes it to launch. Errors (a build log)
+	 * go to error[0..error_size). */
+	int (*module_load)(void *dev, const odx_kernel_variant *variant, void **module,
+			   char *error, size_t error_size);
+	void (*module_unload)(void *dev, void *module);
+
+	/** Runs a kernel on the compute lane; called from the device's worker thread. Returns 0
+	 * when it already completed (done is not called), ODX_BACKEND_PENDING when `done` will
+	 * be called, or a negative code (message in l->error, native code in l->native). `l` and
+	 * what it points to are valid only during the call. */
+	int (*launch)(void *dev, odx_backend_launch *l, odx_backend_done_fn done, void *arg);
+
+	/** Optional: can this device run this variant? NULL means variant.backend == kind. */
+	bool (*can_run)(void *dev, const odx_kernel_variant *variant);
+} odx_backend_ops;
+
+/** What a backend module describes itself with. Static storage in the module. */
+typedef struct odx_backend_descriptor {
+	size_t size;             /* sizeof(odx_backend_descriptor) */
+	uint32_t abi_version;    /* the ABI version the backend implements */
+	const char *name;        /* "vulkan": matches the `backends` configuration key */
+	odx_backend_kind kind;   /* which kernel variants it runs */
+	const char *description; /* one line for `odx info` */
+	const odx_backend_ops *ops;
+} odx_backend_descriptor;
+
+/**
+ * The one function a backend module exports, named "odx_backend_entry". `core_abi_version` is
+ * the newest ABI the core knows. Return 0 and a descriptor, or ODX_ENOSYS if the backend cannot
+ * serve that major version.
+ */
+typedef int (*odx_backend_entry_fn)(uint32_t core_abi_version,
+				    const odx_backend_descriptor **out);
+#define ODX_BACKEND_ENTRY "odx_backend_entry"
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ODX_BACKEND_H */
