@@ -77,6 +77,7 @@ void odx__replica_set_state(odx_buffer *b, int m, int state)
 typedef struct copy_job {
 	odx_buffer *buf;
 	int src, dst;
+	void *bounce;      /* host staging between devices of different backends */
 	odx__device *lane; /* whose copy lane runs it, for the trace */
 	uint64_t t_issue;
 } copy_job;
@@ -89,6 +90,7 @@ static void copy_done(void *arg, int status, const char *msg)
 	odx__replica *dst = &b->replicas[job->dst], *src = &b->replicas[job->src];
 	odx__fetch_waiter *w, *next;
 
+	free(job->bounce);
 	pthread_mutex_lock(&b->lock);
 	dst->fetching = false;
 	if (status == 0) {
@@ -131,6 +133,23 @@ static void copy_done(void *arg, int status, const char *msg)
 	free(job);
 }
 
+/* Second hop of a copy staged through host memory: the bounce buffer to the destination. */
+static void bounce_done(void *arg, int status, const char *msg)
+{
+	copy_job *job = arg;
+	odx__device *ddev = job->buf->ctx->memnodes[job->dst].device;
+	int rc;
+
+	if (status) {
+		copy_done(job, status, msg);
+		return;
+	}
+	rc = ddev->ops->copy_h2d(ddev->bdev, job->buf->replicas[job->dst].mem, 0, job->bounce,
+				 job->buf->size, copy_done, job);
+	if (rc)
+		copy_done(job, rc, "could not queue the second hop of a staged copy");
+}
+
 static void copy_start(odx_context *ctx, copy_job *job)
 {
 	odx_buffer *b = job->buf;
@@ -147,14 +166,18 @@ static void copy_start(odx_context *ctx, copy_job *job)
 		job->lane = sdev;
 		rc = sdev->ops->copy_d2h(sdev->bdev, (void *)(uintptr_t)dst->mem, src->mem, 0,
 					 b->size, copy_done, job);
-	} else if (sdev->ops == ddev->ops) {
+	} else if (sdev->ops == ddev->ops &&
+		   ODX_BACKEND_HAS_OP(ddev->ops, odx_backend_ops, copy_d2d)) {
 		job->lane = ddev;
 		rc = ddev->ops->copy_d2d(ddev->bdev, dst->mem, 0, sdev->bdev, src->mem, 0, b->size,
 					 copy_done, job);
 	} else {
-		/* Different backends stage through host memory: comes with the backend ABI. */
-		job->lane = ddev;
-		rc = ODX_ENOSYS;
+		/* Different backends (or no direct path): through a host bounce buffer. */
+		job->lane = sdev;
+		job->bounce = malloc(b->size);
+		rc = job->bounce ? sdev->ops->copy_d2h(sdev->bdev, job->bounce, src->mem, 0,
+						       b->size, bounce_done, job)
+				 : ODX_ENOMEM;
 	}
 	if (rc)
 		copy_done(job, rc, "could not queue the copy");

@@ -1017,6 +1017,19 @@ static const struct value *lookup_value(const odx__config *cfg, const char *key,
 	return &cfg->values[i];
 }
 
+int odx__config_has(const odx__config *cfg, const char *key, char kind)
+{
+	static const char kinds[] = {[KEY_STRING] = 's', [KEY_BOOL] = 'b', [KEY_INT] = 'i',
+				     [KEY_SIZE] = 'z', [KEY_ENUM] = 's', [KEY_LIST] = 's'};
+	const struct key_def *k;
+	size_t i = 0;
+
+	(void)cfg;
+	if (!key || !(k = find_key(key, &i)))
+		return ODX_ENOENT;
+	return kinds[k->type] == kind ? 0 : ODX_EINVAL;
+}
+
 /* Returns the text of a string, enum or list key (lists as "a,b", without spaces). */
 const char *odx__config_str(const odx__config *cfg, const char *key)
 {

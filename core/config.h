@@ -32,6 +32,10 @@ int odx__config_load(const odx_config *api, const char *(*environ_lookup)(const 
 		     odx__config **out, char *err, size_t errlen);
 void odx__config_free(odx__config *cfg);
 
+/* 0 if `key` exists with type `kind` ('s' string/enum/list, 'b' bool, 'i' int, 'z' size),
+ * ODX_ENOENT if unknown, ODX_EINVAL if of another type: the backend ABI's checked access. */
+int odx__config_has(const odx__config *cfg, const char *key, char kind);
+
 /* Typed getters. `key` must be in the key table with that type (asserted). */
 const char *odx__config_str(const odx__config *cfg, const char *key);
 bool odx__config_bool(const odx__config *cfg, const char *key);

@@ -9,20 +9,11 @@
 
 #include "core.h"
 
-/* Every backend ODX knows, in the order `backends = auto` tries them. The ones not built yet say
- * so honestly instead of pretending. */
-static const struct {
-	const char *name;
-	const odx__backend_ops *ops; /* NULL: not built into this library */
-	const char *missing;
-} known_backends[] = {
-	{"cuda", NULL, "not built into this ODX (the CUDA backend is planned: issue 8)"},
-	{"hip", NULL, "not built into this ODX (the HIP backend is planned: issue 8)"},
-	{"vulkan", NULL, "not built into this ODX (the Vulkan backend is planned: issue 4)"},
-	{"opencl", NULL, "not built into this ODX (the OpenCL backend is planned: issue 4)"},
-	{"host", &odx__host_backend, NULL},
-};
-#define NKNOWN ((int)(sizeof(known_backends) / sizeof(known_backends[0])))
+/* Under `backends = auto`, GPU backends come first and host last; backends found as modules
+ * that ODX does not know by name go before host. */
+static const char *const auto_order[] = {"cuda", "hip", "vulkan", "opencl"};
+#define NAUTO ((int)(sizeof(auto_order) / sizeof(auto_order[0])))
+#define MAX_BACKENDS 32
 
 ODX_API const char *odx_backend_kind_name(odx_backend_kind kind)
 {
@@ -47,95 +38,134 @@ static void env_log(void *core, odx_log_level level, const char *msg)
 	odx__log(core, level, "%s", msg);
 }
 
+static int env_config_str(void *core, const char *key, const char **out)
+{
+	odx_context *ctx = core;
+	int rc = odx__config_has(ctx->config, key, 's');
+
+	if (rc == 0)
+		*out = odx__config_str(ctx->config, key);
+	return rc;
+}
+
+static int env_config_int(void *core, const char *key, int64_t *out)
+{
+	odx_context *ctx = core;
+	int rc = odx__config_has(ctx->config, key, 'i');
+
+	if (rc == 0)
+		*out = odx__config_int(ctx->config, key);
+	return rc;
+}
+
+static int env_config_bool(void *core, const char *key, bool *out)
+{
+	odx_context *ctx = core;
+	int rc = odx__config_has(ctx->config, key, 'b');
+
+	if (rc == 0)
+		*out = odx__config_bool(ctx->config, key);
+	return rc;
+}
+
+static int env_config_size(void *core, const char *key, uint64_t percent_of, uint64_t *out)
+{
+	odx_context *ctx = core;
+	int rc = odx__config_has(ctx->config, key, 'z');
+
+	if (rc == 0)
+		*out = odx__config_size(ctx->config, key, percent_of);
+	return rc;
+}
+
 /* ---- opening -------------------------------------------------------------------------------- */
 
-static bool list_has(const char *list, const char *word)
+/* The backends to try, in order: the user's list, or every one we know of under auto. */
+static int backend_names(const char *list, char **names, int max)
 {
-	size_t n = strlen(word);
-	const char *p = list;
+	char *found[MAX_BACKENDS];
+	int n = 0, nfound, i, j;
 
-	while ((p = strstr(p, word)) != NULL) {
-		if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
-			return true;
-		p += n;
+	if (strcmp(list, "auto") != 0) {
+		const char *p = list;
+
+		while (*p && n < max) {
+			size_t len = strcspn(p, ",");
+
+			if ((names[n] = strndup(p, len)) != NULL)
+				n++;
+			p += len;
+			p += *p == ',';
+		}
+		return n;
 	}
-	return false;
+	nfound = odx__backend_list(found, MAX_BACKENDS);
+	for (i = 0; i < NAUTO && n < max; i++)
+		if ((names[n] = strdup(auto_order[i])) != NULL)
+			n++;
+	/* Modules found that are not named above, then host. */
+	for (j = 0; j < nfound; j++) {
+		bool known = strcmp(found[j], "host") == 0;
+
+		for (i = 0; i < NAUTO; i++)
+			known = known || strcmp(found[j], auto_order[i]) == 0;
+		if (!known && n < max)
+			names[n++] = found[j];
+		else
+			free(found[j]);
+	}
+	if (n < max && (names[n] = strdup("host")) != NULL)
+		n++;
+	return n;
 }
 
-/* Position of `word` in the comma-separated list, for the user's order. */
-static int list_pos(const char *list, const char *word)
-{
-	const char *p = list;
-	int pos = 0;
-	size_t n = strlen(word);
-
-	for (;;) {
-		if (strncmp(p, word, n) == 0 && (p[n] == ',' || p[n] == '\0'))
-			return pos;
-		p = strchr(p, ',');
-		if (!p)
-			return -1;
-		p++;
-		pos++;
-	}
-}
-
-static int open_backends(odx_context *ctx, odx__backend_env *env, char *err, size_t errlen)
+static int open_backends(odx_context *ctx, odx_backend_host *env, char *err, size_t errlen)
 {
 	const char *list = odx__config_str(ctx->config, "backends");
 	bool automatic = strcmp(list, "auto") == 0;
-	int order[NKNOWN], n = 0, i, j, rc;
+	char *names[MAX_BACKENDS];
+	int n, i, rc = 0;
 
-	/* Named backends in the user's order; under auto, every known one in ours. */
-	for (i = 0; i < NKNOWN; i++)
-		if (automatic || list_has(list, known_backends[i].name))
-			order[n++] = i;
-	for (i = 1; !automatic && i < n; i++)
-		for (j = i; j > 0 && list_pos(list, known_backends[order[j]].name) <
-					     list_pos(list, known_backends[order[j - 1]].name);
-		     j--) {
-			int tmp = order[j];
-
-			order[j] = order[j - 1];
-			order[j - 1] = tmp;
-		}
-	ctx->backends = calloc((size_t)n, sizeof(*ctx->backends));
-	if (!ctx->backends)
+	n = backend_names(list, names, MAX_BACKENDS);
+	ctx->backends = calloc((size_t)n + 1, sizeof(*ctx->backends));
+	if (!ctx->backends) {
+		for (i = 0; i < n; i++)
+			free(names[i]);
 		return ODX_ENOMEM;
+	}
 	for (i = 0; i < n; i++) {
 		odx__backend_slot *slot = &ctx->backends[ctx->nbackends++];
-		const char *name = known_backends[order[i]].name;
 
-		slot->name = name;
-		slot->ops = known_backends[order[i]].ops;
-		if (!slot->ops) {
-			snprintf(slot->reason, sizeof(slot->reason), "%s",
-				 known_backends[order[i]].missing);
-		} else {
-			rc = slot->ops->open(env, &slot->state, slot->reason, sizeof(slot->reason));
-			slot->available = rc == 0;
-			if (rc == 0) {
+		slot->name = names[i];
+		if (rc) /* an earlier named backend failed: list the rest, open nothing */
+			continue;
+		if (odx__backend_find(slot->name, &slot->module, slot->reason,
+				      sizeof(slot->reason)) == 0) {
+			slot->ops = slot->module.desc->ops;
+			slot->available = slot->ops->open(env, &slot->state, slot->reason,
+							  sizeof(slot->reason)) == 0;
+			if (slot->available) {
 				slot->ndevices = slot->ops->device_count(slot->state);
 				if (slot->ndevices <= 0) {
+					slot->ops->close(slot->state);
 					slot->available = false;
 					snprintf(slot->reason, sizeof(slot->reason),
 						 "the driver opened but reports no device");
 				}
 			}
 		}
-		if (!slot->available) {
-			odx__log(ctx, ODX_LOG_INFO, "backend %s unavailable: %s", name,
-				 slot->reason);
-			if (!automatic) {
-				snprintf(err, errlen,
-					 "backend '%s' (asked for by 'backends = %s') is unavailable: "
-					 "%s",
-					 name, list, slot->reason);
-				return ODX_EUNAVAIL;
-			}
+		if (slot->available)
+			continue;
+		odx__log(ctx, ODX_LOG_INFO, "backend %s unavailable: %s", slot->name,
+			 slot->reason);
+		if (!automatic) {
+			snprintf(err, errlen,
+				 "backend '%s' (asked for by 'backends = %s') is unavailable: %s",
+				 slot->name, list, slot->reason);
+			rc = ODX_EUNAVAIL;
 		}
 	}
-	return 0;
+	return rc;
 }
 
 static int open_devices(odx_context *ctx, char *err, size_t errlen)
@@ -165,6 +195,7 @@ static int open_devices(odx_context *ctx, char *err, size_t errlen)
 
 			dev->index = ctx->ndevices;
 			dev->ops = slot->ops;
+			dev->kind = slot->module.desc->kind;
 			pthread_mutex_init(&dev->lock, NULL);
 			pthread_cond_init(&dev->cond, NULL);
 			rc = slot->ops->device_open(slot->state, i, dev->index, &dev->props,
@@ -173,7 +204,7 @@ static int open_devices(odx_context *ctx, char *err, size_t errlen)
 				pthread_mutex_destroy(&dev->lock);
 				pthread_cond_destroy(&dev->cond);
 				snprintf(err, errlen, "backend %s: device %d failed to open: %s",
-					 slot->ops->name, i, odx_strerror(rc));
+					 slot->name, i, odx_strerror(rc));
 				return rc;
 			}
 			snprintf(dev->name, sizeof(dev->name), "%s", dev->props.name);
@@ -265,11 +296,16 @@ ODX_API int odx_open(odx_context **out, const odx_config *cfg)
 		snprintf(err, sizeof(err), "hwloc could not read the machine's topology");
 		goto out_fail;
 	}
-	ctx->benv = (odx__backend_env){
-		.config = ctx->config,
+	ctx->benv = (odx_backend_host){
+		.size = sizeof(odx_backend_host),
+		.abi_version = ODX_BACKEND_ABI_VERSION,
 		.host_cores = odx__topo_pus(ctx->topo),
 		.host_memory = odx__topo_memory(ctx->topo),
 		.core = ctx,
+		.config_str = env_config_str,
+		.config_int = env_config_int,
+		.config_bool = env_config_bool,
+		.config_size = env_config_size,
 		.bind_thread = env_bind_thread,
 		.log = env_log,
 	};
@@ -326,9 +362,14 @@ static void context_free(odx_context *ctx)
 		pthread_mutex_destroy(&dev->lock);
 		pthread_cond_destroy(&dev->cond);
 	}
-	for (i = 0; i < ctx->nbackends; i++)
-		if (ctx->backends[i].available)
-			ctx->backends[i].ops->close(ctx->backends[i].state);
+	for (i = 0; i < ctx->nbackends; i++) {
+		odx__backend_slot *slot = &ctx->backends[i];
+
+		if (slot->available)
+			slot->ops->close(slot->state);
+		odx__backend_unload(&slot->module);
+		free(slot->name);
+	}
 	for (i = 0; i < ctx->nslabs; i++) {
 		odx__task *slab = ctx->slabs[i];
 
@@ -395,6 +436,10 @@ ODX_API int odx_backend_get_info(odx_context *ctx, int index, odx_backend_info *
 		.available = slot->available,
 		.reason = slot->available ? "" : slot->reason,
 		.device_count = slot->available ? slot->ndevices : 0,
+		.origin = slot->module.desc ? slot->module.path : "",
+		.description = slot->module.desc && slot->module.desc->description
+				       ? slot->module.desc->description
+				       : "",
 	};
 	return 0;
 }
@@ -415,7 +460,7 @@ ODX_API int odx_device_get_info(odx_context *ctx, int device, odx_device_info *o
 	dev = &ctx->devices[device];
 	*out = (odx_device_info){
 		.index = device,
-		.kind = dev->ops->kind,
+		.kind = dev->kind,
 		.name = dev->name,
 		.memory_bytes = dev->props.memory_bytes,
 		.memnode = dev->memnode,

@@ -115,6 +115,10 @@ struct odx_kernel {
 	int nvariants;
 	/* per device: index of the variant it runs, or -1 */
 	int *device_variant;
+	/* per device: what module_load made of that variant; touched only by the device's
+	 * worker (loaded on first launch there) and by close */
+	void **device_module;
+	char **module_error;        /* per device: why module_load failed (not retried) */
 	bool user_destroyed;    /* odx_kernel_destroy was called: freed at close, since tasks
 				 * still queued may use it (no per-task reference counting on the
 				 * submission path) */
@@ -221,9 +225,10 @@ typedef struct odx__queue {
 struct odx__device {
 	int index;
 	int memnode;
-	const odx__backend_ops *ops;
+	const odx_backend_ops *ops;
+	odx_backend_kind kind;
 	void *bdev;                 /* backend device state */
-	odx__device_props props;
+	odx_backend_device_props props;
 	char name[160];
 
 	pthread_t thread;
@@ -277,8 +282,9 @@ int odx__task_memnode(const odx__task *t);
 /* ---- backends registered in a context (context.c) ----------------------------------------- */
 
 typedef struct odx__backend_slot {
-	const char *name;
-	const odx__backend_ops *ops;    /* NULL: not built into this library */
+	char *name;
+	odx__backend_module module;     /* where it came from */
+	const odx_backend_ops *ops;     /* NULL: not found */
 	void *state;
 	bool available;
 	int ndevices;
@@ -313,7 +319,7 @@ struct odx_context {
 	odx__topo *topo;
 	bool bind;
 
-	odx__backend_env benv;
+	odx_backend_host benv;
 	odx__backend_slot *backends;
 	int nbackends;
 	odx__device *devices;

@@ -17,6 +17,17 @@ static void kernel_free(odx_kernel *k)
 	}
 	for (i = 0; i < k->nparams; i++)
 		free((void *)k->params[i].name);
+	for (i = 0; k->device_module && i < k->ctx->ndevices; i++) {
+		const odx__device *dev = &k->ctx->devices[i];
+
+		if (k->device_module[i] && ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops,
+							      module_unload))
+			dev->ops->module_unload(dev->bdev, k->device_module[i]);
+	}
+	for (i = 0; k->module_error && i < k->ctx->ndevices; i++)
+		free(k->module_error[i]);
+	free(k->module_error);
+	free(k->device_module);
 	free(k->variants);
 	free(k->params);
 	free(k->device_variant);
@@ -95,8 +106,9 @@ static void bind_devices(odx_context *ctx, odx_kernel *k)
 		k->device_variant[d] = -1;
 		for (v = 0; v < k->nvariants; v++) {
 			const odx_kernel_variant *var = &k->variants[v];
-			bool ok = dev->ops->can_run ? dev->ops->can_run(dev->bdev, var)
-						    : var->backend == dev->ops->kind;
+			bool ok = ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, can_run)
+					  ? dev->ops->can_run(dev->bdev, var)
+					  : var->backend == dev->kind;
 
 			if (ok) {
 				k->device_variant[d] = v;
@@ -132,7 +144,10 @@ ODX_API int odx_kernel_create(odx_context *ctx, const char *name, const odx_para
 	k->params = calloc((size_t)nparams + 1, sizeof(*k->params));
 	k->variants = calloc((size_t)nvariants, sizeof(*k->variants));
 	k->device_variant = calloc((size_t)ctx->ndevices + 1, sizeof(int));
-	if (!k->name || !k->params || !k->variants || !k->device_variant)
+	k->device_module = calloc((size_t)ctx->ndevices + 1, sizeof(void *));
+	k->module_error = calloc((size_t)ctx->ndevices + 1, sizeof(char *));
+	if (!k->name || !k->params || !k->variants || !k->device_variant || !k->device_module ||
+	    !k->module_error)
 		goto out_nomem;
 	for (i = 0; i < nparams; i++) {
 		k->params[i] = params[i];

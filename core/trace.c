@@ -22,6 +22,7 @@ typedef struct trace_event {
 
 struct odx__lane_trace {
 	odx__lane_trace *next;
+	pthread_mutex_t lock; /* uncontended but for asynchronous completions on other threads */
 	char name[64];
 	int pid, tid;
 	trace_event *ev;
@@ -50,6 +51,7 @@ odx__lane_trace *odx__lane_trace_new(odx_context *ctx, const char *name, int pid
 	if (!lt)
 		return NULL;
 	snprintf(lt->name, sizeof(lt->name), "%s", name);
+	pthread_mutex_init(&lt->lock, NULL);
 	lt->pid = pid;
 	lt->tid = tid;
 	pthread_mutex_lock(&ctx->trace->lock);
@@ -66,12 +68,14 @@ void odx__trace_span(odx__lane_trace *lt, const char *name, const char *cat, uin
 
 	if (!lt)
 		return;
+	pthread_mutex_lock(&lt->lock);
 	if (lt->n == lt->cap) {
 		size_t cap = lt->cap ? 2 * lt->cap : 1024;
 		trace_event *ev;
 
 		if (cap > LANE_MAX_EVENTS || !(ev = realloc(lt->ev, cap * sizeof(*ev)))) {
 			lt->dropped++;
+			pthread_mutex_unlock(&lt->lock);
 			return;
 		}
 		lt->ev = ev;
@@ -83,6 +87,7 @@ void odx__trace_span(odx__lane_trace *lt, const char *name, const char *cat, uin
 	e->id = task_id;
 	e->cat = cat;
 	snprintf(e->name, sizeof(e->name), "%s", name);
+	pthread_mutex_unlock(&lt->lock);
 }
 
 static void put_json_string(FILE *f, const char *s)
@@ -153,6 +158,7 @@ void odx__trace_free(odx_context *ctx)
 		return;
 	for (lt = ctx->trace->lanes; lt; lt = next) {
 		next = lt->next;
+		pthread_mutex_destroy(&lt->lock);
 		free(lt->ev);
 		free(lt);
 	}

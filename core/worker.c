@@ -49,13 +49,44 @@ void odx__task_finish(odx__task *t, int status, const char *msg)
 	odx__task_complete(t, status, msg);
 }
 
+/* Prepares the kernel's variant for this device once (compile, load a module). Only this
+ * device's worker touches the kernel's per-device slots, so no lock is needed. */
+static int load_module(odx__task *t, odx__device *dev, char *err, size_t errlen)
+{
+	odx_kernel *k = t->kernel;
+	int d = dev->index, rc;
+
+	if (k->device_module[d] || !ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, module_load))
+		return 0;
+	if (k->module_error[d]) {
+		snprintf(err, errlen, "%s", k->module_error[d]);
+		return ODX_EBACKEND;
+	}
+	err[0] = '\0';
+	rc = dev->ops->module_load(dev->bdev, &k->variants[k->device_variant[d]],
+				   &k->device_module[d], err, errlen);
+	if (rc) {
+		char msg[ODX__MSG_MAX];
+
+		snprintf(msg, sizeof(msg), "cannot load kernel '%s' on %s: %s", k->name, dev->name,
+			 err[0] ? err : odx_strerror(rc));
+		k->module_error[d] = strdup(msg);
+		snprintf(err, errlen, "%s", msg);
+	}
+	return rc;
+}
+
+static void launch_done(void *arg, int status, const char *msg);
+
 static int run_kernel(odx__task *t, odx__device *dev, char *err, size_t errlen, int *native)
 {
-	odx_context *ctx = t->ctx;
-	odx__launch_arg largs[64];
-	odx__launch l;
+	odx_backend_arg largs[64];
+	odx_backend_launch l;
 	int i, rc, m = dev->memnode;
 
+	rc = load_module(t, dev, err, errlen);
+	if (rc)
+		return rc;
 	for (i = 0; i < t->nargs; i++) {
 		const odx_arg *a = &t->args[i];
 
@@ -69,8 +100,9 @@ static int run_kernel(odx__task *t, odx__device *dev, char *err, size_t errlen, 
 			memcpy(&largs[i].v, &a->v, sizeof(largs[i].v));
 		}
 	}
-	l = (odx__launch){
+	l = (odx_backend_launch){
 		.variant = &t->kernel->variants[t->kernel->device_variant[dev->index]],
+		.module = t->kernel->device_module[dev->index],
 		.args = largs,
 		.nargs = t->nargs,
 		.grid = {t->grid[0], t->grid[1], t->grid[2]},
@@ -82,14 +114,33 @@ static int run_kernel(odx__task *t, odx__device *dev, char *err, size_t errlen, 
 		.native = 0,
 	};
 	err[0] = '\0';
-	rc = dev->ops->launch(dev->bdev, &l, NULL, NULL);
+	rc = dev->ops->launch(dev->bdev, &l, launch_done, t);
 	*native = l.native;
-	if (rc == ODX__PENDING) {
-		/* Asynchronous launches arrive with the GPU backends (issue 4). */
-		odx__log(ctx, ODX_LOG_ERROR, "%s: asynchronous launch not supported yet", dev->name);
-		rc = ODX_ENOSYS;
-	}
 	return rc;
+}
+
+static void kernel_failed(odx__task *t, odx__device *dev, int rc, const char *err, int native)
+{
+	char msg[ODX__MSG_MAX];
+
+	snprintf(msg, sizeof(msg),
+		 "task #%llu '%s' (kernel '%s') failed on device %d (%s): %s%s%s (native code %d)",
+		 (unsigned long long)t->id, t->tag, t->kernel->name, dev->index, dev->name,
+		 odx_err_name(rc), err && err[0] ? ": " : "", err ? err : "", native);
+	odx__task_finish(t, rc, msg);
+}
+
+/* Completion of an asynchronous launch, from a backend thread. */
+static void launch_done(void *arg, int status, const char *msg)
+{
+	odx__task *t = arg;
+	odx__device *dev = &t->ctx->devices[t->device];
+
+	finish_trace(t, dev, t->t_ready);
+	if (status == 0)
+		odx__task_finish(t, 0, NULL);
+	else
+		kernel_failed(t, dev, status, msg, 0);
 }
 
 static void run(odx__task *t, odx__device *dev)
@@ -108,7 +159,10 @@ static void run(odx__task *t, odx__device *dev)
 	}
 	switch (t->kind) {
 	case ODX__TASK_KERNEL:
+		t->t_ready = t0; /* start time, for an asynchronous completion's trace */
 		rc = run_kernel(t, dev, err, sizeof(err), &native);
+		if (rc == ODX_BACKEND_PENDING)
+			return; /* launch_done finishes it */
 		break;
 	case ODX__TASK_READ:
 	case ODX__TASK_WRITE:
@@ -131,10 +185,7 @@ static void run(odx__task *t, odx__device *dev)
 		odx__task_finish(t, 0, NULL);
 		return;
 	}
-	snprintf(msg, sizeof(msg), "task #%llu '%s' (kernel '%s') failed on device %d (%s): %s%s%s (native code %d)",
-		 (unsigned long long)t->id, t->tag, t->kernel->name, dev->index, dev->name,
-		 odx_err_name(rc), err[0] ? ": " : "", err, native);
-	odx__task_finish(t, rc, msg);
+	kernel_failed(t, dev, rc, err, native);
 }
 
 typedef struct worker_arg {

@@ -21,7 +21,6 @@
 enum { EXIT_USAGE = 2 };
 
 /* Every backend of DESIGN section 2, in the order `odx info` lists them. */
-static const char *const known_backends[] = {"host", "vulkan", "opencl", "cuda", "hip"};
 
 static void usage(FILE *out)
 {
@@ -61,21 +60,11 @@ static const char *fmt_bytes(uint64_t bytes, char *buf, size_t len)
 	return buf;
 }
 
-#define KNOWN_COUNT (sizeof(known_backends) / sizeof(known_backends[0]))
-
-static int is_known_backend(const char *name)
-{
-	for (size_t k = 0; k < KNOWN_COUNT; k++)
-		if (strcmp(name, known_backends[k]) == 0)
-			return 1;
-	return 0;
-}
-
 static void print_backend(const odx_backend_info *info)
 {
 	if (info->available)
-		printf("  %-8s available (%d device%s)\n", info->name, info->device_count,
-		       info->device_count == 1 ? "" : "s");
+		printf("  %-8s available (%d device%s; %s)\n", info->name, info->device_count,
+		       info->device_count == 1 ? "" : "s", info->origin);
 	else
 		printf("  %-8s not available: %s\n", info->name,
 		       info->reason && *info->reason ? info->reason : "no reason given");
@@ -96,21 +85,10 @@ static void print_backends(odx_context *ctx)
 			die(ctx, rc, "odx_backend_get_info");
 	}
 
-	/* The backends of the design in a fixed order, built or not, then any others found. */
+	/* In the order the library tries them (under `backends = auto`, every one it knows). */
 	printf("backends:\n");
-	for (size_t k = 0; k < KNOWN_COUNT; k++) {
-		int i = 0;
-
-		while (i < count && strcmp(infos[i].name, known_backends[k]) != 0)
-			i++;
-		if (i < count)
-			print_backend(&infos[i]);
-		else
-			printf("  %-8s not built\n", known_backends[k]);
-	}
 	for (int i = 0; i < count; i++)
-		if (!is_known_backend(infos[i].name))
-			print_backend(&infos[i]);
+		print_backend(&infos[i]);
 	free(infos);
 }
 

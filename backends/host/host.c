@@ -13,14 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "config.h"
+#include "odx/backend.h"
 
 #define HOST_MAX_PARAMS 64
 #define HOST_ERR_MAX 256
 
 typedef struct host_state {
-	const odx__backend_env *env;
+	const odx_backend_host *env;
 	int ndevices;
 	unsigned threads;
 	uint64_t memory;
@@ -32,7 +31,7 @@ typedef struct host_job {
 	const void *src; /* NULL: fill dst with `byte` */
 	size_t n;
 	int byte;
-	odx__done_fn done;
+	odx_backend_done_fn done;
 	void *arg;
 } host_job;
 
@@ -75,7 +74,7 @@ struct host_dev {
 	bool pool_stop;
 };
 
-static int host_open(const odx__backend_env *env, void **state, char *reason, size_t reason_size)
+static int host_open(const odx_backend_host *env, void **state, char *reason, size_t reason_size)
 {
 	host_state *st = calloc(1, sizeof(*st));
 	int64_t threads;
@@ -84,13 +83,19 @@ static int host_open(const odx__backend_env *env, void **state, char *reason, si
 		snprintf(reason, reason_size, "out of memory");
 		return ODX_ENOMEM;
 	}
+	int64_t ndevices = 1;
+
 	st->env = env;
-	st->ndevices = (int)odx__config_int(env->config, "host.devices");
-	threads = odx__config_int(env->config, "host.threads");
+	threads = 0;
+	st->memory = 0;
+	/* Missing keys keep the defaults: an older core may not know them. */
+	env->config_int(env->core, "host.devices", &ndevices);
+	env->config_int(env->core, "host.threads", &threads);
+	env->config_size(env->core, "host.memory", env->host_memory, &st->memory);
+	st->ndevices = ndevices > 0 ? (int)ndevices : 1;
 	if (threads == 0)
 		threads = env->host_cores / (unsigned)st->ndevices;
 	st->threads = threads > 0 ? (unsigned)threads : 1;
-	st->memory = odx__config_size(env->config, "host.memory", env->host_memory);
 	if (st->memory == 0)
 		st->memory = env->host_memory / (uint64_t)st->ndevices;
 	*state = st;
@@ -189,7 +194,7 @@ static void *helper_main(void *arg)
 
 static void host_device_close(void *dev);
 
-static int host_device_open(void *state, int index, int odx_device, odx__device_props *props,
+static int host_device_open(void *state, int index, int odx_device, odx_backend_device_props *props,
 			    void **out)
 {
 	host_state *st = state;
@@ -228,6 +233,7 @@ static int host_device_open(void *state, int index, int odx_device, odx__device_
 	props->copy_lanes = 1;
 	props->threads = (int)d->threads;
 	props->pci_bus_id[0] = '\0';
+	props->host_visible = true;
 	*out = d;
 	return 0;
 
@@ -284,7 +290,7 @@ static void host_mem_free(void *dev, uint64_t handle, size_t size)
 }
 
 static int queue_job(host_dev *d, void *dst, const void *src, size_t n, int byte,
-		     odx__done_fn done, void *arg)
+		     odx_backend_done_fn done, void *arg)
 {
 	host_job *job = malloc(sizeof(*job));
 
@@ -303,26 +309,26 @@ static int queue_job(host_dev *d, void *dst, const void *src, size_t n, int byte
 }
 
 static int host_copy_h2d(void *dev, uint64_t dst, size_t dst_off, const void *src, size_t n,
-			 odx__done_fn done, void *arg)
+			 odx_backend_done_fn done, void *arg)
 {
 	return queue_job(dev, (char *)(uintptr_t)dst + dst_off, src, n, 0, done, arg);
 }
 
 static int host_copy_d2h(void *dev, void *dst, uint64_t src, size_t src_off, size_t n,
-			 odx__done_fn done, void *arg)
+			 odx_backend_done_fn done, void *arg)
 {
 	return queue_job(dev, dst, (const char *)(uintptr_t)src + src_off, n, 0, done, arg);
 }
 
 static int host_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev, uint64_t src,
-			 size_t src_off, size_t n, odx__done_fn done, void *arg)
+			 size_t src_off, size_t n, odx_backend_done_fn done, void *arg)
 {
 	(void)src_dev;
 	return queue_job(dev, (char *)(uintptr_t)dst + dst_off,
 			 (const char *)(uintptr_t)src + src_off, n, 0, done, arg);
 }
 
-static int host_launch(void *dev, odx__launch *bl, odx__done_fn done, void *arg)
+static int host_launch(void *dev, odx_backend_launch *bl, odx_backend_done_fn done, void *arg)
 {
 	host_dev *d = dev;
 	void *bufs[HOST_MAX_PARAMS];
@@ -341,7 +347,7 @@ static int host_launch(void *dev, odx__launch *bl, odx__done_fn done, void *arg)
 		return ODX_EINVAL;
 	}
 	for (i = 0; i < bl->nargs; i++) {
-		const odx__launch_arg *a = &bl->args[i];
+		const odx_backend_arg *a = &bl->args[i];
 
 		kinds[i] = a->kind;
 		if (a->kind == ODX_ARG_BUFFER) {
@@ -408,10 +414,8 @@ static int host_launch(void *dev, odx__launch *bl, odx__done_fn done, void *arg)
 	return bl->native != 0 ? ODX_EKERNEL : 0;
 }
 
-const odx__backend_ops odx__host_backend = {
-	.size = sizeof(odx__backend_ops),
-	.name = "host",
-	.kind = ODX_BACKEND_HOST,
+static const odx_backend_ops host_ops = {
+	.size = sizeof(odx_backend_ops),
 	.open = host_open,
 	.close = host_close,
 	.device_count = host_device_count,
@@ -425,3 +429,26 @@ const odx__backend_ops odx__host_backend = {
 	.launch = host_launch,
 	.can_run = NULL,
 };
+
+const odx_backend_descriptor odx__host_descriptor = {
+	.size = sizeof(odx_backend_descriptor),
+	.abi_version = ODX_BACKEND_ABI_VERSION,
+	.name = "host",
+	.kind = ODX_BACKEND_HOST,
+	.description = "CPU reference backend: host devices with their own memory and lanes",
+	.ops = &host_ops,
+};
+
+#ifdef ODX_BACKEND_MODULE
+/* Built as libodx-backend-host.so: the same backend, found like any out-of-tree one. */
+__attribute__((visibility("default"))) int odx_backend_entry(uint32_t core_abi_version,
+							       const odx_backend_descriptor **out);
+__attribute__((visibility("default"))) int odx_backend_entry(uint32_t core_abi_version,
+							       const odx_backend_descriptor **out)
+{
+	if ((core_abi_version >> 16) != ODX_BACKEND_ABI_MAJOR)
+		return ODX_ENOSYS;
+	*out = &odx__host_descriptor;
+	return 0;
+}
+#endif

@@ -179,6 +179,8 @@ typedef struct odx_backend_info {
 	int available;         /* 1: opened and its devices are in use; 0: not */
 	const char *reason;    /* why not available ("" when available) */
 	int device_count;      /* devices this backend contributed to the context */
+	const char *origin;    /* "built in", the module's path, or "" if not found */
+	const char *description; /* one line from the backend ("" if not found) */
 } odx_backend_info;
 
 /** Number of backends the context knows (built in or found), available or not. */
