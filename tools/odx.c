@@ -20,8 +20,6 @@
 /* Exit codes: 0 success, 1 failure at run time, 2 bad command line. */
 enum { EXIT_USAGE = 2 };
 
-/* Every backend of DESIGN section 2, in the order `odx info` lists them. */
-
 static void usage(FILE *out)
 {
 	fprintf(out,
