@@ -131,6 +131,58 @@ static const struct key_def keys[] = {
 		.min = 0,
 		.max = 10000,
 	},
+	{
+		.name = "vulkan.allow_cpu",
+		.type = KEY_BOOL,
+		.def = "false",
+		.help = "also use CPU Vulkan devices (Mesa lavapipe)",
+	},
+	{
+		.name = "vulkan.force_staging",
+		.type = KEY_BOOL,
+		.def = "false",
+		.help = "copy through host-visible staging buffers even where device memory is "
+			"host-visible (tests the discrete-GPU path on any device)",
+	},
+	{
+		.name = "vulkan.validation",
+		.type = KEY_BOOL,
+		.def = "false",
+		.help = "enable the Khronos validation layer; any validation message fails the "
+			"operation that caused it",
+	},
+	{
+		.name = "opencl.allow_cpu",
+		.type = KEY_BOOL,
+		.def = "false",
+		.help = "also use CPU OpenCL devices (PoCL)",
+	},
+	{
+		.name = "opencl.cache_dir",
+		.type = KEY_STRING,
+		.def = "",
+		.help = "directory of compiled OpenCL program binaries (empty: "
+			"$XDG_CACHE_HOME/odx/opencl or ~/.cache/odx/opencl; \"none\": no cache)",
+	},
+	{
+		.name = "cuda.library",
+		.type = KEY_STRING,
+		.def = "libcuda.so.1",
+		.help = "CUDA driver library to open",
+	},
+	{
+		.name = "cuda.nvrtc_library",
+		.type = KEY_STRING,
+		.def = "",
+		.help = "NVRTC library for CUDA source variants (empty: try libnvrtc.so and "
+			"versioned names)",
+	},
+	{
+		.name = "hip.library",
+		.type = KEY_STRING,
+		.def = "libamdhip64.so",
+		.help = "HIP runtime library to open (tries libamdhip64.so.6 and .5 after it)",
+	},
 };
 
 #define KEY_COUNT ARRAY_LEN(keys)

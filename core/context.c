@@ -403,8 +403,11 @@ ODX_API int odx_close(odx_context *ctx)
 
 	if (!ctx)
 		return 0;
-	/* Finish everything submitted, deferred destructions included. A task failure was already
+	/* Buffers the user never destroyed are destroyed now, in program order, so registered
+	 * memory gets its latest contents back. Then finish everything: a task failure was already
 	 * reported through its event and the log; close itself succeeded. */
+	while (ctx->buffers)
+		odx_buffer_destroy(ctx->buffers);
 	odx_wait_all(ctx, -1);
 	ctx->closing = true;
 	if (ctx->tracing)

@@ -138,7 +138,8 @@ ODX_API const char *odx_config_error(const odx_config *cfg);
 ODX_API int odx_open(odx_context **out, const odx_config *cfg);
 
 /**
- * Closes a context: waits for every submitted task, runs deferred buffer destructions, writes the
+ * Closes a context: destroys the buffers still alive (registered memory receives its buffer's
+ * latest contents), waits for every submitted task, runs deferred buffer destructions, writes the
  * trace and the stats summary if asked for, stops the workers and frees everything. Handles
  * obtained from the context (buffers, kernels, events) must not be used afterwards, except that
  * events still held by the caller must not be released after close either: close frees them.
@@ -417,7 +418,8 @@ ODX_API int odx_event_query(odx_event *ev);
  * odx_event_query would then, except ODX_ETIMEDOUT instead of ODX_EAGAIN.
  */
 ODX_API int odx_event_wait(odx_event *ev, int timeout_ms);
-/** The failure message of a failed event ("" otherwise). Valid until the event is released. */
+/** The failure message of a failed event ("" otherwise). Valid until the event is released or
+ * its context closed, whichever comes first. */
 ODX_API const char *odx_event_message(odx_event *ev);
 /** Drops the caller's reference. NULL is allowed. */
 ODX_API void odx_event_release(odx_event *ev);

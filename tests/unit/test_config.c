@@ -310,13 +310,17 @@ static void test_defaults(void **state)
 
 	/* Every key, in table order, all from the defaults. */
 	odx__config_foreach(cfg, collect, &l);
-	assert_int_equal(l.count, 11);
+	assert_int_equal(l.count, 19);
 	assert_string_equal(l.text, "backends=auto@default;policy=least_loaded@default;"
 				    "log=none@default;trace=@default;stats=false@default;"
 				    "host.devices=1@default;host.threads=0@default;"
 				    "host.memory=0@default;host.bind=true@default;"
 				    "sched.max_inflight=65536@default;"
-				    "sched.idle_spin_us=20@default;");
+				    "sched.idle_spin_us=20@default;"
+				    "vulkan.allow_cpu=false@default;vulkan.force_staging=false@default;"
+				    "vulkan.validation=false@default;opencl.allow_cpu=false@default;"
+				    "opencl.cache_dir=@default;cuda.library=libcuda.so.1@default;"
+				    "cuda.nvrtc_library=@default;hip.library=libamdhip64.so@default;");
 	odx__config_free(cfg);
 	odx__config_free(NULL);
 }
