@@ -52,10 +52,8 @@ static const struct key_def keys[] = {
 		.name = "backends",
 		.type = KEY_LIST,
 		.def = "auto",
-		.help = "ordered list of backends to open (host, vulkan, opencl, cuda, hip), "
-			"or auto",
-		.words = (const char *const[]){"auto", "host", "vulkan", "opencl", "cuda", "hip",
-					       NULL},
+		.help = "ordered list of backends to open (host, vulkan, opencl, cuda, hip, or "
+			"the name of any backend module), or auto",
 		.check = check_backends,
 	},
 	{
@@ -472,6 +470,31 @@ int odx__parse_size(const char *text, uint64_t *bytes, unsigned *percent)
 }
 
 /* Splits a comma list, checks each item against the allowed words, writes "a,b" to canon. */
+static bool is_identifier(const char *s, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_' ||
+		      s[i] == '-'))
+			return false;
+	return len > 0;
+}
+
+/* Is `item` one of the comma-separated words of `list`? */
+static bool list_contains(const char *list, const char *item, size_t len)
+{
+	const char *p = list;
+
+	while (*p) {
+		size_t n = strcspn(p, ",");
+
+		if (n == len && strncmp(p, item, len) == 0)
+			return true;
+		p += n;
+		p += *p == ',';
+	}
+	return false;
+}
+
 static int parse_list(const struct key_def *k, const char *text, char *canon, char *why,
 		      size_t whylen)
 {
@@ -481,7 +504,7 @@ static int parse_list(const struct key_def *k, const char *text, char *canon, ch
 	char allowed[256];
 
 	/* `seen` has one bit per allowed word. */
-	for (int w = 0; k->words[w]; w++)
+	for (int w = 0; k->words && k->words[w]; w++)
 		assert(w < 64);
 	canon[0] = '\0';
 	for (;;) {
@@ -499,18 +522,34 @@ static int parse_list(const struct key_def *k, const char *text, char *canon, ch
 			format_msg(why, whylen, "'%s' has an empty item", text);
 			return ODX_ECONFIG;
 		}
-		w = word_index(k->words, item, len);
-		if (w < 0) {
-			join_words(k->words, allowed, sizeof(allowed));
-			format_msg(why, whylen, "'%.*s' is not one of %s", (int)len, item, allowed);
-			return ODX_ECONFIG;
+		if (!k->words) {
+			/* Open lists (backend names, including out-of-tree modules): identifiers. */
+			if (!is_identifier(item, len)) {
+				format_msg(why, whylen,
+					   "'%.*s' is not a name (lower-case letters, digits, '_', "
+					   "'-')",
+					   (int)len, item);
+				return ODX_ECONFIG;
+			}
+			if (list_contains(canon, item, len)) {
+				format_msg(why, whylen, "'%.*s' is listed twice", (int)len, item);
+				return ODX_ECONFIG;
+			}
+		} else {
+			w = word_index(k->words, item, len);
+			if (w < 0) {
+				join_words(k->words, allowed, sizeof(allowed));
+				format_msg(why, whylen, "'%.*s' is not one of %s", (int)len, item,
+					   allowed);
+				return ODX_ECONFIG;
+			}
+			/* A repeated backend would be opened twice; refuse instead of guessing. */
+			if (seen & (1ull << w)) {
+				format_msg(why, whylen, "'%.*s' is listed twice", (int)len, item);
+				return ODX_ECONFIG;
+			}
+			seen |= 1ull << w;
 		}
-		/* A repeated backend would be opened twice; refuse instead of guessing. */
-		if (seen & (1ull << w)) {
-			format_msg(why, whylen, "'%.*s' is listed twice", (int)len, item);
-			return ODX_ECONFIG;
-		}
-		seen |= 1ull << w;
 		if (n)
 			canon[n++] = ',';
 		memcpy(canon + n, item, len);
