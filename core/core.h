@@ -119,6 +119,7 @@ struct odx_kernel {
 	 * worker (loaded on first launch there) and by close */
 	void **device_module;
 	char **module_error;        /* per device: why module_load failed (not retried) */
+	int *loaded_variant;        /* per device: the variant loaded there, -1 before */
 	bool user_destroyed;    /* odx_kernel_destroy was called: freed at close, since tasks
 				 * still queued may use it (no per-task reference counting on the
 				 * submission path) */
@@ -240,6 +241,7 @@ struct odx__device {
 	int staged_head, staged_n, staged_cap;
 	bool sleeping;
 	bool stop;
+	_Atomic bool lost;          /* the backend reported ODX_EDEVLOST: place nothing more here */
 	_Atomic int load;           /* queued + staging + running tasks */
 	_Atomic uint64_t completed; /* tasks placed here that completed */
 

@@ -27,6 +27,7 @@ static void kernel_free(odx_kernel *k)
 	for (i = 0; k->module_error && i < k->ctx->ndevices; i++)
 		free(k->module_error[i]);
 	free(k->module_error);
+	free(k->loaded_variant);
 	free(k->device_module);
 	free(k->variants);
 	free(k->params);
@@ -104,6 +105,7 @@ static void bind_devices(odx_context *ctx, odx_kernel *k)
 		const odx__device *dev = &ctx->devices[d];
 
 		k->device_variant[d] = -1;
+		k->loaded_variant[d] = -1;
 		for (v = 0; v < k->nvariants; v++) {
 			const odx_kernel_variant *var = &k->variants[v];
 			bool ok = ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, can_run)
@@ -146,8 +148,9 @@ ODX_API int odx_kernel_create(odx_context *ctx, const char *name, const odx_para
 	k->device_variant = calloc((size_t)ctx->ndevices + 1, sizeof(int));
 	k->device_module = calloc((size_t)ctx->ndevices + 1, sizeof(void *));
 	k->module_error = calloc((size_t)ctx->ndevices + 1, sizeof(char *));
+	k->loaded_variant = malloc(((size_t)ctx->ndevices + 1) * sizeof(int));
 	if (!k->name || !k->params || !k->variants || !k->device_variant || !k->device_module ||
-	    !k->module_error)
+	    !k->module_error || !k->loaded_variant)
 		goto out_nomem;
 	for (i = 0; i < nparams; i++) {
 		k->params[i] = params[i];

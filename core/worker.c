@@ -49,31 +49,57 @@ void odx__task_finish(odx__task *t, int status, const char *msg)
 	odx__task_complete(t, status, msg);
 }
 
-/* Prepares the kernel's variant for this device once (compile, load a module). Only this
- * device's worker touches the kernel's per-device slots, so no lock is needed. */
+static bool device_runs(const odx__device *dev, const odx_kernel_variant *v)
+{
+	return ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, can_run)
+		       ? dev->ops->can_run(dev->bdev, v)
+		       : v->backend == dev->kind;
+}
+
+/* Prepares the kernel for this device once (compile, load a module), trying its variants for
+ * this device in order: an image for the wrong architecture falls through to the next one (a
+ * cubin, then PTX, say). Only this device's worker touches the kernel's per-device slots. */
 static int load_module(odx__task *t, odx__device *dev, char *err, size_t errlen)
 {
 	odx_kernel *k = t->kernel;
-	int d = dev->index, rc;
+	int d = dev->index, v, rc = 0;
+	char why[ODX__MSG_MAX] = "";
+	size_t used = 0;
 
-	if (k->device_module[d] || !ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, module_load))
+	if (k->loaded_variant[d] >= 0)
 		return 0;
 	if (k->module_error[d]) {
 		snprintf(err, errlen, "%s", k->module_error[d]);
 		return ODX_EBACKEND;
 	}
-	err[0] = '\0';
-	rc = dev->ops->module_load(dev->bdev, &k->variants[k->device_variant[d]],
-				   &k->device_module[d], err, errlen);
-	if (rc) {
+	if (!ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, module_load)) {
+		k->loaded_variant[d] = k->device_variant[d];
+		return 0;
+	}
+	for (v = k->device_variant[d]; v < k->nvariants; v++) {
+		if (!device_runs(dev, &k->variants[v]))
+			continue;
+		err[0] = '\0';
+		rc = dev->ops->module_load(dev->bdev, &k->variants[v], &k->device_module[d], err,
+					   errlen);
+		if (rc == 0) {
+			k->loaded_variant[d] = v;
+			return 0;
+		}
+		if (used < sizeof(why))
+			used += (size_t)snprintf(why + used, sizeof(why) - used, "%svariant %d: %s",
+						 used ? "; " : "", v,
+						 err[0] ? err : odx_strerror(rc));
+	}
+	{
 		char msg[ODX__MSG_MAX];
 
-		snprintf(msg, sizeof(msg), "cannot load kernel '%s' on %s: %s", k->name, dev->name,
-			 err[0] ? err : odx_strerror(rc));
+		snprintf(msg, sizeof(msg), "cannot load kernel '%s' on %s: %s", k->name,
+			 dev->name, why);
 		k->module_error[d] = strdup(msg);
 		snprintf(err, errlen, "%s", msg);
 	}
-	return rc;
+	return rc ? rc : ODX_EBACKEND;
 }
 
 static void launch_done(void *arg, int status, const char *msg);
@@ -101,7 +127,7 @@ static int run_kernel(odx__task *t, odx__device *dev, char *err, size_t errlen, 
 		}
 	}
 	l = (odx_backend_launch){
-		.variant = &t->kernel->variants[t->kernel->device_variant[dev->index]],
+		.variant = &t->kernel->variants[t->kernel->loaded_variant[dev->index]],
 		.module = t->kernel->device_module[dev->index],
 		.args = largs,
 		.nargs = t->nargs,
@@ -123,6 +149,10 @@ static void kernel_failed(odx__task *t, odx__device *dev, int rc, const char *er
 {
 	char msg[ODX__MSG_MAX];
 
+	if (rc == ODX_EDEVLOST && !atomic_exchange(&dev->lost, true))
+		odx__log(t->ctx, ODX_LOG_ERROR,
+			 "device %d (%s) is lost: %s; new tasks go to the other devices",
+			 dev->index, dev->name, err ? err : "");
 	snprintf(msg, sizeof(msg),
 		 "task #%llu '%s' (kernel '%s') failed on device %d (%s): %s%s%s (native code %d)",
 		 (unsigned long long)t->id, t->tag, t->kernel->name, dev->index, dev->name,
