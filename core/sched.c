@@ -6,6 +6,7 @@
  * issue replaces the decision, not the mechanism. C decides what is feasible (the kernel has a
  * variant for the device, the user did not force another device); the policy decides what is best.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -250,6 +251,15 @@ void odx__sched_push(odx_context *ctx, odx__task *t)
 
 	if (ctx->tracing || ctx->stats)
 		t->t_ready = odx__now_ns();
+	if (d < 0 && !ctx->use_shared) {
+		/* Every device that could run it is lost: fail it rather than queue it forever. */
+		char msg[ODX__MSG_MAX];
+
+		snprintf(msg, sizeof(msg), "task #%llu '%s': no device left that can run it (lost)",
+			 (unsigned long long)t->id, t->tag);
+		odx__task_complete(t, ODX_EDEVLOST, msg);
+		return;
+	}
 	if (d < 0 || d >= ctx->ndevices) {
 		pthread_mutex_lock(&ctx->shared_lock);
 		rc = queue_push(&ctx->shared, t);
