@@ -124,8 +124,15 @@ static void copy_done(void *arg, int status, const char *msg)
 		int expected = 0;
 
 		next = w->next;
-		if (status != 0)
-			atomic_compare_exchange_strong(&w->task->fetch_error, &expected, status);
+		if (status != 0 &&
+		    atomic_compare_exchange_strong(&w->task->fetch_error, &expected, status)) {
+			char why[ODX__MSG_MAX];
+
+			snprintf(why, sizeof(why), "copy of buffer %llu from memory node %d to %d: %s",
+				 (unsigned long long)b->id, job->src, job->dst,
+				 msg ? msg : odx_strerror(status));
+			w->task->fetch_msg = strdup(why);
+		}
 		if (atomic_fetch_sub(&w->task->fetches, 1) == 1)
 			odx__device_push_staged(&ctx->devices[w->task->device], w->task);
 		free(w);

@@ -25,7 +25,7 @@
 
 #define ODX__INLINE_ARGS 8
 #define ODX__TAG_MAX 64
-#define ODX__MSG_MAX 512
+#define ODX__MSG_MAX 1024
 
 typedef struct odx__task odx__task;
 typedef struct odx__device odx__device;
@@ -184,6 +184,7 @@ struct odx__task {
 	bool no_effect;             /* an abandoned read or write: completes without touching data */
 	_Atomic int fetches;        /* outstanding fetches before it can run */
 	_Atomic int fetch_error;    /* a fetch for it failed */
+	char *fetch_msg;            /* why, written by whoever set fetch_error */
 	_Atomic int exec;           /* enum odx__exec_state (reads, writes) */
 	void *host_ptr;             /* reads / writes: user memory */
 	size_t host_off, host_len;

@@ -121,12 +121,13 @@ bool odx__device_can_run(odx_context *ctx, const odx__device *d, const odx__task
 	(void)ctx;
 	if (t->device_mask_only && t->device_mask_only - 1 != d->index)
 		return false;
-	/* A lost device takes no new work; tasks forced there fail when they run. */
-	if (atomic_load_explicit(&d->lost, memory_order_relaxed) && !t->device_mask_only)
-		return false;
-	/* Buffer reads, writes and releases run on any device's worker. */
+	/* Buffer reads, writes and releases run on any device's worker, lost or not: they only
+	 * touch host memory (and a lost device's copies fail cleanly). */
 	if (t->kind != ODX__TASK_KERNEL)
 		return true;
+	/* A lost device takes no new kernels; kernels forced there fail when they run. */
+	if (atomic_load_explicit(&d->lost, memory_order_relaxed) && !t->device_mask_only)
+		return false;
 	return t->kernel->device_variant[d->index] >= 0;
 }
 

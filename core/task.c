@@ -92,6 +92,7 @@ odx__task *odx__task_new(odx_context *ctx)
 	t->no_effect = false;
 	atomic_init(&t->fetches, 0);
 	atomic_init(&t->fetch_error, 0);
+	t->fetch_msg = NULL;
 	atomic_init(&t->exec, ODX__EXEC_WAITING);
 	t->host_ptr = NULL;
 	t->host_off = t->host_len = 0;
@@ -108,6 +109,8 @@ void odx__task_put(odx__task *t)
 	ctx = t->ctx;
 	free(t->message);
 	t->message = NULL;
+	free(t->fetch_msg);
+	t->fetch_msg = NULL;
 	if (t->args != t->inline_args)
 		free(t->args);
 	if (t->succ != t->inline_succ)

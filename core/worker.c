@@ -176,14 +176,15 @@ static void launch_done(void *arg, int status, const char *msg)
 static void run(odx__task *t, odx__device *dev)
 {
 	odx_context *ctx = t->ctx;
-	char err[256], msg[ODX__MSG_MAX];
+	char err[ODX__MSG_MAX], msg[ODX__MSG_MAX];
 	uint64_t t0 = (ctx->stats || ctx->tracing) ? odx__now_ns() : 0;
 	int rc = atomic_load(&t->fetch_error), native = 0, expected = ODX__EXEC_WAITING;
 	char *replica0;
 
 	if (rc) {
 		snprintf(msg, sizeof(msg), "task #%llu '%s': its inputs could not be staged on %s: %s",
-			 (unsigned long long)t->id, t->tag, dev->name, odx_strerror(rc));
+			 (unsigned long long)t->id, t->tag, dev->name,
+			 t->fetch_msg ? t->fetch_msg : odx_strerror(rc));
 		odx__task_finish(t, rc, msg);
 		return;
 	}

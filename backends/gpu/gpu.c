@@ -1,0 +1,958 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * gpu.c - the GPU skeleton: the backend ABI over a gpu_vendor table (see gpu.h for the design).
+ *
+ * Threads per device: the core's worker (launches, allocations, module loads), one completion
+ * thread per lane (compute, h2d, d2h) and one issue thread per copy lane. Done callbacks run only
+ * on completion threads, never inside the call that queued the work, and never with a lock of
+ * ours held (a callback may queue more work on any device).
+ */
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpu.h"
+
+enum { GPU_H2D, GPU_D2H, GPU_D2D };
+
+/* A queued copy. The issue thread owns issue_*, the completion thread status/msg; the final
+ * pending record hands the job over (through the lane lock) so both are read in order. */
+struct gpu_xfer {
+	gpu_xfer *next;
+	int kind;
+	uint64_t dev_addr;       /* h2d: destination; d2h: source; d2d: destination */
+	void *host;              /* h2d: source; d2h: destination */
+	size_t n;
+	gpu_dev *peer;           /* d2d: source device and address */
+	uint64_t peer_addr;
+	odx_backend_done_fn done;
+	void *arg;
+	int issue_status;
+	char issue_msg[GPU_MSG_MAX];
+	int status;
+	char msg[GPU_MSG_MAX];
+};
+
+/* One unit of work the completion thread waits for, in stream order. */
+struct gpu_pending {
+	gpu_pending *next;
+	gpu_handle event;        /* created once, reused with the record */
+	bool armed;              /* the event was recorded: wait for it */
+	odx_backend_done_fn done; /* compute lane: the launch's completion */
+	void *arg;
+	gpu_xfer *xfer;          /* copy lanes: the job and this chunk */
+	bool last;
+	gpu_block *blk;
+	size_t off, len;
+};
+
+typedef struct gpu_module {
+	gpu_handle mod;
+	gpu_handle fn;
+	char entry[128];
+	int checked;             /* 0: arguments not checked yet, 1: they match, <0: they do not */
+	char check_msg[256];
+} gpu_module;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void gpu_log(const gpu_state *st, odx_log_level level, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	if (!st->env || !st->env->log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	st->env->log(st->env->core, level, msg);
+}
+
+/* ---- errors and device loss ---------------------------------------------------------------- */
+
+int gpu_fail(const gpu_state *st, gpu_dev *d, gpu_call call, int native, char *msg, size_t n)
+{
+	const gpu_vendor *v = st->v;
+	const char *name = v->err_name(st->api, native);
+	const char *text = v->err_string(st->api, native);
+	bool sticky = false;
+	int rc = v->translate(native, &sticky);
+
+	snprintf(msg, n, "%s: %s (%d)%s%s", v->calls[call], name ? name : "unknown error", native,
+		 text ? ": " : "", text ? text : "");
+	if (sticky && d) {
+		pthread_mutex_lock(&d->lost_lock);
+		if (atomic_load(&d->lost) == 0) {
+			snprintf(d->lost_msg, sizeof(d->lost_msg), "%s", msg);
+			atomic_store(&d->lost, native);
+			gpu_log(st, ODX_LOG_ERROR,
+				"%s device %d (%s) is lost: %s; every further operation on it "
+				"fails with ODX_EDEVLOST",
+				v->label, d->index, d->name, msg);
+		}
+		pthread_mutex_unlock(&d->lost_lock);
+		rc = ODX_EDEVLOST;
+	}
+	return rc;
+}
+
+/* ODX_EDEVLOST with the first error in msg if the device is lost, else 0. */
+static int check_lost(gpu_dev *d, char *msg, size_t n)
+{
+	if (atomic_load(&d->lost) == 0)
+		return 0;
+	pthread_mutex_lock(&d->lost_lock);
+	snprintf(msg, n, "%s device %d (%s) was lost after an earlier error: %s",
+		 d->st->v->label, d->index, d->name, d->lost_msg);
+	pthread_mutex_unlock(&d->lost_lock);
+	return ODX_EDEVLOST;
+}
+
+static int make_current(gpu_dev *d, char *msg, size_t n)
+{
+	int native = d->st->v->make_current(d->st->api, d->index, d->info.ctx);
+
+	return native ? gpu_fail(d->st, d, GPU_CALL_MAKE_CURRENT, native, msg, n) : 0;
+}
+
+/* ---- lanes: pending records, completion and issue threads -------------------------------------- */
+
+/* A record with an event, recycled or new. Needs the device's context current. */
+static int pending_get(gpu_lane *lane, gpu_pending **out, char *msg, size_t n)
+{
+	gpu_dev *d = lane->dev;
+	gpu_pending *p;
+	int native;
+
+	pthread_mutex_lock(&lane->lock);
+	p = lane->spare;
+	if (p)
+		lane->spare = p->next;
+	pthread_mutex_unlock(&lane->lock);
+	if (!p) {
+		p = calloc(1, sizeof(*p));
+		if (!p) {
+			snprintf(msg, n, "out of memory");
+			return ODX_ENOMEM;
+		}
+		native = d->st->v->event_create(d->st->api, &p->event);
+		if (native) {
+			free(p);
+			return gpu_fail(d->st, d, GPU_CALL_EVENT_CREATE, native, msg, n);
+		}
+	}
+	p->next = NULL;
+	*out = p;
+	return 0;
+}
+
+static void pending_recycle(gpu_lane *lane, gpu_pending *p)
+{
+	gpu_handle ev = p->event;
+
+	*p = (gpu_pending){.event = ev};
+	pthread_mutex_lock(&lane->lock);
+	p->next = lane->spare;
+	lane->spare = p;
+	pthread_mutex_unlock(&lane->lock);
+}
+
+static void pending_push(gpu_lane *lane, gpu_pending *p)
+{
+	pthread_mutex_lock(&lane->lock);
+	p->next = NULL;
+	if (lane->tail)
+		lane->tail->next = p;
+	else
+		lane->head = p;
+	lane->tail = p;
+	pthread_cond_signal(&lane->cond);
+	pthread_mutex_unlock(&lane->lock);
+}
+
+/* A bounded poll (cheap when work is short), then a blocking wait (events are created with
+ * blocking sync, so the thread sleeps in the driver instead of spinning). */
+static int wait_event(gpu_lane *lane, gpu_handle ev)
+{
+	const gpu_state *st = lane->dev->st;
+	int native;
+
+	if (st->poll_ns > 0) {
+		uint64_t deadline = now_ns() + st->poll_ns;
+
+		do {
+			native = st->v->event_query(st->api, ev);
+			if (native != st->v->not_ready)
+				return native;
+		} while (now_ns() < deadline);
+	}
+	return st->v->event_sync(st->api, ev);
+}
+
+static void block_release(gpu_lane *lane, gpu_block *b)
+{
+	pthread_mutex_lock(&lane->lock);
+	b->next = lane->free_blocks;
+	lane->free_blocks = b;
+	pthread_cond_signal(&lane->block_cond);
+	pthread_mutex_unlock(&lane->lock);
+}
+
+static gpu_block *block_take(gpu_lane *lane)
+{
+	gpu_block *b;
+
+	pthread_mutex_lock(&lane->lock);
+	while (!lane->free_blocks)
+		pthread_cond_wait(&lane->block_cond, &lane->lock);
+	b = lane->free_blocks;
+	lane->free_blocks = b->next;
+	pthread_mutex_unlock(&lane->lock);
+	return b;
+}
+
+/* What the completion thread does with a copy chunk once its event completed. */
+static void chunk_complete(gpu_lane *lane, gpu_pending *p, int status, const char *msg)
+{
+	gpu_xfer *x = p->xfer;
+
+	if (status && !x->status) {
+		x->status = status;
+		snprintf(x->msg, sizeof(x->msg), "%s", msg);
+	}
+	if (!x->status && x->kind == GPU_D2H && p->blk)
+		memcpy((char *)x->host + p->off, p->blk->ptr, p->len);
+	if (p->blk)
+		block_release(lane, p->blk);
+	if (p->last && !x->status && x->issue_status) {
+		x->status = x->issue_status;
+		snprintf(x->msg, sizeof(x->msg), "%s", x->issue_msg);
+	}
+}
+
+static void *completer_main(void *arg)
+{
+	gpu_lane *lane = arg;
+	gpu_dev *d = lane->dev;
+	char msg[GPU_MSG_MAX];
+	gpu_pending *p;
+
+	make_current(d, msg, sizeof(msg)); /* a failure shows again in the first event wait */
+	pthread_mutex_lock(&lane->lock);
+	for (;;) {
+		int status = 0, native;
+
+		while (!lane->head && !lane->stop)
+			pthread_cond_wait(&lane->cond, &lane->lock);
+		p = lane->head;
+		if (!p)
+			break; /* stopping and drained */
+		pthread_mutex_unlock(&lane->lock);
+
+		msg[0] = '\0';
+		if (p->armed && (native = wait_event(lane, p->event)) != 0) {
+			status = gpu_fail(d->st, d, GPU_CALL_EVENT_SYNC, native, msg, sizeof(msg));
+		}
+		if (p->xfer)
+			chunk_complete(lane, p, status, msg);
+
+		pthread_mutex_lock(&lane->lock);
+		lane->head = p->next;
+		if (!lane->head)
+			lane->tail = NULL;
+		pthread_mutex_unlock(&lane->lock);
+
+		/* Callbacks run with no lock of ours held. */
+		if (p->xfer && p->last) {
+			gpu_xfer *x = p->xfer;
+
+			x->done(x->arg, x->status, x->status ? x->msg : NULL);
+			free(x);
+		} else if (!p->xfer && p->done) {
+			p->done(p->arg, status, status ? msg : NULL);
+		}
+		pending_recycle(lane, p);
+		pthread_mutex_lock(&lane->lock);
+	}
+	pthread_mutex_unlock(&lane->lock);
+	return NULL;
+}
+
+/* Ends a copy job that could not be (fully) issued: the completion thread reports it in order. */
+static void issue_failed(gpu_lane *lane, gpu_xfer *x, gpu_pending *p, int rc, const char *msg)
+{
+	x->issue_status = rc;
+	snprintf(x->issue_msg, sizeof(x->issue_msg), "%s", msg);
+	if (!p) {
+		/* No record to be had (out of memory): one without an event, allocated plainly. */
+		p = calloc(1, sizeof(*p));
+		if (!p) {
+			/* Nothing left to report through: complete here, on the issue thread,
+			 * which is not the thread that queued the job. */
+			x->done(x->arg, rc, x->issue_msg);
+			free(x);
+			return;
+		}
+	}
+	p->armed = false;
+	p->blk = NULL;
+	p->xfer = x;
+	p->last = true;
+	pending_push(lane, p);
+}
+
+static void issue_xfer(gpu_lane *lane, gpu_xfer *x)
+{
+	gpu_dev *d = lane->dev;
+	const gpu_vendor *v = d->st->v;
+	char msg[GPU_MSG_MAX];
+	gpu_pending *p = NULL;
+	/* Once the last chunk is pushed the completion thread may free x: keep copies. */
+	const size_t n = x->n;
+	const uint64_t dev_addr = x->dev_addr;
+	char *host = x->host;
+	const int kind = x->kind;
+	size_t off = 0, len;
+	int rc, native;
+
+	if ((rc = check_lost(d, msg, sizeof(msg))) != 0)
+		goto out_fail;
+	if (x->kind == GPU_D2D) {
+		if ((rc = pending_get(lane, &p, msg, sizeof(msg))) != 0)
+			goto out_fail;
+		native = v->peer_async(d->st->api, x->dev_addr, d, x->peer_addr, x->peer, x->n,
+				       lane->stream);
+		if (native) {
+			rc = gpu_fail(d->st, d, GPU_CALL_PEER, native, msg, sizeof(msg));
+			goto out_fail;
+		}
+		native = v->event_record(d->st->api, p->event, lane->stream);
+		if (native) {
+			rc = gpu_fail(d->st, d, GPU_CALL_EVENT_RECORD, native, msg, sizeof(msg));
+			goto out_fail;
+		}
+		p->armed = true;
+		p->xfer = x;
+		p->last = true;
+		pending_push(lane, p);
+		return;
+	}
+	do {
+		gpu_block *blk;
+
+		len = n - off < GPU_STAGE_BLOCK ? n - off : GPU_STAGE_BLOCK;
+		if ((rc = pending_get(lane, &p, msg, sizeof(msg))) != 0)
+			goto out_fail;
+		blk = len ? block_take(lane) : NULL;
+		native = 0;
+		if (len && kind == GPU_H2D) {
+			memcpy(blk->ptr, host + off, len);
+			native = v->h2d_async(d->st->api, dev_addr + off, blk->ptr, len,
+					      lane->stream);
+			if (native)
+				rc = gpu_fail(d->st, d, GPU_CALL_H2D, native, msg, sizeof(msg));
+		} else if (len) {
+			native = v->d2h_async(d->st->api, blk->ptr, dev_addr + off, len,
+					      lane->stream);
+			if (native)
+				rc = gpu_fail(d->st, d, GPU_CALL_D2H, native, msg, sizeof(msg));
+		}
+		if (!native && (native = v->event_record(d->st->api, p->event, lane->stream)))
+			rc = gpu_fail(d->st, d, GPU_CALL_EVENT_RECORD, native, msg, sizeof(msg));
+		if (native) {
+			if (blk)
+				block_release(lane, blk);
+			goto out_fail;
+		}
+		*p = (gpu_pending){.event = p->event, .armed = true, .xfer = x, .blk = blk,
+				   .off = off, .len = len, .last = off + len == n};
+		pending_push(lane, p);
+		p = NULL;
+		off += len;
+	} while (off < n);
+	return;
+
+out_fail:
+	{
+		char full[GPU_MSG_MAX];
+
+		snprintf(full, sizeof(full), "%s copy of %zu bytes (at byte %zu): %s", lane->name,
+			 n, off, msg);
+		issue_failed(lane, x, p, rc, full);
+	}
+}
+
+static void *issuer_main(void *arg)
+{
+	gpu_lane *lane = arg;
+	char msg[GPU_MSG_MAX];
+	gpu_xfer *x;
+
+	make_current(lane->dev, msg, sizeof(msg));
+	pthread_mutex_lock(&lane->lock);
+	for (;;) {
+		while (!lane->jobs_head && !lane->stop_issue)
+			pthread_cond_wait(&lane->issue_cond, &lane->lock);
+		x = lane->jobs_head;
+		if (!x)
+			break;
+		lane->jobs_head = x->next;
+		if (!lane->jobs_head)
+			lane->jobs_tail = NULL;
+		pthread_mutex_unlock(&lane->lock);
+		issue_xfer(lane, x);
+		pthread_mutex_lock(&lane->lock);
+	}
+	pthread_mutex_unlock(&lane->lock);
+	return NULL;
+}
+
+static void lane_fini(gpu_lane *lane)
+{
+	const gpu_state *st = lane->dev->st;
+	gpu_pending *p;
+	int i;
+
+	if (lane->issuer_started) {
+		pthread_mutex_lock(&lane->lock);
+		lane->stop_issue = true;
+		pthread_cond_signal(&lane->issue_cond);
+		pthread_mutex_unlock(&lane->lock);
+		pthread_join(lane->issuer, NULL);
+	}
+	if (lane->completer_started) {
+		pthread_mutex_lock(&lane->lock);
+		lane->stop = true;
+		pthread_cond_signal(&lane->cond);
+		pthread_mutex_unlock(&lane->lock);
+		pthread_join(lane->completer, NULL);
+	}
+	while ((p = lane->spare) != NULL) {
+		lane->spare = p->next;
+		st->v->event_destroy(st->api, p->event);
+		free(p);
+	}
+	for (i = 0; i < GPU_STAGE_BLOCKS; i++)
+		if (lane->blocks[i].ptr)
+			st->v->host_free(st->api, lane->blocks[i].ptr);
+	if (lane->stream)
+		st->v->stream_destroy(st->api, lane->stream);
+	pthread_cond_destroy(&lane->block_cond);
+	pthread_cond_destroy(&lane->issue_cond);
+	pthread_cond_destroy(&lane->cond);
+	pthread_mutex_destroy(&lane->lock);
+}
+
+/* Creates the lane's stream (and staging blocks for a copy lane) and starts its threads. The
+ * device's context is current. On failure lane_fini undoes what was done. */
+static int lane_init(gpu_dev *d, gpu_lane *lane, const char *name, bool copy, char *msg, size_t n)
+{
+	const gpu_state *st = d->st;
+	int native, i;
+
+	lane->dev = d;
+	lane->name = name;
+	pthread_mutex_init(&lane->lock, NULL);
+	pthread_cond_init(&lane->cond, NULL);
+	pthread_cond_init(&lane->issue_cond, NULL);
+	pthread_cond_init(&lane->block_cond, NULL);
+	native = st->v->stream_create(st->api, &lane->stream);
+	if (native)
+		return gpu_fail(st, d, GPU_CALL_STREAM_CREATE, native, msg, n);
+	for (i = 0; copy && i < GPU_STAGE_BLOCKS; i++) {
+		native = st->v->host_alloc(st->api, &lane->blocks[i].ptr, GPU_STAGE_BLOCK);
+		if (native) {
+			lane->blocks[i].ptr = NULL;
+			return gpu_fail(st, d, GPU_CALL_HOST_ALLOC, native, msg, n);
+		}
+		lane->blocks[i].next = lane->free_blocks;
+		lane->free_blocks = &lane->blocks[i];
+	}
+	if (pthread_create(&lane->completer, NULL, completer_main, lane) != 0) {
+		snprintf(msg, n, "cannot start the %s completion thread", name);
+		return ODX_ENOMEM;
+	}
+	lane->completer_started = true;
+	if (copy) {
+		if (pthread_create(&lane->issuer, NULL, issuer_main, lane) != 0) {
+			snprintf(msg, n, "cannot start the %s issue thread", name);
+			return ODX_ENOMEM;
+		}
+		lane->issuer_started = true;
+	}
+	return 0;
+}
+
+/* ---- driver and devices ------------------------------------------------------------------------ */
+
+int gpu_open(const gpu_vendor *v, const odx_backend_host *env, void **state, char *reason,
+	     size_t n)
+{
+	gpu_state *st = calloc(1, sizeof(*st));
+	char msg[GPU_MSG_MAX];
+	int64_t spin_us = 20;
+	int rc, native, count = 0;
+
+	if (!st) {
+		snprintf(reason, n, "out of memory");
+		return ODX_ENOMEM;
+	}
+	st->v = v;
+	st->env = env;
+	rc = v->open(env, &st->api, reason, n);
+	if (rc) {
+		free(st);
+		return rc;
+	}
+	native = v->device_count(st->api, &count);
+	if (native) {
+		rc = gpu_fail(st, NULL, GPU_CALL_DEVICE_COUNT, native, msg, sizeof(msg));
+		snprintf(reason, n, "%s", msg);
+		v->close(st->api);
+		free(st);
+		return rc == ODX_EUNAVAIL ? rc : ODX_EUNAVAIL;
+	}
+	if (count <= 0) {
+		snprintf(reason, n, "the %s driver opened but reports no device", v->label);
+		v->close(st->api);
+		free(st);
+		return ODX_EUNAVAIL;
+	}
+	/* The same bound the core's workers poll for before sleeping. */
+	if (env->config_int)
+		env->config_int(env->core, "sched.idle_spin_us", &spin_us);
+	st->poll_ns = spin_us > 0 ? (uint64_t)spin_us * 1000u : 0;
+	st->ndevices = count;
+	gpu_log(st, ODX_LOG_INFO, "%s backend: %d device%s", v->label, count, count == 1 ? "" : "s");
+	*state = st;
+	return 0;
+}
+
+void gpu_close(void *state)
+{
+	gpu_state *st = state;
+
+	st->v->close(st->api);
+	free(st);
+}
+
+int gpu_device_count(void *state)
+{
+	return ((gpu_state *)state)->ndevices;
+}
+
+int gpu_device_open(void *state, int index, int odx_device, odx_backend_device_props *props,
+		    void **out)
+{
+	gpu_state *st = state;
+	const gpu_vendor *v = st->v;
+	gpu_dev *d = calloc(1, sizeof(*d));
+	char msg[GPU_MSG_MAX];
+	int rc, native;
+
+	if (!d)
+		return ODX_ENOMEM;
+	d->st = st;
+	d->index = index;
+	d->odx_device = odx_device;
+	pthread_mutex_init(&d->lost_lock, NULL);
+	pthread_mutex_init(&d->aux_lock, NULL);
+	native = v->device_open(st->api, index, props, &d->info);
+	if (native) {
+		rc = gpu_fail(st, NULL, GPU_CALL_DEVICE_OPEN, native, msg, sizeof(msg));
+		gpu_log(st, ODX_LOG_ERROR, "%s device %d cannot be opened: %s", v->label, index,
+			msg);
+		pthread_mutex_destroy(&d->lost_lock);
+		pthread_mutex_destroy(&d->aux_lock);
+		free(d);
+		return rc;
+	}
+	snprintf(d->name, sizeof(d->name), "%s", props->name);
+	rc = make_current(d, msg, sizeof(msg));
+	if (!rc && (native = v->stream_create(st->api, &d->aux_stream)) != 0)
+		rc = gpu_fail(st, d, GPU_CALL_STREAM_CREATE, native, msg, sizeof(msg));
+	if (!rc)
+		rc = lane_init(d, &d->compute, "compute", false, msg, sizeof(msg));
+	if (!rc)
+		rc = lane_init(d, &d->h2d, "h2d", true, msg, sizeof(msg));
+	if (!rc)
+		rc = lane_init(d, &d->d2h, "d2h", true, msg, sizeof(msg));
+	if (rc) {
+		gpu_log(st, ODX_LOG_ERROR, "%s device %d (%s) cannot be set up: %s", v->label,
+			index, d->name, msg);
+		gpu_device_close(d);
+		return rc;
+	}
+	/* Leave the driver some room (local memory, launch resources) below what is free now. */
+	if (d->info.free_bytes && d->info.free_bytes < props->memory_bytes)
+		props->memory_bytes = d->info.free_bytes;
+	props->memory_bytes -= props->memory_bytes / 20;
+	props->compute_lanes = 1;
+	props->copy_lanes = 2;
+	props->threads = 0;
+	props->host_visible = false;
+	gpu_log(st, ODX_LOG_INFO,
+		"%s device %d: %s, %.1f GiB usable, PCI %s, arch %d, staging %dx%u MiB per copy "
+		"lane",
+		v->label, index, d->name, (double)props->memory_bytes / (1u << 30),
+		props->pci_bus_id[0] ? props->pci_bus_id : "?", d->info.arch, GPU_STAGE_BLOCKS,
+		GPU_STAGE_BLOCK >> 20);
+	*out = d;
+	return 0;
+}
+
+void gpu_device_close(void *dev)
+{
+	gpu_dev *d = dev;
+	const gpu_state *st = d->st;
+	char msg[GPU_MSG_MAX];
+
+	make_current(d, msg, sizeof(msg));
+	if (d->compute.dev)
+		lane_fini(&d->compute);
+	if (d->h2d.dev)
+		lane_fini(&d->h2d);
+	if (d->d2h.dev)
+		lane_fini(&d->d2h);
+	if (d->aux_stream)
+		st->v->stream_destroy(st->api, d->aux_stream);
+	st->v->device_close(st->api, d->index, d->info.ctx);
+	pthread_mutex_destroy(&d->lost_lock);
+	pthread_mutex_destroy(&d->aux_lock);
+	free(d);
+}
+
+/* ---- memory ------------------------------------------------------------------------------------ */
+
+int gpu_mem_alloc(void *dev, size_t size, bool zero, uint64_t *handle)
+{
+	gpu_dev *d = dev;
+	const gpu_state *st = d->st;
+	char msg[GPU_MSG_MAX];
+	uint64_t p = 0;
+	int rc, native;
+
+	if ((rc = check_lost(d, msg, sizeof(msg))) != 0 || (rc = make_current(d, msg, sizeof(msg))))
+		goto out_log;
+	native = st->v->mem_alloc(st->api, &p, size);
+	if (native) {
+		rc = gpu_fail(st, d, GPU_CALL_MEM_ALLOC, native, msg, sizeof(msg));
+		goto out_log;
+	}
+	if (zero) {
+		/* On a stream of its own, waited for here: the memory is zero before any lane
+		 * can use it. */
+		pthread_mutex_lock(&d->aux_lock);
+		native = st->v->memset_async(st->api, p, 0, size, d->aux_stream);
+		if (native)
+			rc = gpu_fail(st, d, GPU_CALL_MEMSET, native, msg, sizeof(msg));
+		else if ((native = st->v->stream_sync(st->api, d->aux_stream)) != 0)
+			rc = gpu_fail(st, d, GPU_CALL_STREAM_SYNC, native, msg, sizeof(msg));
+		pthread_mutex_unlock(&d->aux_lock);
+		if (rc) {
+			st->v->mem_free(st->api, p);
+			goto out_log;
+		}
+	}
+	*handle = p;
+	return 0;
+
+out_log:
+	gpu_log(st, rc == ODX_ENOMEM ? ODX_LOG_WARN : ODX_LOG_ERROR,
+		"%s device %d (%s): allocation of %zu bytes failed: %s", st->v->label, d->index,
+		d->name, size, msg);
+	return rc;
+}
+
+void gpu_mem_free(void *dev, uint64_t handle, size_t size)
+{
+	gpu_dev *d = dev;
+	const gpu_state *st = d->st;
+	char msg[GPU_MSG_MAX];
+	int native;
+
+	if (make_current(d, msg, sizeof(msg)) != 0)
+		return;
+	native = st->v->mem_free(st->api, handle);
+	if (native && atomic_load(&d->lost) == 0) {
+		gpu_fail(st, d, GPU_CALL_MEM_FREE, native, msg, sizeof(msg));
+		gpu_log(st, ODX_LOG_WARN, "%s device %d: freeing %zu bytes: %s", st->v->label,
+			d->index, size, msg);
+	}
+}
+
+/* ---- copies ------------------------------------------------------------------------------------ */
+
+static int queue_xfer(gpu_lane *lane, const gpu_xfer *proto)
+{
+	gpu_xfer *x = malloc(sizeof(*x));
+
+	if (!x)
+		return ODX_ENOMEM;
+	*x = *proto;
+	x->next = NULL;
+	x->status = x->issue_status = 0;
+	x->msg[0] = x->issue_msg[0] = '\0';
+	pthread_mutex_lock(&lane->lock);
+	if (lane->jobs_tail)
+		lane->jobs_tail->next = x;
+	else
+		lane->jobs_head = x;
+	lane->jobs_tail = x;
+	pthread_cond_signal(&lane->issue_cond);
+	pthread_mutex_unlock(&lane->lock);
+	return 0;
+}
+
+int gpu_copy_h2d(void *dev, uint64_t dst, size_t dst_off, const void *src, size_t n,
+		 odx_backend_done_fn done, void *arg)
+{
+	gpu_dev *d = dev;
+
+	return queue_xfer(&d->h2d, &(gpu_xfer){.kind = GPU_H2D, .dev_addr = dst + dst_off,
+					       .host = (void *)src, .n = n, .done = done,
+					       .arg = arg});
+}
+
+int gpu_copy_d2h(void *dev, void *dst, uint64_t src, size_t src_off, size_t n,
+		 odx_backend_done_fn done, void *arg)
+{
+	gpu_dev *d = dev;
+
+	return queue_xfer(&d->d2h, &(gpu_xfer){.kind = GPU_D2H, .dev_addr = src + src_off,
+					       .host = dst, .n = n, .done = done, .arg = arg});
+}
+
+int gpu_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev, uint64_t src,
+		 size_t src_off, size_t n, odx_backend_done_fn done, void *arg)
+{
+	gpu_dev *d = dev;
+
+	if (!d->st->v->peer_async)
+		return ODX_ENOSYS;
+	/* Inbound traffic of the destination: its h2d lane. */
+	return queue_xfer(&d->h2d, &(gpu_xfer){.kind = GPU_D2D, .dev_addr = dst + dst_off,
+					       .peer = src_dev, .peer_addr = src + src_off, .n = n,
+					       .done = done, .arg = arg});
+}
+
+/* ---- modules and launches ---------------------------------------------------------------------- */
+
+bool gpu_can_run(void *dev, const odx_kernel_variant *variant)
+{
+	gpu_dev *d = dev;
+
+	return d->st->v->can_run(d->st->api, d, variant);
+}
+
+int gpu_module_load(void *dev, const odx_kernel_variant *variant, void **module, char *error,
+		    size_t error_size)
+{
+	gpu_dev *d = dev;
+	const gpu_state *st = d->st;
+	char msg[GPU_MSG_MAX], log[2048];
+	gpu_module *m;
+	int rc, native;
+
+	if ((rc = check_lost(d, error, error_size)) != 0)
+		return rc;
+	if (!variant->entry || !variant->entry[0]) {
+		snprintf(error, error_size, "the %s variant names no entry point", st->v->label);
+		return ODX_EINVAL;
+	}
+	if ((rc = make_current(d, error, error_size)) != 0)
+		return rc;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return ODX_ENOMEM;
+	snprintf(m->entry, sizeof(m->entry), "%s", variant->entry);
+	log[0] = '\0';
+	native = st->v->module_load(st->api, d, variant, &m->mod, log, sizeof(log));
+	if (native) {
+		rc = gpu_fail(st, d, GPU_CALL_MODULE_LOAD, native, msg, sizeof(msg));
+		snprintf(error, error_size, "%s; %s; device arch %d", msg, log, d->info.arch);
+		free(m);
+		return rc;
+	}
+	native = st->v->module_function(st->api, m->mod, m->entry, &m->fn);
+	if (native) {
+		rc = gpu_fail(st, d, GPU_CALL_MODULE_FUNCTION, native, msg, sizeof(msg));
+		snprintf(error, error_size,
+			 "%s(\"%s\"): %s (is the kernel declared extern \"C\" and __global__?)",
+			 st->v->calls[GPU_CALL_MODULE_FUNCTION], m->entry, msg);
+		st->v->module_unload(st->api, m->mod);
+		free(m);
+		return rc;
+	}
+	if (log[0])
+		gpu_log(st, ODX_LOG_DEBUG, "%s device %d: loaded '%s': %s", st->v->label, d->index,
+			m->entry, log);
+	*module = m;
+	return 0;
+}
+
+void gpu_module_unload(void *dev, void *module)
+{
+	gpu_dev *d = dev;
+	gpu_module *m = module;
+	char msg[GPU_MSG_MAX];
+
+	if (make_current(d, msg, sizeof(msg)) == 0)
+		d->st->v->module_unload(d->st->api, m->mod);
+	free(m);
+}
+
+static size_t arg_bytes(odx_arg_kind k)
+{
+	return k == ODX_ARG_I32 || k == ODX_ARG_F32 ? 4 : 8;
+}
+
+static const char *arg_kind_name(odx_arg_kind k)
+{
+	switch (k) {
+	case ODX_ARG_BUFFER:
+		return "a buffer (device pointer)";
+	case ODX_ARG_I32:
+		return "an i32";
+	case ODX_ARG_I64:
+		return "an i64";
+	case ODX_ARG_F32:
+		return "an f32";
+	default:
+		return "an f64";
+	}
+}
+
+/* Compares the task's arguments with the kernel's parameters, where the vendor can tell them
+ * (cuFuncGetParamInfo, CUDA 12.4+): a mismatch would otherwise be a silent wrong result or a
+ * fault. Once per module: every task of a kernel has the same signature. */
+static int check_args(gpu_dev *d, gpu_module *m, const odx_backend_launch *l)
+{
+	const gpu_vendor *v = d->st->v;
+	size_t size;
+	int i, native;
+
+	if (m->checked == 0 && v->param_size) {
+		m->checked = 1;
+		for (i = 0; i <= l->nargs && m->checked == 1; i++) {
+			native = v->param_size(d->st->api, m->fn, i, &size);
+			if (native == -1)
+				break; /* the driver cannot tell */
+			if (i == l->nargs) {
+				if (native == 0)
+					snprintf(m->check_msg, sizeof(m->check_msg),
+						 "kernel '%s' takes more than the %d arguments the "
+						 "task passes",
+						 m->entry, l->nargs);
+				m->checked = native == 0 ? -1 : 1;
+			} else if (native != 0) {
+				snprintf(m->check_msg, sizeof(m->check_msg),
+					 "kernel '%s' takes %d parameters, the task passes %d",
+					 m->entry, i, l->nargs);
+				m->checked = -1;
+			} else if (size != arg_bytes(l->args[i].kind)) {
+				snprintf(m->check_msg, sizeof(m->check_msg),
+					 "parameter %d of kernel '%s' is %zu bytes, the task passes "
+					 "%s (%zu bytes)",
+					 i, m->entry, size, arg_kind_name(l->args[i].kind),
+					 arg_bytes(l->args[i].kind));
+				m->checked = -1;
+			}
+		}
+	}
+	if (m->checked < 0) {
+		snprintf(l->error, l->error_size, "%s", m->check_msg);
+		return ODX_EINVAL;
+	}
+	return 0;
+}
+
+int gpu_launch(void *dev, odx_backend_launch *l, odx_backend_done_fn done, void *arg)
+{
+	gpu_dev *d = dev;
+	const gpu_state *st = d->st;
+	gpu_module *m = l->module;
+	union {
+		uint64_t ptr;
+		int32_t i32;
+		int64_t i64;
+		float f32;
+		double f64;
+	} vals[GPU_MAX_ARGS];
+	void *params[GPU_MAX_ARGS + 1];
+	char msg[GPU_MSG_MAX];
+	gpu_pending *p;
+	int i, rc, native;
+
+	if ((rc = check_lost(d, l->error, l->error_size)) != 0) {
+		l->native = atomic_load(&d->lost);
+		return rc;
+	}
+	if (!m) {
+		snprintf(l->error, l->error_size, "no module was loaded for this variant");
+		return ODX_EINVAL;
+	}
+	if (l->nargs > GPU_MAX_ARGS) {
+		snprintf(l->error, l->error_size, "%d arguments (at most %d)", l->nargs,
+			 GPU_MAX_ARGS);
+		return ODX_EINVAL;
+	}
+	if ((rc = check_args(d, m, l)) != 0)
+		return rc;
+	for (i = 0; i < l->nargs; i++) {
+		const odx_backend_arg *a = &l->args[i];
+
+		switch (a->kind) {
+		case ODX_ARG_BUFFER:
+			vals[i].ptr = a->mem;
+			break;
+		case ODX_ARG_I32:
+			vals[i].i32 = a->v.i32;
+			break;
+		case ODX_ARG_I64:
+			vals[i].i64 = a->v.i64;
+			break;
+		case ODX_ARG_F32:
+			vals[i].f32 = a->v.f32;
+			break;
+		default:
+			vals[i].f64 = a->v.f64;
+			break;
+		}
+		params[i] = &vals[i];
+	}
+	params[l->nargs] = NULL;
+	if ((rc = make_current(d, l->error, l->error_size)) != 0)
+		return rc;
+	if ((rc = pending_get(&d->compute, &p, l->error, l->error_size)) != 0)
+		return rc;
+	native = st->v->launch(st->api, m->fn, l->grid, l->block, d->compute.stream, params);
+	if (native) {
+		rc = gpu_fail(st, d, GPU_CALL_LAUNCH, native, msg, sizeof(msg));
+		snprintf(l->error, l->error_size, "%s (kernel '%s', grid %ux%ux%u, block %ux%ux%u)",
+			 msg, m->entry, l->grid[0], l->grid[1], l->grid[2], l->block[0],
+			 l->block[1], l->block[2]);
+	} else if ((native = st->v->event_record(st->api, p->event, d->compute.stream)) != 0) {
+		rc = gpu_fail(st, d, GPU_CALL_EVENT_RECORD, native, l->error, l->error_size);
+	}
+	if (native) {
+		l->native = native;
+		pending_recycle(&d->compute, p);
+		return rc;
+	}
+	p->armed = true;
+	p->done = done;
+	p->arg = arg;
+	pending_push(&d->compute, p);
+	return ODX_BACKEND_PENDING;
+}

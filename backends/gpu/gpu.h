@@ -1,0 +1,241 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * gpu.h - the GPU skeleton shared by the CUDA and HIP backends.
+ *
+ * The CUDA driver API and HIP's module API have the same shape (devices, streams, events, linear
+ * device memory, pinned host memory, modules, launches), so one skeleton (gpu.c) implements the
+ * backend ABI for both, and each vendor supplies a table of thin wrappers (gpu_vendor) over its
+ * own symbol table (gpu_api). gpu.c is compiled into each module separately; `struct gpu_api` is
+ * defined by the one vendor file the module holds and is opaque to the skeleton.
+ *
+ * Per device the skeleton runs three lanes, each an in-order vendor stream:
+ *  - compute: launches go to the stream from the device's worker thread, with an event behind each;
+ *  - h2d and d2h: copies are queued to an issue thread that stages the bytes through a few pinned
+ *    blocks allocated at device open (chunks of GPU_STAGE_BLOCK bytes), with an event per chunk.
+ * Each lane has a completion thread that waits for the oldest event of its lane (a bounded poll of
+ * sched.idle_spin_us, then a blocking wait: no spinning) and calls the ABI's done callbacks in
+ * order. One completion thread per lane, not per device, so that a long kernel does not hold back
+ * the completion of a copy queued behind it on another stream.
+ *
+ * Every vendor wrapper returns the vendor's native code (0 = success); gpu.c turns a failure into
+ * an ODX_E* code with gpu_fail(), which keeps the native name and number in the message and marks
+ * the device lost on a sticky error (a corrupted context): from then on every operation on that
+ * device fails with ODX_EDEVLOST naming the first error.
+ */
+#ifndef ODX_BACKENDS_GPU_H
+#define ODX_BACKENDS_GPU_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "odx/backend.h"
+
+/* Pinned staging per copy lane: GPU_STAGE_BLOCKS blocks of GPU_STAGE_BLOCK bytes. */
+#define GPU_STAGE_BLOCKS 4
+#define GPU_STAGE_BLOCK (8u << 20)
+#define GPU_MAX_ARGS 64
+#define GPU_MSG_MAX 512
+
+typedef struct gpu_api gpu_api; /* the vendor's symbol table (defined in cuda.c / hip.c) */
+typedef void *gpu_handle;       /* a vendor handle: context, stream, event, module, function */
+
+/* The vendor calls the skeleton makes, for messages ("cuMemAlloc", "hipMalloc"). */
+typedef enum gpu_call {
+	GPU_CALL_INIT,
+	GPU_CALL_DEVICE_COUNT,
+	GPU_CALL_DEVICE_OPEN,
+	GPU_CALL_MAKE_CURRENT,
+	GPU_CALL_STREAM_CREATE,
+	GPU_CALL_EVENT_CREATE,
+	GPU_CALL_EVENT_RECORD,
+	GPU_CALL_EVENT_SYNC,
+	GPU_CALL_MEM_ALLOC,
+	GPU_CALL_MEM_FREE,
+	GPU_CALL_MEMSET,
+	GPU_CALL_HOST_ALLOC,
+	GPU_CALL_H2D,
+	GPU_CALL_D2H,
+	GPU_CALL_PEER,
+	GPU_CALL_MODULE_LOAD,
+	GPU_CALL_MODULE_FUNCTION,
+	GPU_CALL_LAUNCH,
+	GPU_CALL_STREAM_SYNC,
+	GPU_CALL_COUNT
+} gpu_call;
+
+typedef struct gpu_dev gpu_dev;
+
+/* What a vendor tells the skeleton about one device at open. */
+typedef struct gpu_dev_info {
+	gpu_handle ctx;        /* context to make current on every thread using the device */
+	int arch;              /* CUDA: compute capability major * 10 + minor; 0 if unknown */
+	uint64_t free_bytes;   /* device memory free at open (0 if unknown) */
+} gpu_dev_info;
+
+/*
+ * A vendor: names, error translation and thin wrappers. Every function returning int returns the
+ * vendor's native code (0 = success) unless its comment says otherwise.
+ */
+typedef struct gpu_vendor {
+	const char *name;                        /* "cuda": the backend's name */
+	const char *label;                       /* "CUDA": for messages */
+	const char *calls[GPU_CALL_COUNT];       /* vendor function name per gpu_call */
+	int not_ready;                           /* native "not ready" of an event query */
+
+	/* The ODX code for a native failure; *sticky is set when the device's context is unusable
+	 * afterwards (illegal address, launch failure, ...). */
+	int (*translate)(int native, bool *sticky);
+	/* Native name and description of a code, or NULL if the driver does not know it. */
+	const char *(*err_name)(gpu_api *api, int native);
+	const char *(*err_string)(gpu_api *api, int native);
+
+	/* Opens the vendor library: returns 0 or an ODX code with the reason written. */
+	int (*open)(const odx_backend_host *env, gpu_api **api, char *reason, size_t n);
+	void (*close)(gpu_api *api);
+	int (*device_count)(gpu_api *api, int *count);
+	/* Retains the device's context and fills the name, memory and PCI id of props. */
+	int (*device_open)(gpu_api *api, int index, odx_backend_device_props *props,
+			   gpu_dev_info *info);
+	void (*device_close)(gpu_api *api, int index, gpu_handle ctx);
+	int (*make_current)(gpu_api *api, int index, gpu_handle ctx);
+
+	int (*stream_create)(gpu_api *api, gpu_handle *stream);
+	int (*stream_destroy)(gpu_api *api, gpu_handle stream);
+	int (*stream_sync)(gpu_api *api, gpu_handle stream);
+	int (*event_create)(gpu_api *api, gpu_handle *event); /* blocking-sync, no timing */
+	int (*event_destroy)(gpu_api *api, gpu_handle event);
+	int (*event_record)(gpu_api *api, gpu_handle event, gpu_handle stream);
+	int (*event_query)(gpu_api *api, gpu_handle event);
+	int (*event_sync)(gpu_api *api, gpu_handle event);
+
+	int (*mem_alloc)(gpu_api *api, uint64_t *ptr, size_t n);
+	int (*mem_free)(gpu_api *api, uint64_t ptr);
+	int (*memset_async)(gpu_api *api, uint64_t ptr, int byte, size_t n, gpu_handle stream);
+	int (*host_alloc)(gpu_api *api, void **ptr, size_t n); /* pinned */
+	int (*host_free)(gpu_api *api, void *ptr);
+	int (*h2d_async)(gpu_api *api, uint64_t dst, const void *src, size_t n, gpu_handle stream);
+	int (*d2h_async)(gpu_api *api, void *dst, uint64_t src, size_t n, gpu_handle stream);
+	/* Optional (NULL: the core stages device-to-device copies through host memory). */
+	int (*peer_async)(gpu_api *api, uint64_t dst, const gpu_dev *ddev, uint64_t src,
+			  const gpu_dev *sdev, size_t n, gpu_handle stream);
+
+	/* Can this device run this variant (format, architecture, PTX version)? No vendor call. */
+	bool (*can_run)(gpu_api *api, const gpu_dev *dev, const odx_kernel_variant *v);
+	/* Loads a variant's image; `log` receives what the vendor's loader said (a JIT log) and
+	 * which kind of image it was. */
+	int (*module_load)(gpu_api *api, const gpu_dev *dev, const odx_kernel_variant *v,
+			   gpu_handle *module, char *log, size_t n);
+	int (*module_unload)(gpu_api *api, gpu_handle module);
+	int (*module_function)(gpu_api *api, gpu_handle module, const char *entry,
+			       gpu_handle *fn);
+	/* Optional: size of parameter `index` of `fn`; a native failure when there is no such
+	 * parameter. Lets launch check the arguments against the kernel before the driver. */
+	int (*param_size)(gpu_api *api, gpu_handle fn, int index, size_t *size);
+	int (*launch)(gpu_api *api, gpu_handle fn, const uint32_t grid[3], const uint32_t block[3],
+		      gpu_handle stream, void **params);
+} gpu_vendor;
+
+/* ---- the skeleton's objects (read by vendors through these fields only) ---------------------- */
+
+typedef struct gpu_state {
+	const gpu_vendor *v;
+	gpu_api *api;
+	const odx_backend_host *env;
+	int ndevices;
+	uint64_t poll_ns;        /* bounded poll of an event before a blocking wait */
+} gpu_state;
+
+typedef struct gpu_block {
+	struct gpu_block *next;
+	void *ptr;               /* GPU_STAGE_BLOCK bytes of pinned host memory */
+} gpu_block;
+
+typedef struct gpu_xfer gpu_xfer;
+typedef struct gpu_pending gpu_pending;
+
+typedef struct gpu_lane {
+	gpu_dev *dev;
+	const char *name;        /* "compute", "h2d", "d2h" */
+	gpu_handle stream;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;     /* completion thread: work arrived or stop */
+	gpu_pending *head, *tail;
+	gpu_pending *spare;      /* recycled records, each with its event */
+	bool stop;               /* completion thread: exit once drained */
+	bool stop_issue;         /* issue thread: exit once drained */
+	pthread_t completer;
+	bool completer_started;
+
+	/* Copy lanes only: the issue thread, its queue and the staging blocks. */
+	pthread_cond_t issue_cond;
+	pthread_cond_t block_cond;
+	gpu_xfer *jobs_head, *jobs_tail;
+	gpu_block *free_blocks;
+	gpu_block blocks[GPU_STAGE_BLOCKS];
+	pthread_t issuer;
+	bool issuer_started;
+} gpu_lane;
+
+struct gpu_dev {
+	gpu_state *st;
+	int index;               /* within the backend */
+	int odx_device;
+	gpu_dev_info info;
+	char name[128];
+	gpu_lane compute, h2d, d2h;
+	gpu_handle aux_stream;   /* zero-fills of new allocations */
+	pthread_mutex_t aux_lock;
+	atomic_int lost;         /* native code of the first sticky error, 0 while healthy */
+	pthread_mutex_t lost_lock;
+	char lost_msg[GPU_MSG_MAX];
+};
+
+/* ---- skeleton entry points ------------------------------------------------------------------- */
+
+/* A vendor's open op calls this with its vendor table (static storage). */
+int gpu_open(const gpu_vendor *v, const odx_backend_host *env, void **state, char *reason,
+	     size_t n);
+void gpu_close(void *state);
+int gpu_device_count(void *state);
+int gpu_device_open(void *state, int index, int odx_device, odx_backend_device_props *props,
+		    void **dev);
+void gpu_device_close(void *dev);
+int gpu_mem_alloc(void *dev, size_t size, bool zero, uint64_t *handle);
+void gpu_mem_free(void *dev, uint64_t handle, size_t size);
+int gpu_copy_h2d(void *dev, uint64_t dst, size_t dst_off, const void *src, size_t n,
+		 odx_backend_done_fn done, void *arg);
+int gpu_copy_d2h(void *dev, void *dst, uint64_t src, size_t src_off, size_t n,
+		 odx_backend_done_fn done, void *arg);
+int gpu_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev, uint64_t src,
+		 size_t src_off, size_t n, odx_backend_done_fn done, void *arg);
+int gpu_module_load(void *dev, const odx_kernel_variant *variant, void **module, char *error,
+		    size_t error_size);
+void gpu_module_unload(void *dev, void *module);
+int gpu_launch(void *dev, odx_backend_launch *l, odx_backend_done_fn done, void *arg);
+bool gpu_can_run(void *dev, const odx_kernel_variant *variant);
+
+/* The ops table of a vendor's backend, `open_fn` calling gpu_open with its vendor table. */
+#define GPU_OPS_INIT(open_fn)                                                                      \
+	{                                                                                          \
+		.size = sizeof(odx_backend_ops), .open = (open_fn), .close = gpu_close,            \
+		.device_count = gpu_device_count, .device_open = gpu_device_open,                  \
+		.device_close = gpu_device_close, .mem_alloc = gpu_mem_alloc,                      \
+		.mem_free = gpu_mem_free, .copy_h2d = gpu_copy_h2d, .copy_d2h = gpu_copy_d2h,      \
+		.copy_d2d = gpu_copy_d2d, .module_load = gpu_module_load,                          \
+		.module_unload = gpu_module_unload, .launch = gpu_launch, .can_run = gpu_can_run,  \
+	}
+
+/*
+ * Formats "<call>: <NAME> (<number>): <description>" into msg, marks `d` lost on a sticky error
+ * (d may be NULL) and returns the ODX code.
+ */
+int gpu_fail(const gpu_state *st, gpu_dev *d, gpu_call call, int native, char *msg, size_t n);
+
+/* Logs through the context's sink. */
+void gpu_log(const gpu_state *st, odx_log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+#endif /* ODX_BACKENDS_GPU_H */

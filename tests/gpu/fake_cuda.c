@@ -1,0 +1,463 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * fake_cuda.c - a fake CUDA driver (libfake_cuda.so, given to ODX as cuda.library) with just
+ * enough of the driver API for the CUDA backend's whole task path to run here with real
+ * arithmetic: cuGetProcAddress resolving names to the functions below (CUDA_ERROR_NOT_FOUND for
+ * others), devices, primary contexts, streams, events, memory as host malloc, copies as memcpy
+ * (complete at once), modules of fake images (fake_common.h) and launches running them on the
+ * host. Sticky errors behave like the real ones: after a faulting launch every call fails.
+ *
+ * Environment (read by cuInit):
+ *   FAKE_CUDA_INIT_ERROR=N      cuInit returns N (34: the stub library)
+ *   FAKE_CUDA_DRIVER_VERSION=N  what cuDriverGetVersion reports (default 12080)
+ *   FAKE_CUDA_DEVICE_COUNT=N    devices (default 1)
+ *   FAKE_CUDA_LAUNCH_ERROR=N    every launch makes N the context's sticky error (e.g. 700)
+ *   FAKE_CUDA_ALLOC_FAIL=1      cuMemAlloc fails with CUDA_ERROR_OUT_OF_MEMORY
+ * fake_cuda_live() counts allocations not yet freed (device, pinned, streams, events, modules).
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+
+#include "cuda_api.h"
+#include "fake_common.h"
+
+static int init_error, driver_version = 12080, device_count = 1, launch_error, alloc_fail;
+static atomic_int sticky;
+static atomic_long live;
+static int ctx_token[16];
+static _Thread_local CUcontext current;
+
+FAKE_API long fake_cuda_live(void);
+FAKE_API long fake_cuda_live(void)
+{
+	return atomic_load(&live);
+}
+
+static CUresult f_cuInit(unsigned int flags)
+{
+	(void)flags;
+	init_error = (int)fake_env("FAKE_CUDA_INIT_ERROR", 0);
+	device_count = (int)fake_env("FAKE_CUDA_DEVICE_COUNT", 1);
+	launch_error = (int)fake_env("FAKE_CUDA_LAUNCH_ERROR", 0);
+	alloc_fail = (int)fake_env("FAKE_CUDA_ALLOC_FAIL", 0);
+	atomic_store(&sticky, 0);
+	return init_error;
+}
+
+static CUresult f_cuDriverGetVersion(int *v)
+{
+	*v = (int)fake_env("FAKE_CUDA_DRIVER_VERSION", driver_version);
+	return CUDA_SUCCESS;
+}
+
+static const struct {
+	int code;
+	const char *name, *text;
+} errors[] = {
+	{CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+	{CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+	{CUDA_ERROR_STUB_LIBRARY, "CUDA_ERROR_STUB_LIBRARY", "CUDA driver is a stub library"},
+	{CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+	{CUDA_ERROR_NO_BINARY_FOR_GPU, "CUDA_ERROR_NO_BINARY_FOR_GPU",
+	 "no kernel image is available for execution on the device"},
+	{CUDA_ERROR_INVALID_PTX, "CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"},
+	{CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+	{CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+	{CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
+	 "an illegal memory access was encountered"},
+	{CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+};
+
+static CUresult f_cuGetErrorName(CUresult e, const char **s)
+{
+	for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++)
+		if (errors[i].code == e) {
+			*s = errors[i].name;
+			return CUDA_SUCCESS;
+		}
+	*s = NULL;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult f_cuGetErrorString(CUresult e, const char **s)
+{
+	for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++)
+		if (errors[i].code == e) {
+			*s = errors[i].text;
+			return CUDA_SUCCESS;
+		}
+	*s = NULL;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult f_cuDeviceGetCount(int *n)
+{
+	*n = device_count;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_cuDeviceGet(CUdevice *d, int ordinal)
+{
+	if (ordinal < 0 || ordinal >= device_count || ordinal >= 16)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*d = ordinal;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_cuDeviceGetName(char *name, int len, CUdevice d)
+{
+	snprintf(name, (size_t)len, "ODX fake CUDA device %d", d);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_cuDeviceTotalMem(size_t *bytes, CUdevice d)
+{
+	(void)d;
+	*bytes = (size_t)1 << 30;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_cuDeviceGetAttribute(int *pi, CUdevice_attribute a, CUdevice d)
+{
+	(void)d;
+	*pi = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR	  ? 9
+	      : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? 0
+								  : 0;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_cuDeviceGetPCIBusId(char *id, int len, CUdevice d)
+{
+	snprintf(id, (size_t)len, "0000:%02X:00.0", 0xA0 + d);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
+{
+	*c = (CUcontext)(void *)&ctx_token[d];
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_cuDevicePrimaryCtxRelease(CUdevice d)
+{
+	(void)d;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_cuCtxSetCurrent(CUcontext c)
+{
+	current = c;
+	return CUDA_SUCCESS;
+}
+
+/* Like the real driver: work needs a current context, and a poisoned context fails. */
+static CUresult ready(void)
+{
+	if (!current)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return atomic_load(&sticky);
+}
+
+static CUresult f_cuMemGetInfo(size_t *free_bytes, size_t *total)
+{
+	*free_bytes = (size_t)900 << 20;
+	*total = (size_t)1 << 30;
+	return ready();
+}
+
+static CUresult new_token(void **out)
+{
+	CUresult rc = ready();
+
+	if (rc)
+		return rc;
+	*out = malloc(1);
+	atomic_fetch_add(&live, 1);
+	return CUDA_SUCCESS;
+}
+
+static CUresult free_token(void *p)
+{
+	free(p);
+	atomic_fetch_sub(&live, 1);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_cuStreamCreate(CUstream *s, unsigned int flags)
+{
+	(void)flags;
+	return new_token((void **)s);
+}
+
+static CUresult f_cuStreamDestroy(CUstream s)
+{
+	return free_token(s);
+}
+
+static CUresult f_cuStreamSynchronize(CUstream s)
+{
+	(void)s;
+	return ready();
+}
+
+static CUresult f_cuEventCreate(CUevent *e, unsigned int flags)
+{
+	if (!(flags & CU_EVENT_DISABLE_TIMING))
+		return CUDA_ERROR_INVALID_VALUE; /* the backend never needs timing */
+	return new_token((void **)e);
+}
+
+static CUresult f_cuEventDestroy(CUevent e)
+{
+	return free_token(e);
+}
+
+static CUresult f_cuEventRecord(CUevent e, CUstream s)
+{
+	(void)e;
+	(void)s;
+	return ready();
+}
+
+static CUresult f_cuEventQuery(CUevent e)
+{
+	(void)e;
+	return ready();
+}
+
+static CUresult f_cuEventSynchronize(CUevent e)
+{
+	(void)e;
+	return ready();
+}
+
+static CUresult f_cuMemAlloc(CUdeviceptr *p, size_t n)
+{
+	CUresult rc = ready();
+	void *m;
+
+	if (rc)
+		return rc;
+	if (alloc_fail || !(m = malloc(n)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	memset(m, 0xa5, n); /* device memory is not zero: the backend must zero it */
+	atomic_fetch_add(&live, 1);
+	*p = (CUdeviceptr)(uintptr_t)m;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_cuMemFree(CUdeviceptr p)
+{
+	return free_token((void *)(uintptr_t)p);
+}
+
+static CUresult f_cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstream s)
+{
+	CUresult rc = ready();
+
+	(void)s;
+	if (!rc)
+		memset((void *)(uintptr_t)p, v, n);
+	return rc;
+}
+
+static CUresult f_cuMemHostAlloc(void **p, size_t n, unsigned int flags)
+{
+	(void)flags;
+	*p = malloc(n);
+	if (!*p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	atomic_fetch_add(&live, 1);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_cuMemFreeHost(void *p)
+{
+	return free_token(p);
+}
+
+static CUresult f_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+	CUresult rc = ready();
+
+	(void)s;
+	if (!rc)
+		memcpy((void *)(uintptr_t)dst, src, n);
+	return rc;
+}
+
+static CUresult f_cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	CUresult rc = ready();
+
+	(void)s;
+	if (!rc)
+		memcpy(dst, (const void *)(uintptr_t)src, n);
+	return rc;
+}
+
+static CUresult f_cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc,
+				    size_t n, CUstream s)
+{
+	CUresult rc = ready();
+
+	(void)s;
+	if (!dc || !sc)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!rc)
+		memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+	return rc;
+}
+
+static CUresult f_cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned int nopts,
+				     CUjit_option *opts, void **vals)
+{
+	const char *text = image;
+	char *log = NULL;
+	size_t logsize = 0;
+	fake_module *fm;
+	CUresult rc = ready();
+	unsigned i;
+
+	if (rc)
+		return rc;
+	for (i = 0; i < nopts; i++) {
+		if (opts[i] == CU_JIT_ERROR_LOG_BUFFER)
+			log = vals[i];
+		else if (opts[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
+			logsize = (size_t)(uintptr_t)vals[i];
+	}
+	if (strncmp(text, "ODXFAKE:", 8) != 0)
+		return CUDA_ERROR_INVALID_IMAGE;
+	if (strncmp(text + 8, "badptx", 6) == 0) {
+		if (log && logsize)
+			snprintf(log, logsize, "ptxas fatal: fake syntax error on line 1");
+		return CUDA_ERROR_INVALID_PTX;
+	}
+	if (strncmp(text + 8, "sm_90", 5) != 0)
+		return CUDA_ERROR_NO_BINARY_FOR_GPU;
+	fm = calloc(1, sizeof(*fm));
+	atomic_fetch_add(&live, 1);
+	*m = (CUmodule)(void *)fm;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_cuModuleUnload(CUmodule m)
+{
+	return free_token(m);
+}
+
+static CUresult f_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
+{
+	int id = fake_function(name);
+
+	(void)m;
+	if (id < 0)
+		return CUDA_ERROR_NOT_FOUND;
+	*f = (CUfunction)(uintptr_t)id;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_cuFuncGetParamInfo(CUfunction f, size_t index, size_t *off, size_t *size)
+{
+	static const size_t axpy[] = {8, 8, 4, 4};
+
+	if ((uintptr_t)f == FAKE_FN_AXPY && index < 4) {
+		*size = axpy[index];
+		*off = index < 2 ? index * 8 : 16 + (index - 2) * 4;
+		return CUDA_SUCCESS;
+	}
+	if ((uintptr_t)f == FAKE_FN_FAULT && index < 1) {
+		*size = 8;
+		*off = 0;
+		return CUDA_SUCCESS;
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+				 unsigned by, unsigned bz, unsigned shmem, CUstream s,
+				 void **params, void **extra)
+{
+	CUresult rc = ready();
+
+	(void)shmem;
+	(void)s;
+	(void)extra;
+	if (rc)
+		return rc;
+	if (!gx || !gy || !gz || !bx || !by || !bz || bx * by * bz > 1024 || !params)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* A fault shows at the next synchronisation, as on a GPU. */
+	if (launch_error || fake_run((int)(uintptr_t)f, params) != 0)
+		atomic_store(&sticky, launch_error ? launch_error : CUDA_ERROR_ILLEGAL_ADDRESS);
+	return CUDA_SUCCESS;
+}
+
+#define FN(name) {#name, (void (*)(void))f_##name}
+static const struct {
+	const char *name;
+	void (*fn)(void);
+} table[] = {
+	FN(cuInit),
+	FN(cuDriverGetVersion),
+	FN(cuGetErrorName),
+	FN(cuGetErrorString),
+	FN(cuDeviceGetCount),
+	FN(cuDeviceGet),
+	FN(cuDeviceGetName),
+	FN(cuDeviceTotalMem),
+	FN(cuDeviceGetAttribute),
+	FN(cuDeviceGetPCIBusId),
+	FN(cuDevicePrimaryCtxRetain),
+	FN(cuDevicePrimaryCtxRelease),
+	FN(cuCtxSetCurrent),
+	FN(cuMemGetInfo),
+	FN(cuStreamCreate),
+	FN(cuStreamDestroy),
+	FN(cuStreamSynchronize),
+	FN(cuEventCreate),
+	FN(cuEventDestroy),
+	FN(cuEventRecord),
+	FN(cuEventQuery),
+	FN(cuEventSynchronize),
+	FN(cuMemAlloc),
+	FN(cuMemFree),
+	FN(cuMemsetD8Async),
+	FN(cuMemHostAlloc),
+	FN(cuMemFreeHost),
+	FN(cuMemcpyHtoDAsync),
+	FN(cuMemcpyDtoHAsync),
+	FN(cuMemcpyPeerAsync),
+	FN(cuModuleLoadDataEx),
+	FN(cuModuleUnload),
+	FN(cuModuleGetFunction),
+	FN(cuFuncGetParamInfo),
+	FN(cuLaunchKernel),
+};
+
+FAKE_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
+				      cuuint64_t flags, CUdriverProcAddressQueryResult *status);
+FAKE_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
+				      cuuint64_t flags, CUdriverProcAddressQueryResult *status)
+{
+	*pfn = NULL;
+	if (status)
+		*status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+	if (flags != CU_GET_PROC_ADDRESS_DEFAULT || version < 11030)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (strcmp(symbol, "cuFuncGetParamInfo") == 0 && version < 12040) {
+		if (status)
+			*status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+		return CUDA_ERROR_NOT_FOUND;
+	}
+	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+		if (strcmp(table[i].name, symbol) == 0) {
+			memcpy(pfn, &table[i].fn, sizeof(*pfn));
+			if (status)
+				*status = CU_GET_PROC_ADDRESS_SUCCESS;
+			return CUDA_SUCCESS;
+		}
+	return CUDA_ERROR_NOT_FOUND;
+}
