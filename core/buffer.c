@@ -215,7 +215,9 @@ static int stage_one(odx__task *t, odx_buffer *b, int m, bool reads, copy_job **
 	if (reads && b->zero && atomic_load(&r->state) == ODX__INVALID && r->allocated &&
 	    !r->fetching)
 		replica_free(ctx, b, m); /* holds bytes of a failed writer: reallocate zeroed */
-	if (!r->allocated && (rc = replica_alloc(ctx, b, m, reads && b->zero)) != 0)
+	/* Zero-filled while the buffer was never written, so bytes a first W task leaves alone
+	 * read as zeros, like the rest of a new buffer. */
+	if (!r->allocated && (rc = replica_alloc(ctx, b, m, b->zero)) != 0)
 		goto out_unlock;
 	r->pins++;
 	if (!reads || atomic_load(&r->state) != ODX__INVALID)
@@ -266,6 +268,9 @@ bool odx__stage(odx__task *t)
 
 		if (t->args[i].kind != ODX_ARG_BUFFER || !odx__task_dep_access(t, i))
 			continue;
+		/* Releasing a runtime-owned buffer needs no copy anywhere: nothing to stage. */
+		if (t->kind == ODX__TASK_DESTROY && !b->registered)
+			continue;
 		rc = stage_one(t, b, m, odx__task_stage_reads(t, i), &job);
 		if (rc) {
 			int expected = 0;
@@ -301,6 +306,8 @@ void odx__unstage(odx__task *t, int status)
 
 		if (t->args[i].kind != ODX_ARG_BUFFER || !(mode = odx__task_dep_access(t, i)))
 			continue;
+		if (t->kind == ODX__TASK_DESTROY && !b->registered)
+			continue; /* not staged, see odx__stage */
 		writes = !t->no_effect && ((t->kind == ODX__TASK_KERNEL && (mode & ODX_W)) ||
 					   t->kind == ODX__TASK_WRITE);
 		pthread_mutex_lock(&b->lock);

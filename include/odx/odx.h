@@ -430,6 +430,27 @@ ODX_API void odx_event_release(odx_event *ev);
  */
 ODX_API int odx_wait_all(odx_context *ctx, int timeout_ms);
 
+/* ------------------------------------------------------------------------------------------ */
+/* The standard kernel set                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/**
+ * Registers built-in kernel `name` ("odx.axpy_f32"; the "odx." may be left out) on `ctx` with its
+ * signature and every variant this build of ODX carries: host C always, OpenCL C source, SPIR-V
+ * (when glslc was found at build time), CUDA fatbin and PTX (nvcc), HIP code objects (clang with
+ * an amdgcn target). docs/kernels.md documents each kernel's parameters and the grid and block it
+ * expects. The kernel is owned like one from odx_kernel_create (odx_kernel_destroy or
+ * odx_close); each call registers a new one. Unknown names return ODX_ENOENT; *out is not
+ * touched on failure.
+ */
+ODX_API int odx_kernel_builtin(odx_context *ctx, const char *name, odx_kernel **out);
+
+/**
+ * The names of the built-in kernels: sets *names (if not NULL) to a NULL-terminated array in
+ * static storage and returns how many there are.
+ */
+ODX_API int odx_kernel_builtin_list(const char *const **names);
+
 #ifdef __cplusplus
 }
 #endif

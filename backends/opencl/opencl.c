@@ -1,0 +1,747 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * opencl.c - the OpenCL backend: platforms and devices through the ICD loader, buffers, two
+ * in-order queues per device (compute and copy), and completion through event callbacks.
+ *
+ * Completion path: every queued command gets an event with a CL_COMPLETE callback. The callback
+ * runs on a driver thread, so it only hands the command to the device's completion thread, which
+ * calls the core's `done`. That keeps the core's callbacks (which may queue more copies) out of
+ * driver threads and out of the queuing call, as the ABI requires.
+ *
+ * Memory handles are cl_mem values. All selected devices of one platform share one cl_context,
+ * so a buffer of one device is a valid source of clEnqueueCopyBuffer on another.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clb.h"
+
+/* ---- driver ------------------------------------------------------------------------------ */
+
+static int clb_platform_str(clb_state *st, cl_platform_id p, cl_platform_info what, char *buf,
+			    size_t size)
+{
+	buf[0] = '\0';
+	return st->api.clGetPlatformInfo(p, what, size - 1, buf, NULL) == CL_SUCCESS ? 0 : -1;
+}
+
+/* Picks the usable devices of one platform; counts the CPU devices and the unusable ones it
+ * skipped, for the reason given when none is left. */
+static int clb_select_devices(clb_state *st, int pi, bool allow_cpu, int *skipped_cpu,
+			      int *skipped_unusable)
+{
+	cl_device_id ids[CLB_MAX_DEVICES];
+	cl_uint n = 0, i;
+	cl_int err;
+	int first = st->ndevices;
+
+	err = st->api.clGetDeviceIDs(st->platforms[pi].id, CL_DEVICE_TYPE_ALL, CLB_MAX_DEVICES, ids,
+				     &n);
+	if (err == CL_DEVICE_NOT_FOUND)
+		return 0;
+	if (err != CL_SUCCESS)
+		return -1;
+	for (i = 0; i < n && st->ndevices < CLB_MAX_DEVICES; i++) {
+		cl_device_type type = 0;
+		cl_bool avail = CL_FALSE, compiler = CL_FALSE;
+
+		st->api.clGetDeviceInfo(ids[i], CL_DEVICE_TYPE, sizeof(type), &type, NULL);
+		st->api.clGetDeviceInfo(ids[i], CL_DEVICE_AVAILABLE, sizeof(avail), &avail, NULL);
+		st->api.clGetDeviceInfo(ids[i], CL_DEVICE_COMPILER_AVAILABLE, sizeof(compiler),
+					&compiler, NULL);
+		/* Kernels come as OpenCL C source: a device without a compiler cannot run them. */
+		if (!avail || !compiler) {
+			(*skipped_unusable)++;
+			continue;
+		}
+		/* A CPU driver competes with ODX's own host devices; used only when asked for. */
+		if ((type & CL_DEVICE_TYPE_CPU) && !allow_cpu) {
+			(*skipped_cpu)++;
+			continue;
+		}
+		st->devices[st->ndevices].id = ids[i];
+		st->devices[st->ndevices].platform = pi;
+		st->ndevices++;
+	}
+	return st->ndevices - first;
+}
+
+static void clb_close(void *state)
+{
+	clb_state *st = state;
+	int i;
+
+	for (i = 0; i < st->nplatforms; i++)
+		if (st->platforms[i].context)
+			st->api.clReleaseContext(st->platforms[i].context);
+	clb_api_close(&st->api);
+	free(st);
+}
+
+static int clb_open(const odx_backend_host *host, void **state, char *reason, size_t reason_size)
+{
+	cl_platform_id ids[CLB_MAX_PLATFORMS];
+	cl_uint nplat = 0, i;
+	clb_state *st;
+	bool allow_cpu = false;
+	int skipped_cpu = 0, skipped_unusable = 0, rc;
+	cl_int err;
+
+	st = calloc(1, sizeof(*st));
+	if (!st) {
+		snprintf(reason, reason_size, "out of memory");
+		return ODX_ENOMEM;
+	}
+	st->host = host;
+	rc = clb_api_open(&st->api, reason, reason_size);
+	if (rc) {
+		free(st);
+		return rc;
+	}
+	/* A core that does not know the key keeps the default: no CPU devices. */
+	if (ODX_BACKEND_HAS_OP(host, odx_backend_host, config_bool))
+		host->config_bool(host->core, "opencl.allow_cpu", &allow_cpu);
+
+	err = st->api.clGetPlatformIDs(CLB_MAX_PLATFORMS, ids, &nplat);
+	if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR */ || (err == CL_SUCCESS && nplat == 0)) {
+		snprintf(reason, reason_size,
+			 "no OpenCL platform: the ICD loader found no driver "
+			 "(see /etc/OpenCL/vendors)");
+		rc = ODX_EUNAVAIL;
+		goto out_close;
+	}
+	if (err != CL_SUCCESS) {
+		clb_check(err, "clGetPlatformIDs", NULL, 0, reason, reason_size);
+		rc = ODX_EUNAVAIL;
+		goto out_close;
+	}
+	for (i = 0; i < nplat && i < CLB_MAX_PLATFORMS; i++) {
+		clb_platform *p = &st->platforms[st->nplatforms];
+		cl_device_id devs[CLB_MAX_DEVICES];
+		int first = st->ndevices, n, k;
+
+		p->id = ids[i];
+		clb_platform_str(st, ids[i], CL_PLATFORM_NAME, p->name, sizeof(p->name));
+		clb_platform_str(st, ids[i], CL_PLATFORM_VERSION, p->version, sizeof(p->version));
+		n = clb_select_devices(st, st->nplatforms, allow_cpu, &skipped_cpu,
+				       &skipped_unusable);
+		if (n <= 0)
+			continue;
+		/* One context for all of the platform's devices: direct copies between them. */
+		for (k = 0; k < n; k++)
+			devs[k] = st->devices[first + k].id;
+		p->context = st->api.clCreateContext(NULL, (cl_uint)n, devs, NULL, NULL, &err);
+		if (err != CL_SUCCESS) {
+			char msg[256];
+
+			clb_check(err, "clCreateContext", NULL, 0, msg, sizeof(msg));
+			clb_log(st, ODX_LOG_WARN, "opencl: platform '%s' skipped: %s", p->name,
+				msg);
+			st->ndevices = first;
+			continue;
+		}
+		st->nplatforms++;
+	}
+	if (st->ndevices == 0) {
+		if (skipped_cpu > 0)
+			snprintf(reason, reason_size,
+				 "only CPU OpenCL devices (%d, e.g. PoCL; %d other device%s not "
+				 "available or without a compiler); set opencl.allow_cpu = true "
+				 "(ODX_OPENCL_ALLOW_CPU=true) to use them",
+				 skipped_cpu, skipped_unusable, skipped_unusable == 1 ? "" : "s");
+		else
+			snprintf(reason, reason_size,
+				 "no usable OpenCL device on %u platform%s (%d not available or "
+				 "without a compiler)",
+				 (unsigned)nplat, nplat == 1 ? "" : "s", skipped_unusable);
+		rc = ODX_EUNAVAIL;
+		goto out_close;
+	}
+	clb_cache_init(st);
+	*state = st;
+	return 0;
+
+out_close:
+	clb_close(st);
+	return rc;
+}
+
+static int clb_device_count(void *state)
+{
+	return ((clb_state *)state)->ndevices;
+}
+
+/* ---- completion ---------------------------------------------------------------------------- */
+
+static void *clb_completion_main(void *arg)
+{
+	clb_dev *d = arg;
+	clb_op *op;
+	char msg[256];
+
+	pthread_mutex_lock(&d->lock);
+	for (;;) {
+		while (!d->head && !d->stop)
+			pthread_cond_wait(&d->cond, &d->lock);
+		op = d->head;
+		if (!op)
+			break; /* stopping, and every completion was delivered */
+		d->head = op->next;
+		if (!d->head)
+			d->tail = NULL;
+		pthread_mutex_unlock(&d->lock);
+
+		d->st->api.clReleaseEvent(op->event);
+		if (op->status < 0) {
+			/* A negative execution status is the command's error code. */
+			int rc = clb_check(op->status, op->what, d, 0, msg, sizeof(msg));
+
+			op->done(op->arg, rc ? rc : ODX_EBACKEND, msg);
+		} else {
+			op->done(op->arg, 0, NULL);
+		}
+		free(op);
+
+		pthread_mutex_lock(&d->lock);
+		if (--d->inflight == 0)
+			pthread_cond_broadcast(&d->idle_cond);
+	}
+	pthread_mutex_unlock(&d->lock);
+	return NULL;
+}
+
+static void CL_CALLBACK clb_event_cb(cl_event ev, cl_int status, void *arg)
+{
+	clb_op *op = arg;
+	clb_dev *d = op->dev;
+
+	(void)ev;
+	op->status = status;
+	pthread_mutex_lock(&d->lock);
+	if (d->tail)
+		d->tail->next = op;
+	else
+		d->head = op;
+	d->tail = op;
+	pthread_cond_signal(&d->cond);
+	pthread_mutex_unlock(&d->lock);
+}
+
+static clb_op *clb_op_new(clb_dev *d, odx_backend_done_fn done, void *arg, const char *what)
+{
+	clb_op *op = calloc(1, sizeof(*op));
+
+	if (!op)
+		return NULL;
+	op->dev = d;
+	op->done = done;
+	op->arg = arg;
+	snprintf(op->what, sizeof(op->what), "%s", what);
+	return op;
+}
+
+/*
+ * Hands a just-queued command's event to the completion path and submits the queue. On failure
+ * nothing will be reported: the caller returns the error and `done` is never called.
+ */
+static int clb_op_watch(clb_dev *d, cl_command_queue q, clb_op *op, cl_event ev)
+{
+	cl_int err;
+
+	op->event = ev;
+	pthread_mutex_lock(&d->lock);
+	d->inflight++;
+	pthread_mutex_unlock(&d->lock);
+	err = d->st->api.clSetEventCallback(ev, CL_COMPLETE, clb_event_cb, op);
+	if (err != CL_SUCCESS) {
+		/* The command is queued but unobserved: let it finish before the op is gone. */
+		d->st->api.clWaitForEvents(1, &ev);
+		d->st->api.clReleaseEvent(ev);
+		pthread_mutex_lock(&d->lock);
+		if (--d->inflight == 0)
+			pthread_cond_broadcast(&d->idle_cond);
+		pthread_mutex_unlock(&d->lock);
+		return clb_check(err, "clSetEventCallback", d, 0, NULL, 0);
+	}
+	/* Without a flush a driver may hold the command back until the queue fills. */
+	d->st->api.clFlush(q);
+	return 0;
+}
+
+/* ---- devices ------------------------------------------------------------------------------- */
+
+static void clb_device_close(void *dev)
+{
+	clb_dev *d = dev;
+
+	/* Everything queued completes and is delivered before the queues go. */
+	if (d->copy)
+		d->st->api.clFinish(d->copy);
+	if (d->compute)
+		d->st->api.clFinish(d->compute);
+	if (d->thread_started) {
+		pthread_mutex_lock(&d->lock);
+		while (d->inflight > 0)
+			pthread_cond_wait(&d->idle_cond, &d->lock);
+		d->stop = true;
+		pthread_cond_signal(&d->cond);
+		pthread_mutex_unlock(&d->lock);
+		pthread_join(d->thread, NULL);
+	}
+	if (d->copy)
+		d->st->api.clReleaseCommandQueue(d->copy);
+	if (d->compute)
+		d->st->api.clReleaseCommandQueue(d->compute);
+	pthread_mutex_destroy(&d->lock);
+	pthread_cond_destroy(&d->cond);
+	pthread_cond_destroy(&d->idle_cond);
+	free(d);
+}
+
+/* Appends a NUL-terminated device or platform string to the cache identity. */
+static void clb_ident_add(clb_dev *d, const char *s)
+{
+	size_t len = strlen(s) + 1;
+
+	if (d->ident_len + len > sizeof(d->ident))
+		len = sizeof(d->ident) - d->ident_len;
+	memcpy(d->ident + d->ident_len, s, len);
+	d->ident_len += len;
+}
+
+static void clb_fill_ident(clb_dev *d)
+{
+	const clb_api *cl = &d->st->api;
+	const clb_platform *p = &d->st->platforms[d->platform];
+	char buf[256];
+
+	clb_ident_add(d, d->name);
+	buf[0] = '\0';
+	cl->clGetDeviceInfo(d->id, CL_DEVICE_VERSION, sizeof(buf) - 1, buf, NULL);
+	clb_ident_add(d, buf);
+	buf[0] = '\0';
+	cl->clGetDeviceInfo(d->id, CL_DRIVER_VERSION, sizeof(buf) - 1, buf, NULL);
+	clb_ident_add(d, buf);
+	clb_ident_add(d, p->name);
+	clb_ident_add(d, p->version);
+}
+
+static int clb_device_open(void *state, int index, int odx_device, odx_backend_device_props *props,
+			   void **out)
+{
+	clb_state *st = state;
+	const clb_api *cl = &st->api;
+	char msg[256];
+	cl_ulong mem = 0, max_alloc = 0;
+	cl_int err;
+	clb_dev *d;
+	int rc;
+
+	if (index < 0 || index >= st->ndevices)
+		return ODX_EINVAL;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return ODX_ENOMEM;
+	d->st = st;
+	d->id = st->devices[index].id;
+	d->platform = st->devices[index].platform;
+	d->context = st->platforms[d->platform].context;
+	d->odx_device = odx_device;
+	pthread_mutex_init(&d->lock, NULL);
+	pthread_cond_init(&d->cond, NULL);
+	pthread_cond_init(&d->idle_cond, NULL);
+	cl->clGetDeviceInfo(d->id, CL_DEVICE_NAME, sizeof(d->name) - 1, d->name, NULL);
+	cl->clGetDeviceInfo(d->id, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(mem), &mem, NULL);
+	cl->clGetDeviceInfo(d->id, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof(max_alloc), &max_alloc,
+			    NULL);
+	d->global_mem = mem;
+	d->max_alloc = max_alloc ? max_alloc : mem;
+	clb_fill_ident(d);
+
+	d->compute = cl->clCreateCommandQueue(d->context, d->id, 0, &err);
+	if (err == CL_SUCCESS)
+		d->copy = cl->clCreateCommandQueue(d->context, d->id, 0, &err);
+	if (err != CL_SUCCESS) {
+		rc = clb_check(err, "clCreateCommandQueue", d, 0, msg, sizeof(msg));
+		clb_log(st, ODX_LOG_ERROR, "opencl: %s", msg);
+		goto out_close;
+	}
+	if (pthread_create(&d->thread, NULL, clb_completion_main, d) != 0) {
+		rc = ODX_ENOMEM;
+		goto out_close;
+	}
+	d->thread_started = true;
+
+	snprintf(props->name, sizeof(props->name), "%s", d->name);
+	props->memory_bytes = d->global_mem;
+	props->compute_lanes = 1;
+	props->copy_lanes = 1;
+	props->threads = 0;
+	props->pci_bus_id[0] = '\0';
+	props->host_visible = false;
+	clb_log(st, ODX_LOG_INFO,
+		"opencl: device %d: %s on %s, %llu MiB (at most %llu MiB per "
+		"buffer)",
+		odx_device, d->name, st->platforms[d->platform].name,
+		(unsigned long long)(mem >> 20), (unsigned long long)(d->max_alloc >> 20));
+	*out = d;
+	return 0;
+
+out_close:
+	clb_device_close(d);
+	return rc;
+}
+
+/* ---- memory -------------------------------------------------------------------------------- */
+
+static int clb_mem_alloc(void *dev, size_t size, bool zero, uint64_t *handle)
+{
+	clb_dev *d = dev;
+	const clb_api *cl = &d->st->api;
+	const unsigned char pattern = 0;
+	char msg[256];
+	cl_event ev;
+	cl_int err;
+	cl_mem mem;
+	int rc;
+
+	/* Drivers allocate lazily and fail later, on first use: refuse what cannot fit now. */
+	if (size == 0 || size > d->max_alloc ||
+	    atomic_fetch_add(&d->used, size) + size > d->global_mem) {
+		if (size != 0 && size <= d->max_alloc)
+			atomic_fetch_sub(&d->used, size);
+		clb_log(d->st, ODX_LOG_WARN,
+			"opencl: device %d (%s): cannot allocate %zu bytes (%llu in use of %llu; "
+			"at most %llu per buffer)",
+			d->odx_device, d->name, size, (unsigned long long)atomic_load(&d->used),
+			(unsigned long long)d->global_mem, (unsigned long long)d->max_alloc);
+		return size == 0 ? ODX_EINVAL : ODX_ENOMEM;
+	}
+	mem = cl->clCreateBuffer(d->context, CL_MEM_READ_WRITE, size, NULL, &err);
+	if (err != CL_SUCCESS)
+		goto out_fail;
+	if (zero) {
+		/* Synchronous: a launch on the compute queue must not overtake the fill. */
+		err = cl->clEnqueueFillBuffer(d->copy, mem, &pattern, 1, 0, size, 0, NULL, &ev);
+		if (err == CL_SUCCESS) {
+			err = cl->clWaitForEvents(1, &ev);
+			cl->clReleaseEvent(ev);
+		}
+		if (err != CL_SUCCESS) {
+			cl->clReleaseMemObject(mem);
+			goto out_fail;
+		}
+	}
+	*handle = (uint64_t)(uintptr_t)mem;
+	return 0;
+
+out_fail:
+	atomic_fetch_sub(&d->used, size);
+	rc = clb_check(err, "clCreateBuffer", d, size, msg, sizeof(msg));
+	/* The ABI gives mem_alloc no message buffer: the detail goes to the log. */
+	clb_log(d->st, ODX_LOG_WARN, "opencl: %s", msg);
+	return rc;
+}
+
+static void clb_mem_free(void *dev, uint64_t handle, size_t size)
+{
+	clb_dev *d = dev;
+
+	/* The driver keeps the object alive until commands still using it have finished. */
+	d->st->api.clReleaseMemObject((cl_mem)(uintptr_t)handle);
+	atomic_fetch_sub(&d->used, size);
+}
+
+/* ---- copies -------------------------------------------------------------------------------- */
+
+static int clb_copy_h2d(void *dev, uint64_t dst, size_t dst_off, const void *src, size_t n,
+			odx_backend_done_fn done, void *arg)
+{
+	clb_dev *d = dev;
+	clb_op *op = clb_op_new(d, done, arg, "copy host to device");
+	cl_event ev;
+	cl_int err;
+	int rc;
+
+	if (!op)
+		return ODX_ENOMEM;
+	err = d->st->api.clEnqueueWriteBuffer(d->copy, (cl_mem)(uintptr_t)dst, CL_FALSE, dst_off, n,
+					      src, 0, NULL, &ev);
+	if (err != CL_SUCCESS) {
+		free(op);
+		return clb_check(err, "clEnqueueWriteBuffer", d, n, NULL, 0);
+	}
+	rc = clb_op_watch(d, d->copy, op, ev);
+	if (rc)
+		free(op);
+	return rc;
+}
+
+static int clb_copy_d2h(void *dev, void *dst, uint64_t src, size_t src_off, size_t n,
+			odx_backend_done_fn done, void *arg)
+{
+	clb_dev *d = dev;
+	clb_op *op = clb_op_new(d, done, arg, "copy device to host");
+	cl_event ev;
+	cl_int err;
+	int rc;
+
+	if (!op)
+		return ODX_ENOMEM;
+	err = d->st->api.clEnqueueReadBuffer(d->copy, (cl_mem)(uintptr_t)src, CL_FALSE, src_off, n,
+					     dst, 0, NULL, &ev);
+	if (err != CL_SUCCESS) {
+		free(op);
+		return clb_check(err, "clEnqueueReadBuffer", d, n, NULL, 0);
+	}
+	rc = clb_op_watch(d, d->copy, op, ev);
+	if (rc)
+		free(op);
+	return rc;
+}
+
+/* A hop of a staged copy is done: after the first, the bytes are in hop->bounce and go on to
+ * the destination; after the second (or a failure), the core hears of it. */
+static void clb_hop_done(void *arg, int status, const char *msg)
+{
+	clb_op *hop = arg;
+	int rc;
+
+	if (status == 0 && hop->hop_stage == 0) {
+		hop->hop_stage = 1;
+		rc = clb_copy_h2d(hop->hop_dev, (uint64_t)(uintptr_t)hop->hop_dst, hop->hop_off,
+				  hop->bounce, hop->hop_n, clb_hop_done, hop);
+		if (rc == 0)
+			return;
+		status = rc;
+		msg = "could not queue the second hop of a copy between OpenCL contexts";
+	}
+	free(hop->bounce);
+	hop->done(hop->arg, status, msg);
+	free(hop);
+}
+
+/* Devices of different platforms share no context: read into host memory, then write. */
+static int clb_copy_staged(clb_dev *d, cl_mem dst, size_t dst_off, clb_dev *s, cl_mem src,
+			   size_t src_off, size_t n, odx_backend_done_fn done, void *arg)
+{
+	clb_op *hop = calloc(1, sizeof(*hop));
+	int rc;
+
+	if (!hop)
+		return ODX_ENOMEM;
+	hop->bounce = malloc(n);
+	if (!hop->bounce) {
+		free(hop);
+		return ODX_ENOMEM;
+	}
+	hop->done = done;
+	hop->arg = arg;
+	hop->hop_dev = d;
+	hop->hop_dst = dst;
+	hop->hop_off = dst_off;
+	hop->hop_n = n;
+	rc = clb_copy_d2h(s, hop->bounce, (uint64_t)(uintptr_t)src, src_off, n, clb_hop_done, hop);
+	if (rc) {
+		free(hop->bounce);
+		free(hop);
+	}
+	return rc;
+}
+
+static int clb_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev, uint64_t src,
+			size_t src_off, size_t n, odx_backend_done_fn done, void *arg)
+{
+	clb_dev *d = dev, *s = src_dev;
+	clb_op *op;
+	cl_event ev;
+	cl_int err;
+	int rc;
+
+	if (s->context != d->context)
+		return clb_copy_staged(d, (cl_mem)(uintptr_t)dst, dst_off, s,
+				       (cl_mem)(uintptr_t)src, src_off, n, done, arg);
+	op = clb_op_new(d, done, arg, "copy device to device");
+	if (!op)
+		return ODX_ENOMEM;
+	/* Same context: the runtime moves the bytes between the devices itself. */
+	err = d->st->api.clEnqueueCopyBuffer(d->copy, (cl_mem)(uintptr_t)src,
+					     (cl_mem)(uintptr_t)dst, src_off, dst_off, n, 0, NULL,
+					     &ev);
+	if (err != CL_SUCCESS) {
+		free(op);
+		return clb_check(err, "clEnqueueCopyBuffer", d, n, NULL, 0);
+	}
+	rc = clb_op_watch(d, d->copy, op, ev);
+	if (rc)
+		free(op);
+	return rc;
+}
+
+/* ---- launch -------------------------------------------------------------------------------- */
+
+static const char *clb_kind_name(odx_arg_kind k)
+{
+	switch (k) {
+	case ODX_ARG_BUFFER:
+		return "buffer";
+	case ODX_ARG_I32:
+		return "i32";
+	case ODX_ARG_I64:
+		return "i64";
+	case ODX_ARG_F32:
+		return "f32";
+	case ODX_ARG_F64:
+		return "f64";
+	default:
+		return "?";
+	}
+}
+
+/* Sets one argument; refuses a kind the kernel's parameter does not take. */
+static int clb_set_arg(clb_dev *d, clb_module *m, cl_uint i, const odx_backend_arg *a,
+		       odx_backend_launch *l)
+{
+	const void *value = &a->v;
+	size_t size;
+	cl_mem mem;
+	cl_int err;
+
+	if (m->arg_kind[i] != 0 && m->arg_kind[i] != a->kind) {
+		snprintf(l->error, l->error_size,
+			 "kernel '%s' parameter %u is '%s' (takes %s), the task passes %s",
+			 m->entry, (unsigned)i, m->arg_type[i], clb_kind_name(m->arg_kind[i]),
+			 clb_kind_name(a->kind));
+		return ODX_EINVAL;
+	}
+	switch (a->kind) {
+	case ODX_ARG_BUFFER:
+		mem = (cl_mem)(uintptr_t)a->mem;
+		value = &mem;
+		size = sizeof(mem);
+		break;
+	case ODX_ARG_I32:
+	case ODX_ARG_F32:
+		size = 4;
+		break;
+	case ODX_ARG_I64:
+	case ODX_ARG_F64:
+		size = 8;
+		break;
+	default:
+		snprintf(l->error, l->error_size, "argument %u: unknown kind %d", (unsigned)i,
+			 (int)a->kind);
+		return ODX_EINVAL;
+	}
+	err = d->st->api.clSetKernelArg(m->kernel, i, size, value);
+	if (err != CL_SUCCESS) {
+		l->native = err;
+		return clb_check(err, "clSetKernelArg", d, 0, l->error, l->error_size);
+	}
+	return 0;
+}
+
+static int clb_launch(void *dev, odx_backend_launch *l, odx_backend_done_fn done, void *arg)
+{
+	clb_dev *d = dev;
+	clb_module *m = l->module;
+	size_t global[3], local[3], group = 1;
+	char what[96];
+	cl_event ev;
+	cl_int err;
+	clb_op *op;
+	int i, rc;
+
+	l->error[0] = '\0';
+	if (!m) {
+		snprintf(l->error, l->error_size, "no OpenCL program loaded for this kernel");
+		return ODX_EINVAL;
+	}
+	/* The signature and the OpenCL C source are written apart: check they agree. */
+	if (l->nargs != (int)m->nargs) {
+		snprintf(
+			l->error, l->error_size,
+			"kernel '%s' takes %u arguments in its OpenCL C source, the task passes %d",
+			m->entry, (unsigned)m->nargs, l->nargs);
+		return ODX_EINVAL;
+	}
+	for (i = 0; i < l->nargs; i++) {
+		rc = clb_set_arg(d, m, (cl_uint)i, &l->args[i], l);
+		if (rc)
+			return rc;
+	}
+	for (i = 0; i < 3; i++) {
+		global[i] = (size_t)l->grid[i] * l->block[i];
+		local[i] = l->block[i];
+		group *= local[i];
+	}
+	if (m->max_group && group > m->max_group) {
+		snprintf(l->error, l->error_size,
+			 "kernel '%s': work-groups of %zu items, the device takes at most %zu",
+			 m->entry, group, m->max_group);
+		return ODX_EINVAL;
+	}
+	snprintf(what, sizeof(what), "kernel '%s'", m->entry);
+	op = clb_op_new(d, done, arg, what);
+	if (!op)
+		return ODX_ENOMEM;
+	err = d->st->api.clEnqueueNDRangeKernel(d->compute, m->kernel, 3, NULL, global, local, 0,
+						NULL, &ev);
+	if (err != CL_SUCCESS) {
+		free(op);
+		l->native = err;
+		return clb_check(err, "clEnqueueNDRangeKernel", d, 0, l->error, l->error_size);
+	}
+	rc = clb_op_watch(d, d->compute, op, ev);
+	if (rc) {
+		free(op);
+		snprintf(l->error, l->error_size, "cannot watch the launch's completion");
+		return rc;
+	}
+	return ODX_BACKEND_PENDING;
+}
+
+static bool clb_can_run(void *dev, const odx_kernel_variant *v)
+{
+	(void)dev;
+	return v->backend == ODX_BACKEND_OPENCL && v->format == ODX_FORMAT_OPENCL_C;
+}
+
+static const odx_backend_ops clb_ops = {
+	.size = sizeof(odx_backend_ops),
+	.open = clb_open,
+	.close = clb_close,
+	.device_count = clb_device_count,
+	.device_open = clb_device_open,
+	.device_close = clb_device_close,
+	.mem_alloc = clb_mem_alloc,
+	.mem_free = clb_mem_free,
+	.copy_h2d = clb_copy_h2d,
+	.copy_d2h = clb_copy_d2h,
+	.copy_d2d = clb_copy_d2d,
+	.module_load = clb_module_load,
+	.module_unload = clb_module_unload,
+	.launch = clb_launch,
+	.can_run = clb_can_run,
+};
+
+static const odx_backend_descriptor clb_descriptor = {
+	.size = sizeof(odx_backend_descriptor),
+	.abi_version = ODX_BACKEND_ABI_VERSION,
+	.name = "opencl",
+	.kind = ODX_BACKEND_OPENCL,
+	.description = "OpenCL through the ICD loader (libOpenCL.so.1), kernels from OpenCL C",
+	.ops = &clb_ops,
+};
+
+__attribute__((visibility("default"))) int odx_backend_entry(uint32_t core_abi_version,
+							     const odx_backend_descriptor **out);
+__attribute__((visibility("default"))) int odx_backend_entry(uint32_t core_abi_version,
+							     const odx_backend_descriptor **out)
+{
+	if ((core_abi_version >> 16) != ODX_BACKEND_ABI_MAJOR)
+		return ODX_ENOSYS;
+	*out = &clb_descriptor;
+	return 0;
+}

@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* builtin.h - internal: the standard kernel set's list and its host variants. */
+#ifndef ODX_KERNELS_BUILTIN_H
+#define ODX_KERNELS_BUILTIN_H
+
+#include "odx/odx.h"
+
+/* X(name): every kernel of the standard set, registered as "odx.<name>". */
+#define ODX__STD_KERNELS(X)                                                                        \
+	X(fill_u32)                                                                                \
+	X(copy_u32)                                                                                \
+	X(scale_f32)                                                                               \
+	X(axpy_f32)                                                                                \
+	X(reduce_sum_f32)                                                                          \
+	X(gemm_f32)                                                                                \
+	X(hash_partition_u32)                                                                      \
+	X(histogram_u32)                                                                           \
+	X(groupby_sum_i32)
+
+#define ODX__DECLARE_HOST(k) int odx__host_##k(const odx_host_launch *l);
+ODX__STD_KERNELS(ODX__DECLARE_HOST)
+#undef ODX__DECLARE_HOST
+
+#endif /* ODX_KERNELS_BUILTIN_H */

@@ -1,0 +1,24 @@
+#version 450
+/* SPDX-License-Identifier: Apache-2.0 */
+/* odx.hash_partition_u32 - GLSL twin of kernels/src/hash_partition_u32.cl; bindings and push constants follow docs/kernel-abi.md. */
+layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
+layout(set = 0, binding = 0) readonly buffer Keys { uint keys[]; };
+layout(set = 0, binding = 1) writeonly buffer Buckets { uint buckets[]; };
+layout(push_constant, std430) uniform Args { int n; int parts; };
+
+void main()
+{
+	uint gsize = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+
+	for (uint i = gl_GlobalInvocationID.x; i < uint(n); i += gsize) {
+		uint h = keys[i];
+
+		/* MurmurHash3 fmix32 */
+		h ^= h >> 16;
+		h *= 0x85ebca6bu;
+		h ^= h >> 13;
+		h *= 0xc2b2ae35u;
+		h ^= h >> 16;
+		buckets[i] = h % uint(parts);
+	}
+}

@@ -1,0 +1,228 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * host_kernels.c - the host (C) variants of the standard kernels.
+ *
+ * The kernel sources in src/ are compiled here as C through odx_dialect.h: each kernel becomes a
+ * static function run once per work-item, and the wrappers below unpack an odx_host_launch,
+ * check that every buffer holds what the scalars promise (a GPU variant cannot refuse a launch;
+ * the reference can), and walk the work-groups [group_first, group_first + group_count) and
+ * their work-items. Several threads of a host device may run disjoint group ranges at once.
+ */
+#include <stdio.h>
+
+#include "builtin.h"
+#include "odx_dialect.h"
+
+#include "src/axpy_f32.cl"
+#include "src/copy_u32.cl"
+#include "src/fill_u32.cl"
+#include "src/gemm_f32.cl"
+#include "src/groupby_sum_i32.cl"
+#include "src/hash_partition_u32.cl"
+#include "src/histogram_u32.cl"
+#include "src/reduce_sum_f32.cl"
+#include "src/scale_f32.cl"
+
+/* A position in the launch: the work-item `it` of linear group `g` (< end). */
+typedef struct walk {
+	odx_item it;
+	uint64_t g, end;
+} walk;
+
+static void walk_group(walk *w)
+{
+	uint64_t g = w->g;
+
+	w->it.group[0] = (uint32_t)(g % w->it.grid[0]);
+	g /= w->it.grid[0];
+	w->it.group[1] = (uint32_t)(g % w->it.grid[1]);
+	w->it.group[2] = (uint32_t)(g / w->it.grid[1]);
+	w->it.local[0] = w->it.local[1] = w->it.local[2] = 0;
+}
+
+static void walk_first(walk *w, const odx_host_launch *l)
+{
+	for (int d = 0; d < 3; d++) {
+		w->it.grid[d] = l->grid[d] ? l->grid[d] : 1;
+		w->it.block[d] = l->block[d] ? l->block[d] : 1;
+	}
+	w->g = l->group_first;
+	w->end = l->group_first + l->group_count;
+	walk_group(w);
+}
+
+static void walk_next(walk *w)
+{
+	odx_item *it = &w->it;
+
+	if (++it->local[0] < it->block[0])
+		return;
+	it->local[0] = 0;
+	if (++it->local[1] < it->block[1])
+		return;
+	it->local[1] = 0;
+	if (++it->local[2] < it->block[2])
+		return;
+	w->g++;
+	walk_group(w);
+}
+
+static int32_t arg_i32(const odx_host_launch *l, int p)
+{
+	return *(const int32_t *)l->scalars[p];
+}
+
+static float arg_f32(const odx_host_launch *l, int p)
+{
+	return *(const float *)l->scalars[p];
+}
+
+/* Buffer parameter `b` must hold `count` elements of `elem` bytes (count >= 0). */
+static int check_buffer(const odx_host_launch *l, const char *kernel, int b, int64_t count,
+			size_t elem)
+{
+	if (count < 0) {
+		snprintf(l->error, l->error_size, "%s: negative element count %lld", kernel,
+			 (long long)count);
+		return -1;
+	}
+	if ((uint64_t)count * elem > l->buffer_sizes[b]) {
+		snprintf(l->error, l->error_size,
+			 "%s: buffer %d holds %zu bytes, the launch needs %llu x %zu", kernel, b,
+			 l->buffer_sizes[b], (unsigned long long)count, elem);
+		return -1;
+	}
+	return 0;
+}
+
+static int fail(const odx_host_launch *l, const char *msg)
+{
+	snprintf(l->error, l->error_size, "%s", msg);
+	return -1;
+}
+
+int odx__host_fill_u32(const odx_host_launch *l)
+{
+	int32_t value = arg_i32(l, 1), n = arg_i32(l, 2);
+	walk w;
+
+	if (check_buffer(l, "odx.fill_u32", 0, n, 4))
+		return 1;
+	for (walk_first(&w, l); w.g < w.end; walk_next(&w))
+		odx_fill_u32(&w.it, l->buffers[0], value, n);
+	return 0;
+}
+
+int odx__host_copy_u32(const odx_host_launch *l)
+{
+	int32_t n = arg_i32(l, 2);
+	walk w;
+
+	if (check_buffer(l, "odx.copy_u32", 0, n, 4) || check_buffer(l, "odx.copy_u32", 1, n, 4))
+		return 1;
+	for (walk_first(&w, l); w.g < w.end; walk_next(&w))
+		odx_copy_u32(&w.it, l->buffers[0], l->buffers[1], n);
+	return 0;
+}
+
+int odx__host_scale_f32(const odx_host_launch *l)
+{
+	float a = arg_f32(l, 1);
+	int32_t n = arg_i32(l, 2);
+	walk w;
+
+	if (check_buffer(l, "odx.scale_f32", 0, n, 4))
+		return 1;
+	for (walk_first(&w, l); w.g < w.end; walk_next(&w))
+		odx_scale_f32(&w.it, l->buffers[0], a, n);
+	return 0;
+}
+
+int odx__host_axpy_f32(const odx_host_launch *l)
+{
+	float a = arg_f32(l, 2);
+	int32_t n = arg_i32(l, 3);
+	walk w;
+
+	if (check_buffer(l, "odx.axpy_f32", 0, n, 4) || check_buffer(l, "odx.axpy_f32", 1, n, 4))
+		return 1;
+	for (walk_first(&w, l); w.g < w.end; walk_next(&w))
+		odx_axpy_f32(&w.it, l->buffers[0], l->buffers[1], a, n);
+	return 0;
+}
+
+int odx__host_reduce_sum_f32(const odx_host_launch *l)
+{
+	int32_t n = arg_i32(l, 2);
+	walk w;
+
+	if (l->block[0] > ODX_REDUCE_MAX_BLOCK || l->block[1] > 1 || l->block[2] > 1 ||
+	    l->grid[1] > 1 || l->grid[2] > 1)
+		return fail(l, "odx.reduce_sum_f32: needs a 1-D launch with block.x <= 256");
+	if (check_buffer(l, "odx.reduce_sum_f32", 0, n, 4) ||
+	    check_buffer(l, "odx.reduce_sum_f32", 1, l->grid[0], 4))
+		return 1;
+	for (walk_first(&w, l); w.g < w.end; walk_next(&w))
+		odx_reduce_sum_f32(&w.it, l->buffers[0], l->buffers[1], n);
+	return 0;
+}
+
+int odx__host_gemm_f32(const odx_host_launch *l)
+{
+	int32_t m = arg_i32(l, 3), n = arg_i32(l, 4), k = arg_i32(l, 5);
+	walk w;
+
+	if (l->block[0] != ODX_GEMM_TILE || l->block[1] != ODX_GEMM_TILE || l->block[2] > 1)
+		return fail(l, "odx.gemm_f32: needs block = (16, 16, 1)");
+	if (m < 0 || n < 0 || k < 0)
+		return fail(l, "odx.gemm_f32: negative dimension");
+	if (check_buffer(l, "odx.gemm_f32", 0, (int64_t)m * k, 4) ||
+	    check_buffer(l, "odx.gemm_f32", 1, (int64_t)k * n, 4) ||
+	    check_buffer(l, "odx.gemm_f32", 2, (int64_t)m * n, 4))
+		return 1;
+	for (walk_first(&w, l); w.g < w.end; walk_next(&w))
+		odx_gemm_f32(&w.it, l->buffers[0], l->buffers[1], l->buffers[2], m, n, k);
+	return 0;
+}
+
+int odx__host_hash_partition_u32(const odx_host_launch *l)
+{
+	int32_t n = arg_i32(l, 2), parts = arg_i32(l, 3);
+	walk w;
+
+	if (parts < 1)
+		return fail(l, "odx.hash_partition_u32: parts must be >= 1");
+	if (check_buffer(l, "odx.hash_partition_u32", 0, n, 4) ||
+	    check_buffer(l, "odx.hash_partition_u32", 1, n, 4))
+		return 1;
+	for (walk_first(&w, l); w.g < w.end; walk_next(&w))
+		odx_hash_partition_u32(&w.it, l->buffers[0], l->buffers[1], n, parts);
+	return 0;
+}
+
+int odx__host_histogram_u32(const odx_host_launch *l)
+{
+	int32_t n = arg_i32(l, 2), nbins = arg_i32(l, 3);
+	walk w;
+
+	if (check_buffer(l, "odx.histogram_u32", 0, n, 4) ||
+	    check_buffer(l, "odx.histogram_u32", 1, nbins, 4))
+		return 1;
+	for (walk_first(&w, l); w.g < w.end; walk_next(&w))
+		odx_histogram_u32(&w.it, l->buffers[0], l->buffers[1], n, nbins);
+	return 0;
+}
+
+int odx__host_groupby_sum_i32(const odx_host_launch *l)
+{
+	int32_t n = arg_i32(l, 3), nkeys = arg_i32(l, 4);
+	walk w;
+
+	if (check_buffer(l, "odx.groupby_sum_i32", 0, n, 4) ||
+	    check_buffer(l, "odx.groupby_sum_i32", 1, n, 4) ||
+	    check_buffer(l, "odx.groupby_sum_i32", 2, nkeys, 4))
+		return 1;
+	for (walk_first(&w, l); w.g < w.end; walk_next(&w))
+		odx_groupby_sum_i32(&w.it, l->buffers[0], l->buffers[1], l->buffers[2], n, nkeys);
+	return 0;
+}
