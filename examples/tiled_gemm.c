@@ -2,13 +2,18 @@
 /*
  * tiled_gemm.c - C = A x B in single precision, one task per tile product.
  *
- * The N x N matrices are cut into T x T tiles, each tile its own ODX buffer. The task
- * "gemm i,j,k" computes C[i][j] += A[i][k] * B[k][j] (C tile RW, A and B tiles R); ODX orders the
- * k-chain of each C tile from the access modes and runs different C tiles side by side on every
- * device. Inside a task the tile's rows are split into work-groups, so a host device with several
- * threads also parallelises within one tile.
+ * The N x N matrices are cut into T x T tiles, each tile its own ODX buffer. It uses the
+ * standard kernels, which have a variant for every backend, so the same binary runs on host
+ * devices, Vulkan, OpenCL or CUDA by configuration alone (ODX_BACKENDS=vulkan tiled_gemm):
  *
- *	usage: tiled_gemm [N [T]]	(default 1024 128; T must divide N)
+ *   "gemm i,j,k"  P = A[i][k] * B[k][j]       odx.gemm_f32 (A, B read; P written)
+ *   "acc i,j,k"   C[i][j] = 1 * P + C[i][j]   odx.axpy_f32 (P read; C tile read-write)
+ *
+ * ODX orders everything from the access modes alone: the k-chain of each C tile, and the reuse of
+ * its two product tiles P (double-buffered, so product k+1 overlaps accumulation k). Different C
+ * tiles run side by side on every device.
+ *
+ *	usage: tiled_gemm [N [T]]	(default 1024 128; T must divide N and be a multiple of 16)
  *	       ODX_HOST_DEVICES=2 ODX_TRACE=gemm.json tiled_gemm
  */
 #include <float.h>
@@ -23,7 +28,6 @@
 
 #define PROGRAM "tiled_gemm"
 
-#define ROWS_PER_GROUP 16	/* rows of a C tile per work-group */
 #define SAMPLES 16		/* rows and columns checked when N is too large to check fully */
 
 static void check(odx_context *ctx, int rc, const char *what)
@@ -95,31 +99,6 @@ static float rng_float(uint64_t *state)
  * work-groups [group_first, group_first + group_count). i-k-j order: the inner loop streams a
  * row of B and a row of C, both contiguous, and vectorises.
  */
-static int gemm_kernel(const odx_host_launch *l)
-{
-	float *restrict c = l->buffers[0];
-	const float *restrict a = l->buffers[1];
-	const float *restrict b = l->buffers[2];
-	size_t t = (size_t)*(const int32_t *)l->scalars[3];
-	size_t rows = (t + l->grid[0] - 1) / l->grid[0];
-	size_t row_lo = l->group_first * rows;
-	size_t row_hi = (l->group_first + l->group_count) * rows;
-
-	if (row_hi > t)
-		row_hi = t;
-	for (size_t i = row_lo; i < row_hi; i++) {
-		float *restrict crow = c + i * t;
-
-		for (size_t k = 0; k < t; k++) {
-			const float aik = a[i * t + k];
-			const float *restrict brow = b + k * t;
-
-			for (size_t j = 0; j < t; j++)
-				crow[j] += aik * brow[j];
-		}
-	}
-	return 0;
-}
 
 /* Copies tile (ti, tj) of the n x n matrix m into or out of a contiguous t x t tile. */
 static void tile_copy(float *m, float *tile, size_t n, size_t t, size_t ti, size_t tj, int out)
@@ -177,8 +156,9 @@ int main(int argc, char **argv)
 	size_t n = argc > 1 ? strtoull(argv[1], NULL, 0) : 1024;
 	size_t t = argc > 2 ? strtoull(argv[2], NULL, 0) : 128;
 
-	if (n == 0 || t == 0 || n % t || t > INT32_MAX) {
-		fprintf(stderr, "usage: %s [N [T]]  (tile size T must divide N)\n", argv[0]);
+	if (n == 0 || t == 0 || n % t || t % 16 || t > 46340) {
+		fprintf(stderr, "usage: %s [N [T]]  (tile size T: a multiple of 16 dividing N)\n",
+			argv[0]);
 		return 2;
 	}
 	size_t nt = n / t;			 /* tiles per dimension */
@@ -186,20 +166,10 @@ int main(int argc, char **argv)
 
 	odx_context *ctx = open_context();
 
-	const odx_param params[] = {
-		{ODX_ARG_BUFFER, ODX_RW, "C"},
-		{ODX_ARG_BUFFER, ODX_R, "A"},
-		{ODX_ARG_BUFFER, ODX_R, "B"},
-		{ODX_ARG_I32, 0, "T"},
-	};
-	const odx_kernel_variant variant = {
-		.backend = ODX_BACKEND_HOST,
-		.format = ODX_FORMAT_HOST_FN,
-		.host_fn = gemm_kernel,
-	};
-	odx_kernel *gemm;
-	check(ctx, odx_kernel_create(ctx, "gemm", params, 4, &variant, 1, &gemm),
-	      "odx_kernel_create");
+	/* The standard kernels: one variant per backend, all built into libodx. */
+	odx_kernel *gemm, *axpy;
+	check(ctx, odx_kernel_builtin(ctx, "odx.gemm_f32", &gemm), "odx_kernel_builtin");
+	check(ctx, odx_kernel_builtin(ctx, "odx.axpy_f32", &axpy), "odx_kernel_builtin");
 
 	/* A and B in host memory for the reference; each tile is written into its own buffer. */
 	float *a = xmalloc(n * n * sizeof(float));
@@ -216,32 +186,48 @@ int main(int argc, char **argv)
 	odx_buffer **at = xmalloc(nt * nt * sizeof(*at));
 	odx_buffer **bt = xmalloc(nt * nt * sizeof(*bt));
 	odx_buffer **ct = xmalloc(nt * nt * sizeof(*ct));
+	odx_buffer **pt = xmalloc(2 * nt * nt * sizeof(*pt)); /* two product tiles per C tile */
 	for (size_t id = 0; id < nt * nt; id++) {
 		at[id] = tile_buffer(ctx, a, tile, n, t, id / nt, id % nt);
 		bt[id] = tile_buffer(ctx, b, tile, n, t, id / nt, id % nt);
 		ct[id] = tile_buffer(ctx, NULL, NULL, n, t, 0, 0);
+		pt[2 * id] = tile_buffer(ctx, NULL, NULL, n, t, 0, 0);
+		pt[2 * id + 1] = tile_buffer(ctx, NULL, NULL, n, t, 0, 0);
 	}
 
 	/*
 	 * k outermost: each wave submits nt * nt independent tile products, so every device has
 	 * work at once; the k-chain of one C tile is ordered by its RW access.
 	 */
-	uint32_t groups = (uint32_t)((t + ROWS_PER_GROUP - 1) / ROWS_PER_GROUP);
+	const int32_t ti = (int32_t)t, tt = (int32_t)(t * t);
+	const odx_task_opts gemm_opts = {.grid = {(uint32_t)t / 16, (uint32_t)t / 16, 1},
+					 .block = {16, 16, 1}};
+	const odx_task_opts acc_opts = {.grid = {(uint32_t)((t * t + 255) / 256), 1, 1},
+					.block = {256, 1, 1}};
 	double t0 = now_s();
 	for (size_t k = 0; k < nt; k++) {
 		for (size_t i = 0; i < nt; i++) {
 			for (size_t j = 0; j < nt; j++) {
+				odx_buffer *p = pt[2 * (i * nt + j) + k % 2];
 				char tag[72]; /* fits any "gemm i,j,k"; ODX keeps 63 chars */
-				odx_task_opts opts = {.tag = tag, .grid = {groups, 1, 1}};
-				const odx_arg args[] = {
-					ODX_BUF(ct[i * nt + j], ODX_RW),
-					ODX_BUF(at[i * nt + k], ODX_R),
-					ODX_BUF(bt[k * nt + j], ODX_R),
-					ODX_I32((int32_t)t),
+				odx_task_opts opts = gemm_opts;
+				const odx_arg gemm_args[] = {
+					ODX_BUF(at[i * nt + k], ODX_R), ODX_BUF(bt[k * nt + j], ODX_R),
+					ODX_BUF(p, ODX_W), ODX_I32(ti), ODX_I32(ti), ODX_I32(ti),
+				};
+				const odx_arg acc_args[] = {
+					ODX_BUF(p, ODX_R), ODX_BUF(ct[i * nt + j], ODX_RW),
+					ODX_F32(1.0f), ODX_I32(tt),
 				};
 
 				snprintf(tag, sizeof(tag), "gemm %zu,%zu,%zu", i, j, k);
-				check(ctx, odx_submit(ctx, gemm, args, 4, &opts, NULL),
+				opts.tag = tag;
+				check(ctx, odx_submit(ctx, gemm, gemm_args, 6, &opts, NULL),
+				      "odx_submit");
+				opts = acc_opts;
+				snprintf(tag, sizeof(tag), "acc %zu,%zu,%zu", i, j, k);
+				opts.tag = tag;
+				check(ctx, odx_submit(ctx, axpy, acc_args, 4, &opts, NULL),
 				      "odx_submit");
 			}
 		}
@@ -276,8 +262,11 @@ int main(int argc, char **argv)
 	}
 
 	double flops = 2.0 * n * n * n;
-	printf("tiled_gemm: N=%zu T=%zu tiles=%zux%zu tasks=%zu devices=%d\n", n, t, nt, nt,
-	       nt * nt * nt, odx_device_count(ctx));
+	odx_device_info dev;
+	check(ctx, odx_device_get_info(ctx, 0, &dev), "odx_device_get_info");
+	printf("tiled_gemm: N=%zu T=%zu tiles=%zux%zu tasks=%zu devices=%d (%s: %s)\n", n, t, nt,
+	       nt, 2 * nt * nt * nt, odx_device_count(ctx), odx_backend_kind_name(dev.kind),
+	       dev.name);
 	printf("  verify  %s (%zu of %zu elements checked wrong, worst relative error %.2g)\n",
 	       bad ? "FAILED" : "ok", bad, checked, worst);
 	printf("  time    %.3f s (first submit to odx_wait_all)\n", elapsed);
@@ -287,6 +276,8 @@ int main(int argc, char **argv)
 		check(ctx, odx_buffer_destroy(at[i]), "odx_buffer_destroy");
 		check(ctx, odx_buffer_destroy(bt[i]), "odx_buffer_destroy");
 		check(ctx, odx_buffer_destroy(ct[i]), "odx_buffer_destroy");
+		check(ctx, odx_buffer_destroy(pt[2 * i]), "odx_buffer_destroy");
+		check(ctx, odx_buffer_destroy(pt[2 * i + 1]), "odx_buffer_destroy");
 	}
 	/* The trace, if asked for, is written by odx_close. */
 	check(NULL, odx_close(ctx), "odx_close");
@@ -294,6 +285,7 @@ int main(int argc, char **argv)
 	if (trace && *trace)
 		printf("  trace   %s (open it in https://ui.perfetto.dev)\n", trace);
 
+	free(pt);
 	free(ct);
 	free(bt);
 	free(at);
