@@ -107,6 +107,13 @@ static const struct key_def keys[] = {
 			"NN%: share of RAM)",
 	},
 	{
+		.name = "host.async",
+		.type = KEY_BOOL,
+		.def = "false",
+		.help = "run host kernels on a compute-lane thread with asynchronous, in-order "
+			"completion, as GPU backends do (exercises those paths without a GPU)",
+	},
+	{
 		.name = "host.bind",
 		.type = KEY_BOOL,
 		.def = "true",

@@ -21,6 +21,7 @@
 typedef struct host_state {
 	const odx_backend_host *env;
 	int ndevices;
+	bool async;      /* host.async: a compute-lane thread, completion by callback */
 	unsigned threads;
 	uint64_t memory;
 } host_state;
@@ -34,6 +35,20 @@ typedef struct host_job {
 	odx_backend_done_fn done;
 	void *arg;
 } host_job;
+
+/* A launch queued on the asynchronous compute lane: everything copied out of the caller's
+ * odx_backend_launch, which is valid only during the call. */
+typedef struct host_exec {
+	struct host_exec *next;
+	const odx_kernel_variant *variant;
+	odx_backend_arg args[HOST_MAX_PARAMS];
+	int nargs;
+	uint32_t grid[3], block[3];
+	int device;
+	char tag[64];
+	odx_backend_done_fn done;
+	void *arg;
+} host_exec;
 
 typedef struct host_dev host_dev;
 
@@ -56,6 +71,12 @@ struct host_dev {
 	pthread_cond_t copy_cond;
 	host_job *head, *tail;
 	bool copy_stop;
+
+	/* asynchronous compute lane (host.async): one thread running launches in order */
+	pthread_t compute_thread;
+	bool compute_started;
+	struct host_exec *exec_head, *exec_tail;
+	bool compute_stop;
 
 	/* compute helpers: one generation per split launch */
 	host_helper *helpers;
@@ -92,6 +113,7 @@ static int host_open(const odx_backend_host *env, void **state, char *reason, si
 	env->config_int(env->core, "host.devices", &ndevices);
 	env->config_int(env->core, "host.threads", &threads);
 	env->config_size(env->core, "host.memory", env->host_memory, &st->memory);
+	env->config_bool(env->core, "host.async", &st->async);
 	st->ndevices = ndevices > 0 ? (int)ndevices : 1;
 	if (threads == 0)
 		threads = env->host_cores / (unsigned)st->ndevices;
@@ -193,6 +215,7 @@ static void *helper_main(void *arg)
 }
 
 static void host_device_close(void *dev);
+static void *compute_lane_main(void *arg);
 
 static int host_device_open(void *state, int index, int odx_device, odx_backend_device_props *props,
 			    void **out)
@@ -226,14 +249,20 @@ static int host_device_open(void *state, int index, int odx_device, odx_backend_
 			goto out_close;
 		d->started = i;
 	}
-	snprintf(props->name, sizeof(props->name), "host device %d (%u thread%s)", index,
-		 d->threads, d->threads == 1 ? "" : "s");
+	if (st->async) {
+		if (pthread_create(&d->compute_thread, NULL, compute_lane_main, d) != 0)
+			goto out_close;
+		d->compute_started = true;
+	}
+	snprintf(props->name, sizeof(props->name), "host device %d (%u thread%s%s)", index,
+		 d->threads, d->threads == 1 ? "" : "s", st->async ? ", asynchronous" : "");
 	props->memory_bytes = st->memory;
 	props->compute_lanes = 1;
 	props->copy_lanes = 1;
 	props->threads = (int)d->threads;
 	props->pci_bus_id[0] = '\0';
 	props->host_visible = true;
+	props->ordered_compute = st->async; /* one thread runs launches and reports them in order */
 	*out = d;
 	return 0;
 
@@ -249,9 +278,12 @@ static void host_device_close(void *dev)
 
 	pthread_mutex_lock(&d->copy_lock);
 	d->copy_stop = true;
-	pthread_cond_signal(&d->copy_cond);
+	d->compute_stop = true;
+	pthread_cond_broadcast(&d->copy_cond);
 	pthread_mutex_unlock(&d->copy_lock);
 	pthread_join(d->copy_thread, NULL);
+	if (d->compute_started)
+		pthread_join(d->compute_thread, NULL);
 
 	pthread_mutex_lock(&d->pool_lock);
 	d->pool_stop = true;
@@ -303,7 +335,8 @@ static int queue_job(host_dev *d, void *dst, const void *src, size_t n, int byte
 	else
 		d->head = job;
 	d->tail = job;
-	pthread_cond_signal(&d->copy_cond);
+	/* Broadcast: the compute lane thread waits on the same condition. */
+	pthread_cond_broadcast(&d->copy_cond);
 	pthread_mutex_unlock(&d->copy_lock);
 	return 0;
 }
@@ -328,9 +361,12 @@ static int host_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev,
 			 (const char *)(uintptr_t)src + src_off, n, 0, done, arg);
 }
 
-static int host_launch(void *dev, odx_backend_launch *bl, odx_backend_done_fn done, void *arg)
+/* Runs a launch on the calling thread (plus the helpers); the kernel's message goes to `error`,
+ * its return value to *native. */
+static int host_run(host_dev *d, const odx_kernel_variant *variant, const odx_backend_arg *args,
+		    int nargs, const uint32_t grid[3], const uint32_t block[3], int device,
+		    const char *tag, char *error, size_t error_size, int *native)
 {
-	host_dev *d = dev;
 	void *bufs[HOST_MAX_PARAMS];
 	size_t sizes[HOST_MAX_PARAMS];
 	odx_arg_kind kinds[HOST_MAX_PARAMS];
@@ -339,15 +375,9 @@ static int host_launch(void *dev, odx_backend_launch *bl, odx_backend_done_fn do
 	uint64_t groups;
 	int i, nb = 0;
 
-	(void)done;
-	(void)arg;
-	if (bl->nargs > HOST_MAX_PARAMS) {
-		snprintf(bl->error, bl->error_size, "host backend: %d parameters (at most %d)",
-			 bl->nargs, HOST_MAX_PARAMS);
-		return ODX_EINVAL;
-	}
-	for (i = 0; i < bl->nargs; i++) {
-		const odx_backend_arg *a = &bl->args[i];
+	*native = 0;
+	for (i = 0; i < nargs; i++) {
+		const odx_backend_arg *a = &args[i];
 
 		kinds[i] = a->kind;
 		if (a->kind == ODX_ARG_BUFFER) {
@@ -358,37 +388,34 @@ static int host_launch(void *dev, odx_backend_launch *bl, odx_backend_done_fn do
 			scalars[i] = &a->v;
 		}
 	}
-	groups = (uint64_t)bl->grid[0] * bl->grid[1] * bl->grid[2];
+	groups = (uint64_t)grid[0] * grid[1] * grid[2];
 	l = (odx_host_launch){
 		.buffers = bufs,
 		.buffer_sizes = sizes,
 		.kinds = kinds,
 		.scalars = scalars,
-		.nparams = bl->nargs,
-		.grid = {bl->grid[0], bl->grid[1], bl->grid[2]},
-		.block = {bl->block[0], bl->block[1], bl->block[2]},
+		.nparams = nargs,
+		.grid = {grid[0], grid[1], grid[2]},
+		.block = {block[0], block[1], block[2]},
 		.group_first = 0,
 		.group_count = groups,
-		.device = bl->device,
+		.device = device,
 		.thread = 0,
-		.tag = bl->tag ? bl->tag : "",
-		.error = bl->error,
-		.error_size = bl->error_size,
+		.tag = tag ? tag : "",
+		.error = error,
+		.error_size = error_size,
 	};
-	bl->error[0] = '\0';
+	error[0] = '\0';
 	if (d->threads <= 1 || groups <= 1) {
 		/* The common case: run on the worker thread itself, no hand-off. */
-		int rc = bl->variant->host_fn(&l);
+		int rc = variant->host_fn(&l);
 
-		if (rc != 0) {
-			bl->native = rc;
-			return ODX_EKERNEL;
-		}
-		return 0;
+		*native = rc;
+		return rc != 0 ? ODX_EKERNEL : 0;
 	}
 	pthread_mutex_lock(&d->pool_lock);
 	d->proto = &l;
-	d->fn = bl->variant->host_fn;
+	d->fn = variant->host_fn;
 	d->groups = groups;
 	d->chunks = groups < d->threads ? (unsigned)groups : d->threads;
 	d->status = 0;
@@ -407,11 +434,80 @@ static int host_launch(void *dev, odx_backend_launch *bl, odx_backend_done_fn do
 	pthread_mutex_lock(&d->pool_lock);
 	while (d->remaining > 0)
 		pthread_cond_wait(&d->done_cond, &d->pool_lock);
-	bl->native = d->status;
+	*native = d->status;
 	if (d->status != 0 && d->failed_chunk != 0)
-		snprintf(bl->error, bl->error_size, "%s", d->helpers[d->failed_chunk].error);
+		snprintf(error, error_size, "%s", d->helpers[d->failed_chunk].error);
 	pthread_mutex_unlock(&d->pool_lock);
-	return bl->native != 0 ? ODX_EKERNEL : 0;
+	return *native != 0 ? ODX_EKERNEL : 0;
+}
+
+static void *compute_lane_main(void *arg)
+{
+	host_dev *d = arg;
+	char error[HOST_ERR_MAX], msg[HOST_ERR_MAX + 64];
+	host_exec *e;
+	int rc, native;
+
+	pthread_mutex_lock(&d->copy_lock);
+	for (;;) {
+		while (!d->exec_head && !d->compute_stop)
+			pthread_cond_wait(&d->copy_cond, &d->copy_lock);
+		e = d->exec_head;
+		if (!e)
+			break;
+		d->exec_head = e->next;
+		if (!d->exec_head)
+			d->exec_tail = NULL;
+		pthread_mutex_unlock(&d->copy_lock);
+		rc = host_run(d, e->variant, e->args, e->nargs, e->grid, e->block, e->device, e->tag,
+			      error, sizeof(error), &native);
+		if (rc)
+			snprintf(msg, sizeof(msg), "%s (kernel returned %d)", error, native);
+		/* In launch order, from this one thread: what ordered_compute promises. */
+		e->done(e->arg, rc, rc ? msg : NULL);
+		free(e);
+		pthread_mutex_lock(&d->copy_lock);
+	}
+	pthread_mutex_unlock(&d->copy_lock);
+	return NULL;
+}
+
+static int host_launch(void *dev, odx_backend_launch *bl, odx_backend_done_fn done, void *arg)
+{
+	host_dev *d = dev;
+	host_exec *e;
+
+	if (bl->nargs > HOST_MAX_PARAMS) {
+		snprintf(bl->error, bl->error_size, "host backend: %d parameters (at most %d)",
+			 bl->nargs, HOST_MAX_PARAMS);
+		return ODX_EINVAL;
+	}
+	if (!d->st->async)
+		return host_run(d, bl->variant, bl->args, bl->nargs, bl->grid, bl->block,
+				bl->device, bl->tag, bl->error, bl->error_size, &bl->native);
+	e = malloc(sizeof(*e));
+	if (!e)
+		return ODX_ENOMEM;
+	e->next = NULL;
+	e->variant = bl->variant;
+	memcpy(e->args, bl->args, (size_t)bl->nargs * sizeof(*bl->args));
+	e->nargs = bl->nargs;
+	memcpy(e->grid, bl->grid, sizeof(e->grid));
+	memcpy(e->block, bl->block, sizeof(e->block));
+	e->device = bl->device;
+	snprintf(e->tag, sizeof(e->tag), "%s", bl->tag ? bl->tag : "");
+	e->done = done;
+	e->arg = arg;
+	/* The compute lane shares the copy lane's lock: one queue lock per device is plenty. */
+	pthread_mutex_lock(&d->copy_lock);
+	if (d->exec_tail)
+		d->exec_tail->next = e;
+	else
+		d->exec_head = e;
+	d->exec_tail = e;
+	pthread_cond_broadcast(&d->copy_cond);
+	pthread_mutex_unlock(&d->copy_lock);
+	return ODX_BACKEND_PENDING;
 }
 
 static const odx_backend_ops host_ops = {

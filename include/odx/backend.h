@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define ODX_BACKEND_ABI_MAJOR 1
-#define ODX_BACKEND_ABI_MINOR 0
+#define ODX_BACKEND_ABI_MINOR 1
 #define ODX_BACKEND_ABI_VERSION ((ODX_BACKEND_ABI_MAJOR << 16) | ODX_BACKEND_ABI_MINOR)
 
 /** True if table `t` (whose first member is its size) was built with member `op` in it. */
@@ -85,7 +85,12 @@ typedef struct odx_backend_device_props {
 	int threads;             /* host threads serving compute (CPU-like devices), else 0 */
 	char pci_bus_id[32];     /* "0000:65:00.0" for hwloc locality, "" if not a PCI device */
 	bool host_visible;       /* device memory handles are host pointers (host backend) */
-	uint8_t reserved[64];
+	/* ABI 1.1: launches on the compute lane execute in launch order, and their `done`
+	 * callbacks come in that order too (a CUDA stream with one completion thread). The core
+	 * may then launch a task right behind the unfinished predecessor it depends on, instead of
+	 * waiting for it to complete. Leave false unless both orders are guaranteed. */
+	bool ordered_compute;
+	uint8_t reserved[63];
 } odx_backend_device_props;
 
 /** One argument of a launch, in the kernel's signature order. */
@@ -121,7 +126,8 @@ typedef struct odx_backend_launch {
 typedef struct odx_backend_ops {
 	size_t size;             /* sizeof(odx_backend_ops) as the backend was built */
 
-	/* ---- ABI 1.0: required unless marked optional ---------------------------------- */
+	/* ---- ABI 1.0: required unless marked optional (1.1 changed no operation: it gave
+	 * odx_backend_device_props.ordered_compute one of its reserved bytes) ---------------- */
 
 	/** Opens the driver. On failure returns ODX_EUNAVAIL (driver missing, no usable device,
 	 * ...) or another code, and says why in reason[0..reason_size) ("libvulkan.so.1 not

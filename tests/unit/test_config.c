@@ -310,11 +310,11 @@ static void test_defaults(void **state)
 
 	/* Every key, in table order, all from the defaults. */
 	odx__config_foreach(cfg, collect, &l);
-	assert_int_equal(l.count, 19);
+	assert_int_equal(l.count, 20);
 	assert_string_equal(l.text, "backends=auto@default;policy=least_loaded@default;"
 				    "log=none@default;trace=@default;stats=false@default;"
 				    "host.devices=1@default;host.threads=0@default;"
-				    "host.memory=0@default;host.bind=true@default;"
+				    "host.memory=0@default;host.async=false@default;host.bind=true@default;"
 				    "sched.max_inflight=65536@default;"
 				    "sched.idle_spin_us=20@default;"
 				    "vulkan.allow_cpu=false@default;vulkan.force_staging=false@default;"
