@@ -251,7 +251,36 @@ out_unlock:
 	return rc;
 }
 
-bool odx__stage(odx__task *t)
+/* Does kernel task `p` write buffer `b`? */
+static bool task_writes(const odx__task *p, const odx_buffer *b)
+{
+	int i;
+
+	for (i = 0; i < p->nargs; i++)
+		if (p->args[i].kind == ODX_ARG_BUFFER && p->args[i].v.buffer == b &&
+		    (p->args[i].access & ODX_W))
+			return true;
+	return false;
+}
+
+bool odx__can_stage_behind(const odx__task *t, const odx__task *producer, int m)
+{
+	int i;
+
+	for (i = 0; i < t->nargs; i++) {
+		const odx_buffer *b = t->args[i].v.buffer;
+
+		if (t->args[i].kind != ODX_ARG_BUFFER || !odx__task_stage_reads(t, i) ||
+		    task_writes(producer, b))
+			continue;
+		/* Nothing can invalidate it before t runs: a writer would be ordered after t. */
+		if (atomic_load(&b->replicas[m].state) == ODX__INVALID && !b->zero)
+			return false;
+	}
+	return true;
+}
+
+bool odx__stage(odx__task *t, const odx__task *producer)
 {
 	odx_context *ctx = t->ctx;
 	int m = odx__task_memnode(t);
@@ -271,7 +300,11 @@ bool odx__stage(odx__task *t)
 		/* Releasing a runtime-owned buffer needs no copy anywhere: nothing to stage. */
 		if (t->kind == ODX__TASK_DESTROY && !b->registered)
 			continue;
-		rc = stage_one(t, b, m, odx__task_stage_reads(t, i), &job);
+		/* What the producer ahead on the same in-order lane writes will be there when t
+		 * runs: no fetch (its replica's state changes when the producer completes). */
+		rc = stage_one(t, b, m,
+			       odx__task_stage_reads(t, i) && !(producer && task_writes(producer, b)),
+			       &job);
 		if (rc) {
 			int expected = 0;
 
@@ -317,8 +350,9 @@ void odx__unstage(odx__task *t, int status)
 					odx__replica_set_state(b, k, ODX__INVALID);
 			odx__replica_set_state(b, m, ODX__MODIFIED);
 			b->zero = false;
-		} else if (writes && status == ODX_EKERNEL) {
-			/* It may have written part of the replica: that copy is no longer valid. */
+		} else if (writes && (status == ODX_EKERNEL || (t->chained && t->launched))) {
+			/* It may have written part of the replica (or, launched behind a producer that
+			 * failed, written garbage): that copy is no longer valid. */
 			odx__replica_set_state(b, m, ODX__INVALID);
 		}
 		b->replicas[m].pins--;

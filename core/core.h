@@ -138,6 +138,12 @@ enum odx__task_kind {
 };
 
 /* Execution state, for the user-side timeout race of reads and writes. */
+enum odx__chain_state {
+	ODX__CHAIN_FREE = 0,
+	ODX__CHAIN_CLAIMED = 1,
+	ODX__CHAIN_NO = 2,
+};
+
 enum odx__exec_state {
 	ODX__EXEC_WAITING = 0,
 	ODX__EXEC_RUNNING,
@@ -174,12 +180,17 @@ struct odx__task {
 
 	/* outcome */
 	_Atomic int cancel;         /* nonzero: a data predecessor failed; the task will not run */
+	_Atomic(char *) cancel_msg; /* why, published before `cancel` is set */
 	int status;                 /* final status once done */
 	char *message;              /* heap, failure text */
 
 	/* execution */
 	int device;                 /* placed device, -1 until placed */
 	bool staged;                /* its buffers were staged on its device */
+	bool chained;               /* launched behind an unfinished predecessor (ordered lane) */
+	bool launched;              /* its kernel was handed to the backend */
+	_Atomic int chain;          /* 0, then CHAIN_CLAIMED by a chaining worker or CHAIN_NO
+				     * by odx__task_ready: whoever is first owns the launch */
 	int nstaged;                /* arguments 0..nstaged-1 are pinned */
 	bool no_effect;             /* an abandoned read or write: completes without touching data */
 	_Atomic int fetches;        /* outstanding fetches before it can run */
@@ -248,10 +259,12 @@ struct odx__device {
 
 	/* stats */
 	_Atomic uint64_t tasks_run;
+	_Atomic uint64_t chained;   /* tasks launched behind an unfinished predecessor */
 	_Atomic uint64_t busy_ns;
 	odx__lane_trace *compute_trace;
 	odx__lane_trace *copy_trace;
 	uint64_t copy_lane_free_ns;  /* end of the last traced copy (copy completions are serial) */
+	_Atomic uint64_t compute_free_ns; /* end of the last asynchronous launch seen completing */
 };
 
 typedef struct odx__sched_ops {
@@ -277,7 +290,10 @@ void odx__task_finish(odx__task *t, int status, const char *msg);
 
 /* Staging (buffer.c): makes the task's inputs valid on the memory node it runs against and pins
  * them. Returns true if it can run now; otherwise the last fetch queues it as staged. */
-bool odx__stage(odx__task *t);
+bool odx__stage(odx__task *t, const odx__task *producer);
+/* Could t be staged on memory node m right behind `producer` on an in-order lane, with no
+ * fetch: is every input either written by the producer or already valid there? */
+bool odx__can_stage_behind(const odx__task *t, const odx__task *producer, int m);
 /* After the task ran (status 0) or failed: replica states, unpinning. */
 void odx__unstage(odx__task *t, int status);
 int odx__task_memnode(const odx__task *t);

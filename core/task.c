@@ -85,10 +85,14 @@ odx__task *odx__task_new(odx_context *ctx)
 	t->nsucc = 0;
 	t->capsucc = (int)(sizeof(t->inline_succ) / sizeof(t->inline_succ[0]));
 	atomic_init(&t->cancel, 0);
+	atomic_init(&t->cancel_msg, NULL);
 	t->status = 0;
 	t->message = NULL;
 	t->device = -1;
 	t->staged = false;
+	t->chained = false;
+	t->launched = false;
+	atomic_init(&t->chain, ODX__CHAIN_FREE);
 	t->no_effect = false;
 	atomic_init(&t->fetches, 0);
 	atomic_init(&t->fetch_error, 0);
@@ -109,6 +113,7 @@ void odx__task_put(odx__task *t)
 	ctx = t->ctx;
 	free(t->message);
 	t->message = NULL;
+	free(atomic_exchange(&t->cancel_msg, NULL));
 	free(t->fetch_msg);
 	t->fetch_msg = NULL;
 	if (t->args != t->inline_args)
@@ -164,22 +169,34 @@ static char *describe(const odx__task *t, char *out, size_t n)
 	return out;
 }
 
-/* Cancels `t` because its input came from `cause`, which failed; the first cause wins. */
+/* Marks `t` canceled with `code`, explained by `msg` (taken; may be NULL). The message is
+ * published before the flag, so a thread that sees the flag (a worker about to launch a task
+ * queued behind its predecessor) sees the message. The first cause wins. */
+static void cancel_with(odx__task *t, int code, char *msg)
+{
+	char *none = NULL;
+	int zero = 0;
+
+	if (msg && !atomic_compare_exchange_strong(&t->cancel_msg, &none, msg))
+		free(msg);
+	atomic_compare_exchange_strong(&t->cancel, &zero, code);
+}
+
+/* Cancels `t` because its input came from `cause`, which failed. */
 static void cancel_from(odx__task *t, const odx__task *cause)
 {
 	char who[160], whom[160];
 	char *msg;
-	int expected = 0;
 
-	if (!atomic_compare_exchange_strong(&t->cancel, &expected, ODX_ECANCELED))
+	if (atomic_load(&t->cancel))
 		return;
 	msg = malloc(ODX__MSG_MAX);
-	if (!msg)
-		return;
-	snprintf(msg, ODX__MSG_MAX, "%s canceled: its input comes from %s, which failed: %s",
-		 describe(t, who, sizeof(who)), describe(cause, whom, sizeof(whom)),
-		 cause->message ? cause->message : odx_strerror(cause->status));
-	t->message = msg;
+	if (msg)
+		snprintf(msg, ODX__MSG_MAX,
+			 "%s canceled: its input comes from %s, which failed: %s",
+			 describe(t, who, sizeof(who)), describe(cause, whom, sizeof(whom)),
+			 cause->message ? cause->message : odx_strerror(cause->status));
+	cancel_with(t, ODX_ECANCELED, msg);
 }
 
 static void record_failure(odx_context *ctx, const odx__task *t)
@@ -211,8 +228,13 @@ static void wake_waiters(odx_context *ctx)
 
 void odx__task_ready(odx__task *t)
 {
+	int expected = ODX__CHAIN_FREE;
+
+	/* Already launched behind its last predecessor: its own completion finishes it. */
+	if (!atomic_compare_exchange_strong(&t->chain, &expected, ODX__CHAIN_NO))
+		return;
 	if (atomic_load(&t->cancel)) {
-		odx__task_complete(t, ODX_ECANCELED, NULL);
+		odx__task_complete(t, atomic_load(&t->cancel), NULL);
 		return;
 	}
 	odx__sched_push(t->ctx, t);
@@ -226,6 +248,9 @@ void odx__task_complete(odx__task *t, int status, const char *msg)
 
 	t->status = status;
 	if (status != 0) {
+		/* A canceled task's own explanation first, else the caller's. */
+		if (!t->message)
+			t->message = atomic_exchange(&t->cancel_msg, NULL);
 		if (!t->message && msg)
 			t->message = strdup(msg);
 		record_failure(ctx, t);
@@ -417,10 +442,7 @@ int odx__task_submit(odx_context *ctx, odx__task *t, int admit_mode)
 	if (rc) {
 		/* Out of memory while linking: the task is in the graph already, so it must still
 		 * complete; it fails instead of running. */
-		int expected = 0;
-
-		if (atomic_compare_exchange_strong(&t->cancel, &expected, rc))
-			t->message = strdup("out of memory while inferring dependencies");
+		cancel_with(t, rc, strdup("out of memory while inferring dependencies"));
 	}
 	if (atomic_fetch_sub_explicit(&t->pending, 1, memory_order_acq_rel) == 1)
 		odx__task_ready(t);

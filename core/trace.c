@@ -196,8 +196,10 @@ void odx__stats_print(odx_context *ctx)
 		double busy = (double)atomic_load(&dev->busy_ns) / 1e9;
 
 		snprintf(line, sizeof(line),
-			 "  device %d (%s): %llu tasks, busy %.3f s (%.0f%% of the run)", d,
-			 dev->name, (unsigned long long)atomic_load(&dev->tasks_run), busy,
+			 "  device %d (%s): %llu tasks (%llu launched behind their predecessor), "
+			 "busy %.3f s (%.0f%% of the run)",
+			 d, dev->name, (unsigned long long)atomic_load(&dev->tasks_run),
+			 (unsigned long long)atomic_load(&dev->chained), busy,
 			 wall > 0 ? 100.0 * busy / wall : 0.0);
 		emit(ctx, stderr, line);
 	}

@@ -165,12 +165,78 @@ static void launch_done(void *arg, int status, const char *msg)
 {
 	odx__task *t = arg;
 	odx__device *dev = &t->ctx->devices[t->device];
+	uint64_t start = t->t_ready;
 
-	finish_trace(t, dev, t->t_ready);
+	/* Launches queue on the lane: this one ran from the later of its launch and the end of
+	 * the one before it, not from its launch (busy time and trace spans stay honest). */
+	if (t->ctx->stats || t->ctx->tracing) {
+		uint64_t prev = atomic_exchange(&dev->compute_free_ns, odx__now_ns());
+
+		if (prev > start)
+			start = prev;
+	}
+	finish_trace(t, dev, start);
+	/* Launched behind a predecessor that then failed: it ran on bad inputs. */
+	if (t->chained && atomic_load(&t->cancel)) {
+		odx__task_finish(t, atomic_load(&t->cancel), NULL);
+		return;
+	}
 	if (status == 0)
 		odx__task_finish(t, 0, NULL);
 	else
 		kernel_failed(t, dev, status, msg, 0);
+}
+
+#define CHAIN_MAX 8
+
+/*
+ * On a device whose compute lane runs launches in order (and reports them in order), a
+ * successor whose only unfinished predecessor is `p`, just launched there, can be launched right
+ * behind it: the lane orders them, and the round trip through p's completion disappears. It is
+ * queued as staged, so the worker launches it next; odx__task_ready then leaves it alone.
+ */
+static void chain_successors(odx__task *p, odx__device *dev)
+{
+	odx__task *cand[CHAIN_MAX];
+	int n = 0, i, j;
+
+	pthread_mutex_lock(&p->lock);
+	for (i = 0; !atomic_load(&p->done) && i < p->nsucc && n < CHAIN_MAX; i++) {
+		odx__task *s = p->succ[i].task;
+		int edges = 0;
+
+		for (j = 0; j < p->nsucc; j++)
+			edges += p->succ[j].task == s;
+		/* Every pending count left is an edge from p, and it may run here. */
+		if (s->kind != ODX__TASK_KERNEL || atomic_load(&s->pending) != edges ||
+		    atomic_load(&s->chain) != ODX__CHAIN_FREE || atomic_load(&s->cancel) ||
+		    (s->device_mask_only && s->device_mask_only != dev->index + 1) ||
+		    s->kernel->device_variant[dev->index] < 0)
+			continue;
+		for (j = 0; j < n && cand[j] != s; j++)
+			;
+		if (j < n)
+			continue;
+		atomic_fetch_add(&s->refs, 1); /* p may complete, and s with it, once we unlock */
+		cand[n++] = s;
+	}
+	pthread_mutex_unlock(&p->lock);
+
+	for (i = 0; i < n; i++) {
+		odx__task *s = cand[i];
+		int expected = ODX__CHAIN_FREE;
+
+		if (odx__can_stage_behind(s, p, dev->memnode) &&
+		    atomic_compare_exchange_strong(&s->chain, &expected, ODX__CHAIN_CLAIMED)) {
+			s->chained = true;
+			s->device = dev->index;
+			atomic_fetch_add_explicit(&dev->chained, 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
+			if (odx__stage(s, p))
+				odx__device_push_staged(dev, s);
+		}
+		odx__task_put(s);
+	}
 }
 
 static void run(odx__task *t, odx__device *dev)
@@ -190,10 +256,23 @@ static void run(odx__task *t, odx__device *dev)
 	}
 	switch (t->kind) {
 	case ODX__TASK_KERNEL:
+		/* Queued behind a predecessor that failed meanwhile: no point launching it. */
+		if (t->chained && atomic_load(&t->cancel)) {
+			odx__task_finish(t, atomic_load(&t->cancel), NULL);
+			return;
+		}
+		t->launched = true;
 		t->t_ready = t0; /* start time, for an asynchronous completion's trace */
+		atomic_fetch_add(&t->refs, 1); /* it may complete before we look at it again */
 		rc = run_kernel(t, dev, err, sizeof(err), &native);
-		if (rc == ODX_BACKEND_PENDING)
-			return; /* launch_done finishes it */
+		if (rc == ODX_BACKEND_PENDING) {
+			/* launch_done finishes it; meanwhile launch what can follow it here. */
+			if (dev->props.ordered_compute)
+				chain_successors(t, dev);
+			odx__task_put(t);
+			return;
+		}
+		odx__task_put(t);
 		break;
 	case ODX__TASK_READ:
 	case ODX__TASK_WRITE:
@@ -295,7 +374,7 @@ static void *worker_loop(void *p)
 			batch[nbatch++] = t;
 		pthread_mutex_unlock(&dev->lock);
 		for (i = 0; i < nbatch; i++)
-			if (batch[i]->staged || odx__stage(batch[i]))
+			if (batch[i]->staged || odx__stage(batch[i], NULL))
 				run(batch[i], dev);
 		pthread_mutex_lock(&dev->lock);
 	}

@@ -29,6 +29,8 @@ struct prop_config {
 	const char *threads;
 	const char *policy; /* NULL: default */
 	uint64_t seed;
+	bool async; /* host.async: asynchronous, in-order compute lanes (tasks launched behind
+		     * their unfinished predecessor) */
 };
 
 static void run_config(const struct prop_config *cfg)
@@ -40,6 +42,8 @@ static void run_config(const struct prop_config *cfg)
 		cfg->threads,
 		"host.bind",
 		"false",
+		"host.async",
+		cfg->async ? "true" : "false",
 		cfg->policy ? "policy" : NULL,
 		cfg->policy,
 		NULL,
@@ -61,50 +65,64 @@ static void run_config(const struct prop_config *cfg)
 static void test_one_device(void **state)
 {
 	(void)state;
-	run_config(&(struct prop_config){"1 device", "1", "1", NULL, 11});
+	run_config(&(struct prop_config){"1 device", "1", "1", NULL, 11, false});
 }
 
 static void test_two_devices(void **state)
 {
 	(void)state;
-	run_config(&(struct prop_config){"2 devices", "2", "1", NULL, 12});
+	run_config(&(struct prop_config){"2 devices", "2", "1", NULL, 12, false});
 }
 
 static void test_four_devices(void **state)
 {
 	(void)state;
-	run_config(&(struct prop_config){"4 devices", "4", "1", NULL, 13});
+	run_config(&(struct prop_config){"4 devices", "4", "1", NULL, 13, false});
 }
 
 static void test_threads_per_device(void **state)
 {
 	(void)state;
 	/* several threads per device: tasks with many groups run as concurrent chunks */
-	run_config(&(struct prop_config){"2 devices x 2 threads", "2", "2", NULL, 14});
+	run_config(&(struct prop_config){"2 devices x 2 threads", "2", "2", NULL, 14, false});
+}
+
+static void test_async_one_device(void **state)
+{
+	(void)state;
+	run_config(&(struct prop_config){"1 asynchronous device", "1", "1", NULL, 21, true});
+}
+
+static void test_async_two_devices(void **state)
+{
+	(void)state;
+	run_config(&(struct prop_config){"2 asynchronous devices x 2 threads", "2", "2", NULL, 22,
+					 true});
 }
 
 static void test_policy_least_loaded(void **state)
 {
 	(void)state;
-	run_config(&(struct prop_config){"least_loaded", "3", "1", "least_loaded", 15});
+	run_config(&(struct prop_config){"least_loaded", "3", "1", "least_loaded", 15, false});
 }
 
 static void test_policy_eager(void **state)
 {
 	(void)state;
-	run_config(&(struct prop_config){"eager", "3", "1", "eager", 16});
+	run_config(&(struct prop_config){"eager", "3", "1", "eager", 16, false});
 }
 
 static void test_policy_round_robin(void **state)
 {
 	(void)state;
-	run_config(&(struct prop_config){"round_robin", "3", "1", "round_robin", 17});
+	run_config(&(struct prop_config){"round_robin", "3", "1", "round_robin", 17, false});
 }
 
 static void test_policy_eager_threads(void **state)
 {
 	(void)state;
-	run_config(&(struct prop_config){"eager, 2 devices x 2 threads", "2", "2", "eager", 18});
+	run_config(
+		&(struct prop_config){"eager, 2 devices x 2 threads", "2", "2", "eager", 18, false});
 }
 
 int main(void)
@@ -114,6 +132,8 @@ int main(void)
 		cmocka_unit_test(test_two_devices),
 		cmocka_unit_test(test_four_devices),
 		cmocka_unit_test(test_threads_per_device),
+		cmocka_unit_test(test_async_one_device),
+		cmocka_unit_test(test_async_two_devices),
 		cmocka_unit_test(test_policy_least_loaded),
 		cmocka_unit_test(test_policy_eager),
 		cmocka_unit_test(test_policy_round_robin),
