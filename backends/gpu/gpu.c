@@ -601,6 +601,8 @@ int gpu_device_open(void *state, int index, int odx_device, odx_backend_device_p
 	props->copy_lanes = 2;
 	props->threads = 0;
 	props->host_visible = false;
+	/* One compute stream, its events waited for in order by one thread. */
+	props->ordered_compute = true;
 	gpu_log(st, ODX_LOG_INFO,
 		"%s device %d: %s, %.1f GiB usable, PCI %s, arch %d, staging %dx%u MiB per copy "
 		"lane",
