@@ -537,14 +537,5 @@ const odx_backend_descriptor odx__host_descriptor = {
 
 #ifdef ODX_BACKEND_MODULE
 /* Built as libodx-backend-host.so: the same backend, found like any out-of-tree one. */
-__attribute__((visibility("default"))) int odx_backend_entry(uint32_t core_abi_version,
-							       const odx_backend_descriptor **out);
-__attribute__((visibility("default"))) int odx_backend_entry(uint32_t core_abi_version,
-							       const odx_backend_descriptor **out)
-{
-	if ((core_abi_version >> 16) != ODX_BACKEND_ABI_MAJOR)
-		return ODX_ENOSYS;
-	*out = &odx__host_descriptor;
-	return 0;
-}
+ODX_BACKEND_DEFINE_ENTRY(odx__host_descriptor)
 #endif

@@ -735,13 +735,4 @@ static const odx_backend_descriptor clb_descriptor = {
 	.ops = &clb_ops,
 };
 
-__attribute__((visibility("default"))) int odx_backend_entry(uint32_t core_abi_version,
-							     const odx_backend_descriptor **out);
-__attribute__((visibility("default"))) int odx_backend_entry(uint32_t core_abi_version,
-							     const odx_backend_descriptor **out)
-{
-	if ((core_abi_version >> 16) != ODX_BACKEND_ABI_MAJOR)
-		return ODX_ENOSYS;
-	*out = &clb_descriptor;
-	return 0;
-}
+ODX_BACKEND_DEFINE_ENTRY(clb_descriptor)

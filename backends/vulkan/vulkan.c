@@ -1865,13 +1865,4 @@ static const odx_backend_descriptor vkb_descriptor = {
 	.ops = &vkb_ops,
 };
 
-__attribute__((visibility("default"))) int odx_backend_entry(uint32_t core_abi_version,
-							       const odx_backend_descriptor **out);
-__attribute__((visibility("default"))) int odx_backend_entry(uint32_t core_abi_version,
-							       const odx_backend_descriptor **out)
-{
-	if ((core_abi_version >> 16) != ODX_BACKEND_ABI_MAJOR)
-		return ODX_ENOSYS;
-	*out = &vkb_descriptor;
-	return 0;
-}
+ODX_BACKEND_DEFINE_ENTRY(vkb_descriptor)

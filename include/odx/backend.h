@@ -193,6 +193,22 @@ typedef int (*odx_backend_entry_fn)(uint32_t core_abi_version,
 				    const odx_backend_descriptor **out);
 #define ODX_BACKEND_ENTRY "odx_backend_entry"
 
+/**
+ * Defines the entry point of a module that serves one static descriptor and speaks this major
+ * version of the ABI: what almost every backend needs, in one line at the end of its source.
+ */
+#define ODX_BACKEND_DEFINE_ENTRY(descriptor)                                                       \
+	__attribute__((visibility("default"))) int odx_backend_entry(                              \
+		uint32_t core_abi_version, const odx_backend_descriptor **out);                    \
+	__attribute__((visibility("default"))) int odx_backend_entry(                              \
+		uint32_t core_abi_version, const odx_backend_descriptor **out)                     \
+	{                                                                                          \
+		if ((core_abi_version >> 16) != ODX_BACKEND_ABI_MAJOR)                             \
+			return ODX_ENOSYS;                                                         \
+		*out = &(descriptor);                                                              \
+		return 0;                                                                          \
+	}
+
 #ifdef __cplusplus
 }
 #endif
