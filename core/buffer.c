@@ -133,8 +133,12 @@ static void copy_done(void *arg, int status, const char *msg)
 				 msg ? msg : odx_strerror(status));
 			w->task->fetch_msg = strdup(why);
 		}
-		if (atomic_fetch_sub(&w->task->fetches, 1) == 1)
-			odx__device_push_staged(&ctx->devices[w->task->device], w->task);
+		if (atomic_fetch_sub(&w->task->fetches, 1) == 1) {
+			if (odx__task_caller_runs(w->task))
+				odx__wake_waiters(ctx); /* the thread in odx_buffer_read/write */
+			else
+				odx__device_push_staged(&ctx->devices[w->task->device], w->task);
+		}
 		free(w);
 	}
 	free(job);
@@ -447,7 +451,43 @@ ODX_API size_t odx_buffer_size(const odx_buffer *buf)
 	return buf ? buf->size : 0;
 }
 
-/* Runs a read or a write as an internal task and waits for it. */
+static bool ready_or_done(void *arg)
+{
+	odx__task *t = arg;
+
+	return atomic_load(&t->exec) == ODX__EXEC_READY || atomic_load(&t->done);
+}
+
+static bool fetched(void *arg)
+{
+	return atomic_load(&((odx__task *)arg)->fetches) == 0;
+}
+
+/* Runs a read or write whose predecessors finished, on the calling thread: stage the host copy
+ * (waiting for a copy back from a device if needed), copy the bytes, complete. */
+static int host_access_run(odx__task *t)
+{
+	odx_buffer *b = t->args[0].v.buffer;
+	char *replica0;
+	int rc;
+
+	if (!odx__stage(t, NULL))
+		odx__wait_until(t->ctx, fetched, t, -1);
+	rc = atomic_load(&t->fetch_error);
+	if (rc == 0) {
+		replica0 = (char *)(uintptr_t)b->replicas[0].mem + t->host_off;
+		if (t->kind == ODX__TASK_READ)
+			memcpy(t->host_ptr, replica0, t->host_len);
+		else
+			memcpy(replica0, t->host_ptr, t->host_len);
+	}
+	odx__unstage(t, rc);
+	odx__task_complete(t, rc, t->fetch_msg);
+	return rc;
+}
+
+/* Runs a read or a write as an internal task: ordered with the tasks around it by the same
+ * dependency rules, but executed by the calling thread, which waits anyway (no worker hand-off). */
 static int host_access(odx_buffer *b, int kind, void *ptr, size_t off, size_t len, int timeout_ms,
 		       const char *fn)
 {
@@ -480,19 +520,21 @@ static int host_access(odx_buffer *b, int kind, void *ptr, size_t off, size_t le
 		odx__task_put(t);
 		return rc;
 	}
-	rc = odx__task_wait(t, timeout_ms);
-	if (rc == ODX_ETIMEDOUT) {
-		/* Withdraw it unless a worker already started the copy, which ends soon. */
-		if (atomic_compare_exchange_strong(&t->exec, &expected, ODX__EXEC_ABANDONED))
-			rc = odx__fail(ctx, ODX_ETIMEDOUT,
-				       "%s: buffer %llu: earlier tasks did not finish within %d ms; "
-				       "nothing was %s",
-				       fn, (unsigned long long)b->id, timeout_ms,
-				       kind == ODX__TASK_READ ? "read" : "written");
-		else
-			rc = odx__task_wait(t, -1);
+	rc = odx__wait_until(ctx, ready_or_done, t, timeout_ms);
+	if (rc == ODX_ETIMEDOUT &&
+	    atomic_compare_exchange_strong(&t->exec, &expected, ODX__EXEC_ABANDONED)) {
+		/* Withdrawn: when its turn comes it completes without touching anything. */
+		rc = odx__fail(ctx, ODX_ETIMEDOUT,
+			       "%s: buffer %llu: earlier tasks did not finish within %d ms; nothing "
+			       "was %s",
+			       fn, (unsigned long long)b->id, timeout_ms,
+			       kind == ODX__TASK_READ ? "read" : "written");
+		odx__task_put(t);
+		return rc;
 	}
-	if (rc && rc != ODX_ETIMEDOUT)
+	/* Ready (ours to run) or already done (canceled because its input failed). */
+	rc = atomic_load(&t->done) ? t->status : host_access_run(t);
+	if (rc)
 		odx__fail(ctx, rc, "%s: buffer %llu: %s", fn, (unsigned long long)b->id,
 			  t->message ? t->message : odx_strerror(rc));
 	odx__task_put(t);

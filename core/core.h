@@ -148,6 +148,7 @@ enum odx__exec_state {
 	ODX__EXEC_WAITING = 0,
 	ODX__EXEC_RUNNING,
 	ODX__EXEC_ABANDONED,
+	ODX__EXEC_READY,   /* its predecessors finished: the calling thread runs it */
 };
 
 typedef struct odx__succ {
@@ -214,6 +215,14 @@ int odx__task_submit(odx_context *ctx, odx__task *t, int admit);
 void odx__task_complete(odx__task *t, int status, const char *msg);
 void odx__task_ready(odx__task *t);
 int odx__task_wait(odx__task *t, int timeout_ms);
+/* Waits (up to timeout_ms, -1 forever) until cond(arg) holds, woken by odx__wake_waiters. */
+int odx__wait_until(odx_context *ctx, bool (*cond)(void *), void *arg, int timeout_ms);
+void odx__wake_waiters(odx_context *ctx);
+/* Reads and writes from the API run on the calling thread, not on a worker. */
+static inline bool odx__task_caller_runs(const odx__task *t)
+{
+	return t->kind == ODX__TASK_READ || t->kind == ODX__TASK_WRITE;
+}
 /* buffer access of argument i: mode used for dependencies, and whether staging fetches it */
 odx_access odx__task_dep_access(const odx__task *t, int i);
 bool odx__task_stage_reads(const odx__task *t, int i);

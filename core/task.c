@@ -217,7 +217,7 @@ static void record_failure(odx_context *ctx, const odx__task *t)
 
 /* ---- completion ----------------------------------------------------------------------------- */
 
-static void wake_waiters(odx_context *ctx)
+void odx__wake_waiters(odx_context *ctx)
 {
 	if (atomic_load(&ctx->waiters) > 0) {
 		pthread_mutex_lock(&ctx->wait_lock);
@@ -235,6 +235,18 @@ void odx__task_ready(odx__task *t)
 		return;
 	if (atomic_load(&t->cancel)) {
 		odx__task_complete(t, atomic_load(&t->cancel), NULL);
+		return;
+	}
+	if (odx__task_caller_runs(t)) {
+		/* Hand it to the thread waiting in odx_buffer_read/write, unless it gave up. */
+		int waiting = ODX__EXEC_WAITING;
+
+		if (atomic_compare_exchange_strong(&t->exec, &waiting, ODX__EXEC_READY)) {
+			odx__wake_waiters(t->ctx);
+		} else {
+			t->no_effect = true;
+			odx__task_complete(t, 0, NULL);
+		}
 		return;
 	}
 	odx__sched_push(t->ctx, t);
@@ -277,7 +289,7 @@ void odx__task_complete(odx__task *t, int status, const char *msg)
 	atomic_fetch_add(t->device >= 0 ? &ctx->devices[t->device].completed
 					: &ctx->completed_other,
 			 1);
-	wake_waiters(ctx);
+	odx__wake_waiters(ctx);
 	odx__task_put(t);
 }
 
@@ -463,7 +475,7 @@ static void deadline_after(struct timespec *ts, int timeout_ms)
 }
 
 /* Waits until `cond(arg)` holds; 0 or ODX_ETIMEDOUT. */
-static int wait_until(odx_context *ctx, bool (*cond)(void *), void *arg, int timeout_ms)
+int odx__wait_until(odx_context *ctx, bool (*cond)(void *), void *arg, int timeout_ms)
 {
 	struct timespec deadline;
 	int rc = 0;
@@ -503,7 +515,7 @@ static bool all_done(void *arg)
 
 int odx__task_wait(odx__task *t, int timeout_ms)
 {
-	int rc = wait_until(t->ctx, task_done, t, timeout_ms);
+	int rc = odx__wait_until(t->ctx, task_done, t, timeout_ms);
 
 	return rc ? rc : t->status;
 }
@@ -671,7 +683,7 @@ ODX_API int odx_wait_all(odx_context *ctx, int timeout_ms)
 
 	if (!ctx)
 		return ODX_EINVAL;
-	rc = wait_until(ctx, all_done, ctx, timeout_ms);
+	rc = odx__wait_until(ctx, all_done, ctx, timeout_ms);
 	if (rc)
 		return odx__fail(ctx, rc, "odx_wait_all: %ld tasks still unfinished after %d ms",
 				 odx__inflight(ctx), timeout_ms);

@@ -244,8 +244,7 @@ static void run(odx__task *t, odx__device *dev)
 	odx_context *ctx = t->ctx;
 	char err[ODX__MSG_MAX], msg[ODX__MSG_MAX];
 	uint64_t t0 = (ctx->stats || ctx->tracing) ? odx__now_ns() : 0;
-	int rc = atomic_load(&t->fetch_error), native = 0, expected = ODX__EXEC_WAITING;
-	char *replica0;
+	int rc = atomic_load(&t->fetch_error), native = 0;
 
 	if (rc) {
 		snprintf(msg, sizeof(msg), "task #%llu '%s': its inputs could not be staged on %s: %s",
@@ -274,20 +273,9 @@ static void run(odx__task *t, odx__device *dev)
 		}
 		odx__task_put(t);
 		break;
-	case ODX__TASK_READ:
-	case ODX__TASK_WRITE:
-		/* The caller may have given up waiting: then its pointer must not be touched. */
-		if (!atomic_compare_exchange_strong(&t->exec, &expected, ODX__EXEC_RUNNING)) {
-			t->no_effect = true;
-			break;
-		}
-		replica0 = (char *)(uintptr_t)t->args[0].v.buffer->replicas[0].mem + t->host_off;
-		if (t->kind == ODX__TASK_READ)
-			memcpy(t->host_ptr, replica0, t->host_len);
-		else
-			memcpy(replica0, t->host_ptr, t->host_len);
-		break;
 	default:
+		/* Buffer destruction: what it needed was done by staging; reads and writes never
+		 * come here (the calling thread runs them). */
 		break;
 	}
 	finish_trace(t, dev, t0);
