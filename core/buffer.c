@@ -122,6 +122,7 @@ static void copy_done(void *arg, int status, const char *msg)
 	}
 	for (; w; w = next) {
 		int expected = 0;
+		bool caller;
 
 		next = w->next;
 		if (status != 0 &&
@@ -133,8 +134,11 @@ static void copy_done(void *arg, int status, const char *msg)
 				 msg ? msg : odx_strerror(status));
 			w->task->fetch_msg = strdup(why);
 		}
+		/* Decide before the last decrement: a caller-run task may be finished and reused
+		 * by its thread as soon as the count reaches zero. */
+		caller = odx__task_caller_runs(w->task);
 		if (atomic_fetch_sub(&w->task->fetches, 1) == 1) {
-			if (odx__task_caller_runs(w->task))
+			if (caller)
 				odx__wake_waiters(ctx); /* the thread in odx_buffer_read/write */
 			else
 				odx__device_push_staged(&ctx->devices[w->task->device], w->task);

@@ -238,11 +238,13 @@ void odx__task_ready(odx__task *t)
 		return;
 	}
 	if (odx__task_caller_runs(t)) {
-		/* Hand it to the thread waiting in odx_buffer_read/write, unless it gave up. */
+		/* Hand it to the thread waiting in odx_buffer_read/write, unless it gave up. From
+		 * the exchange on, that thread owns t: read nothing of it afterwards. */
+		odx_context *ctx = t->ctx;
 		int waiting = ODX__EXEC_WAITING;
 
 		if (atomic_compare_exchange_strong(&t->exec, &waiting, ODX__EXEC_READY)) {
-			odx__wake_waiters(t->ctx);
+			odx__wake_waiters(ctx);
 		} else {
 			t->no_effect = true;
 			odx__task_complete(t, 0, NULL);
