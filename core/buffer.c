@@ -314,14 +314,20 @@ bool odx__stage(odx__task *t, const odx__task *producer)
 			       odx__task_stage_reads(t, i) && !(producer && task_writes(producer, b)),
 			       &job);
 		if (rc) {
+			char detail[ODX__MSG_MAX], why[ODX__MSG_MAX];
 			int expected = 0;
 
-			atomic_compare_exchange_strong(&t->fetch_error, &expected, rc);
-			odx__log(ctx, ODX_LOG_ERROR,
-				 "task #%llu: cannot stage buffer %llu (%zu bytes) on memory node "
-				 "%d: %s",
-				 (unsigned long long)t->id, (unsigned long long)b->id, b->size, m,
-				 odx_strerror(rc));
+			odx__backend_detail_take(detail, sizeof(detail));
+			snprintf(why, sizeof(why),
+				 "cannot place buffer %llu (%zu bytes) on memory node %d%s%s: %s%s%s",
+				 (unsigned long long)b->id, b->size, m,
+				 ctx->memnodes[m].device ? ", " : "",
+				 ctx->memnodes[m].device ? ctx->memnodes[m].device->name : "",
+				 odx_strerror(rc), detail[0] ? ": " : "", detail);
+			if (atomic_compare_exchange_strong(&t->fetch_error, &expected, rc))
+				t->fetch_msg = strdup(why);
+			odx__log(ctx, ODX_LOG_ERROR, "task #%llu: %s", (unsigned long long)t->id,
+				 why);
 			break;
 		}
 		if (job)

@@ -38,6 +38,12 @@ static void env_log(void *core, odx_log_level level, const char *msg)
 	odx__log(core, level, "%s", msg);
 }
 
+static void env_error_detail(void *core, const char *msg)
+{
+	(void)core;
+	odx__backend_detail_set(msg);
+}
+
 static int env_config_str(void *core, const char *key, const char **out)
 {
 	odx_context *ctx = core;
@@ -201,10 +207,14 @@ static int open_devices(odx_context *ctx, char *err, size_t errlen)
 			rc = slot->ops->device_open(slot->state, i, dev->index, &dev->props,
 						    &dev->bdev);
 			if (rc) {
+				char detail[ODX__MSG_MAX];
+
 				pthread_mutex_destroy(&dev->lock);
 				pthread_cond_destroy(&dev->cond);
-				snprintf(err, errlen, "backend %s: device %d failed to open: %s",
-					 slot->name, i, odx_strerror(rc));
+				odx__backend_detail_take(detail, sizeof(detail));
+				snprintf(err, errlen, "backend %s: device %d failed to open: %s%s%s",
+					 slot->name, i, odx_strerror(rc), detail[0] ? ": " : "",
+					 detail);
 				return rc;
 			}
 			snprintf(dev->name, sizeof(dev->name), "%s", dev->props.name);
@@ -308,6 +318,7 @@ ODX_API int odx_open(odx_context **out, const odx_config *cfg)
 		.config_size = env_config_size,
 		.bind_thread = env_bind_thread,
 		.log = env_log,
+		.error_detail = env_error_detail,
 	};
 	rc = open_backends(ctx, &ctx->benv, err, sizeof(err));
 	if (rc)

@@ -50,6 +50,10 @@ bool odx__log_enabled(const odx_context *ctx, odx_log_level level);
 	} while (0)
 
 uint64_t odx__now_ns(void);
+/* The detail a backend gave for the failure it is returning on this thread (odx_backend_host
+ * error_detail), taken: empty afterwards. "" when it gave none. */
+const char *odx__backend_detail_take(char *buf, size_t n);
+void odx__backend_detail_set(const char *msg);
 long odx__inflight(odx_context *ctx);
 
 /* ---- memory nodes and replicas (buffer.c) ------------------------------------------------- */

@@ -79,3 +79,19 @@ uint64_t odx__now_ns(void)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
+
+/* Per thread, and only between a backend's failing call and the core reading it right after on
+ * the same thread: no context needs to own it. */
+static _Thread_local char backend_detail[ODX__MSG_MAX];
+
+void odx__backend_detail_set(const char *msg)
+{
+	snprintf(backend_detail, sizeof(backend_detail), "%s", msg ? msg : "");
+}
+
+const char *odx__backend_detail_take(char *buf, size_t n)
+{
+	snprintf(buf, n, "%s", backend_detail);
+	backend_detail[0] = '\0';
+	return buf;
+}

@@ -673,6 +673,8 @@ out_log:
 	gpu_log(st, rc == ODX_ENOMEM ? ODX_LOG_WARN : ODX_LOG_ERROR,
 		"%s device %d (%s): allocation of %zu bytes failed: %s", st->v->label, d->index,
 		d->name, size, msg);
+	if (ODX_BACKEND_HAS_OP(st->env, odx_backend_host, error_detail))
+		st->env->error_detail(st->env->core, msg);
 	return rc;
 }
 

@@ -302,12 +302,17 @@ static void host_device_close(void *dev)
 
 static int host_mem_alloc(void *dev, size_t size, bool zero, uint64_t *handle)
 {
+	host_dev *d = dev;
 	size_t rounded = (size + 63) & ~(size_t)63;
 	void *p = aligned_alloc(64, rounded ? rounded : 64);
 
-	(void)dev;
-	if (!p)
+	if (!p) {
+		const odx_backend_host *env = d->st->env;
+
+		if (ODX_BACKEND_HAS_OP(env, odx_backend_host, error_detail))
+			env->error_detail(env->core, "the host's allocator refused that size");
 		return ODX_ENOMEM;
+	}
 	if (zero)
 		memset(p, 0, size);
 	*handle = (uint64_t)(uintptr_t)p;

@@ -416,6 +416,14 @@ static int clb_mem_alloc(void *dev, size_t size, bool zero, uint64_t *handle)
 			"at most %llu per buffer)",
 			d->odx_device, d->name, size, (unsigned long long)atomic_load(&d->used),
 			(unsigned long long)d->global_mem, (unsigned long long)d->max_alloc);
+		if (ODX_BACKEND_HAS_OP(d->st->host, odx_backend_host, error_detail)) {
+			snprintf(msg, sizeof(msg),
+				 "%llu of %llu bytes in use, at most %llu per buffer",
+				 (unsigned long long)atomic_load(&d->used),
+				 (unsigned long long)d->global_mem,
+				 (unsigned long long)d->max_alloc);
+			d->st->host->error_detail(d->st->host->core, msg);
+		}
 		return size == 0 ? ODX_EINVAL : ODX_ENOMEM;
 	}
 	mem = cl->clCreateBuffer(d->context, CL_MEM_READ_WRITE, size, NULL, &err);
@@ -439,8 +447,9 @@ static int clb_mem_alloc(void *dev, size_t size, bool zero, uint64_t *handle)
 out_fail:
 	atomic_fetch_sub(&d->used, size);
 	rc = clb_check(err, "clCreateBuffer", d, size, msg, sizeof(msg));
-	/* The ABI gives mem_alloc no message buffer: the detail goes to the log. */
 	clb_log(d->st, ODX_LOG_WARN, "opencl: %s", msg);
+	if (ODX_BACKEND_HAS_OP(d->st->host, odx_backend_host, error_detail))
+		d->st->host->error_detail(d->st->host->core, msg);
 	return rc;
 }
 

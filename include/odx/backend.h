@@ -74,6 +74,13 @@ typedef struct odx_backend_host {
 	int (*bind_thread)(void *core, unsigned slot);
 	/* Logs through the context's log sink. */
 	void (*log)(void *core, odx_log_level level, const char *msg);
+
+	/* ABI 1.1. Explains the failure the backend is about to return from an operation that
+	 * has no message buffer (mem_alloc, device_open): the core puts `msg` into the error it
+	 * reports ("...: vkAllocateMemory: VK_ERROR_OUT_OF_DEVICE_MEMORY (-2)"). Call it from the
+	 * thread making the failing call, just before returning. Check it with
+	 * ODX_BACKEND_HAS_OP(host, odx_backend_host, error_detail) first. */
+	void (*error_detail)(void *core, const char *msg);
 } odx_backend_host;
 
 /** Static properties of one device, filled by device_open. */
