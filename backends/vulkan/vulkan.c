@@ -10,6 +10,13 @@
  * vkWaitSemaphores and calls the done callbacks in submission order. Kernels are SPIR-V with
  * storage buffers at set 0 (push descriptors) and scalars in one push-constant block
  * (docs/kernel-abi.md).
+ *
+ * The compute lane is ordered (odx_backend_device_props.ordered_compute): every launch is
+ * recorded behind a barrier on the one compute queue, so it runs after the launches before it
+ * with their writes visible, and one thread reports the launches in order. Launches are batched:
+ * one goes straight to the queue when the lane is idle; while a submission is in flight, later
+ * ones are recorded into an open command buffer, submitted when VKB_BATCH_MAX are in it or when
+ * the completion thread retires the submission in flight.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -31,6 +38,7 @@
 #define VKB_STAGING_MIN (64u << 10)
 #define VKB_STAGING_KEEP 8 /* staging buffers a lane keeps for reuse */
 #define VKB_PUSH_MAX 256    /* push-constant bytes ODX fills (every device offers >= 128) */
+#define VKB_BATCH_MAX 32    /* launches recorded into one compute submission at most */
 
 /* Instance-level entry points (resolved with the instance). */
 #define VKB_INSTANCE_FNS(X)                                                                        \
@@ -128,6 +136,7 @@ typedef struct vkb_pending {
 	size_t copy_n;
 	odx_backend_done_fn done;
 	void *arg;
+	int status;                /* a batched launch whose submission failed: its error */
 } vkb_pending;
 
 typedef struct vkb_dev vkb_dev;
@@ -151,6 +160,11 @@ typedef struct vkb_lane {
 	int nfree_cmds, cap_cmds;
 	vkb_staging *free_staging;
 	int nfree_staging;
+	/* The compute lane's open batch: recorded launches not submitted yet. */
+	VkCommandBuffer open_cmd;
+	vkb_pending *open_head, *open_tail;
+	int open_n;
+	char fail_msg[VKB_MSG_MAX]; /* why the last batch could not be submitted */
 	bool stop;
 	pthread_t thread;
 	bool started;
@@ -765,13 +779,20 @@ static void vkb_lane_push(vkb_lane *ln, vkb_pending *p)
 }
 
 /*
- * Ends `cmd` (making its writes visible to the host), submits it signalling the lane's next
- * timeline value, and queues `p` for the completion thread. Lane lock held. The submission
- * also waits on the other lane's last completed value: already reached, so it costs nothing,
- * but it orders the memory accesses of the two queues formally.
+ * Ends `cmd` (making its writes visible to the host) and submits it signalling the lane's next
+ * timeline value, which becomes ln->submitted. Lane lock held.
+ *
+ * The submission also waits on the other lane's last completed value: already reached, so it
+ * costs nothing, but it orders the memory accesses of the two queues formally. This is what
+ * makes a copy the core saw complete (done called) visible to a later launch, and a launch it
+ * saw complete visible to a later copy: the completion thread raises `completed` before it
+ * calls done, so the wait value read here covers every copy completed before the launch call
+ * (and a batched launch is submitted later still, with a value at least as large). The signal
+ * makes the other queue's writes available and the wait (all commands) makes them visible.
+ * Copies through mapped memory are host writes done before done is called, hence before this
+ * vkQueueSubmit, which makes host writes visible to the device.
  */
-static int vkb_lane_submit(vkb_lane *ln, VkCommandBuffer cmd, vkb_pending *p, char *msg,
-			   size_t msg_size)
+static int vkb_lane_submit_cmd(vkb_lane *ln, VkCommandBuffer cmd, char *msg, size_t msg_size)
 {
 	vkb_dev *d = ln->dev;
 	VkMemoryBarrier mb = {
@@ -814,10 +835,49 @@ static int vkb_lane_submit(vkb_lane *ln, VkCommandBuffer cmd, vkb_pending *p, ch
 	if (rc)
 		return rc;
 	ln->submitted = signal;
-	p->value = signal;
+	return 0;
+}
+
+/* Submits `cmd` and queues `p` for the completion thread, which recycles `cmd`. Lane lock held. */
+static int vkb_lane_submit(vkb_lane *ln, VkCommandBuffer cmd, vkb_pending *p, char *msg,
+			   size_t msg_size)
+{
+	int rc = vkb_lane_submit_cmd(ln, cmd, msg, msg_size);
+
+	if (rc)
+		return rc;
+	p->value = ln->submitted;
 	p->cmd = cmd;
 	vkb_lane_push(ln, p);
 	return 0;
+}
+
+/*
+ * Submits the open batch, if any, and hands its launches to the completion thread: all share
+ * the one timeline value the submission signals, and the last one returns the command buffer.
+ * If the submission fails, every launch of the batch completes with the error (some already
+ * returned ODX_BACKEND_PENDING, so done is how they learn). Lane lock held.
+ */
+static void vkb_lane_flush(vkb_lane *ln)
+{
+	vkb_pending *p = ln->open_head, *next;
+	int rc;
+
+	if (!ln->open_n)
+		return;
+	rc = vkb_lane_submit_cmd(ln, ln->open_cmd, ln->fail_msg, sizeof(ln->fail_msg));
+	if (rc)
+		vkb_lane_recycle_cmd(ln, ln->open_cmd);
+	for (; p; p = next) {
+		next = p->next;
+		p->value = rc ? 0 : ln->submitted;
+		p->status = rc;
+		p->cmd = rc || next ? VK_NULL_HANDLE : ln->open_cmd;
+		vkb_lane_push(ln, p);
+	}
+	ln->open_cmd = VK_NULL_HANDLE;
+	ln->open_head = ln->open_tail = NULL;
+	ln->open_n = 0;
 }
 
 /* Waits until the lane's timeline reaches `value`, in slices, so close is never stuck. */
@@ -873,15 +933,25 @@ static void *vkb_completion_main(void *arg)
 		void *done_arg;
 		int status;
 
+		/* A batch is open only while a submission is in flight, and its retirement below
+		 * flushes it; but when that submission failed (`completed` not raised), the batch
+		 * is still open once the list drains, and nothing else would submit it. */
+		if (!ln->head && ln->open_n)
+			vkb_lane_flush(ln);
 		while (!ln->head && !ln->stop)
 			pthread_cond_wait(&ln->cond, &ln->lock);
 		p = ln->head;
 		if (!p)
 			break; /* stopping and drained */
+		status = p->status;
+		if (status)
+			snprintf(msg, sizeof(msg), "%s", ln->fail_msg);
 		pthread_mutex_unlock(&ln->lock);
 
-		msg[0] = '\0';
-		status = vkb_lane_wait(ln, p->value, msg, sizeof(msg));
+		if (!status) {
+			msg[0] = '\0';
+			status = vkb_lane_wait(ln, p->value, msg, sizeof(msg));
+		}
 		/* The copy's host side: staging to user memory, or straight through the map. */
 		if (status == 0 && p->copy_n)
 			memcpy(p->copy_dst, p->copy_src, p->copy_n);
@@ -891,6 +961,12 @@ static void *vkb_completion_main(void *arg)
 		done_arg = p->arg;
 
 		pthread_mutex_lock(&ln->lock);
+		/* Nothing in flight any more: the launches recorded meanwhile go to the queue now,
+		 * before the callbacks run. A launch reads `completed` under this lock, and it was
+		 * raised before the lock was taken, so either that launch submitted by itself or
+		 * its batch is seen here: none is left behind. */
+		if (ln->open_n && atomic_load(&ln->completed) >= ln->submitted)
+			vkb_lane_flush(ln);
 		ln->head = p->next;
 		if (!ln->head)
 			ln->tail = NULL;
@@ -1106,6 +1182,9 @@ static void vkb_fill_props(vkb_dev *d, odx_backend_device_props *props)
 	props->copy_lanes = 1;
 	props->threads = 0;
 	props->host_visible = false;
+	/* One compute queue, a barrier before every launch, one completion thread reporting the
+	 * launches in timeline order: both orders of ABI 1.1 hold. */
+	props->ordered_compute = true;
 	props->pci_bus_id[0] = '\0';
 	if (push.pNext == &pci)
 		snprintf(props->pci_bus_id, sizeof(props->pci_bus_id), "%04x:%02x:%02x.%x",
@@ -1811,9 +1890,28 @@ static int vkb_launch(void *dev, odx_backend_launch *l, odx_backend_done_fn done
 	p->done = done;
 	p->arg = arg;
 	pthread_mutex_lock(&ln->lock);
-	rc = vkb_lane_begin(ln, &cmd, msg, sizeof(msg));
-	if (rc)
-		goto out_unlock;
+	if (ln->open_n) {
+		/* Behind the launches already in the batch: their shader writes are done and
+		 * visible before this dispatch reads or writes (the core may launch a task right
+		 * behind the unfinished predecessor it depends on: ordered_compute). */
+		VkMemoryBarrier mb = {
+			.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+			.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+			.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+		};
+
+		cmd = ln->open_cmd;
+		d->fn.vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+					   VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0,
+					   NULL, 0, NULL);
+	} else {
+		/* A new command buffer starts with a barrier against everything submitted
+		 * before on this queue (earlier batches, and copies when the copy lane shares
+		 * the queue): a superset of the compute-to-compute one above. */
+		rc = vkb_lane_begin(ln, &cmd, msg, sizeof(msg));
+		if (rc)
+			goto out_unlock;
+	}
 	d->fn.vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe->pipeline);
 	if (nb)
 		d->fn.vkCmdPushDescriptorSetKHR(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe->layout,
@@ -1822,11 +1920,28 @@ static int vkb_launch(void *dev, odx_backend_launch *l, odx_backend_done_fn done
 		d->fn.vkCmdPushConstants(cmd, pipe->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
 					 push_size, push);
 	d->fn.vkCmdDispatch(cmd, l->grid[0], l->grid[1], l->grid[2]);
-	rc = vkb_lane_submit(ln, cmd, p, msg, sizeof(msg));
-	if (rc) {
-		vkb_lane_recycle_cmd(ln, cmd);
-		goto out_unlock;
+	if (ln->open_n == 0 && atomic_load(&ln->completed) >= ln->submitted) {
+		/* The lane is idle: submit at once, a batch would only add latency. Failing
+		 * here, the launch fails alone and done is not called. */
+		rc = vkb_lane_submit(ln, cmd, p, msg, sizeof(msg));
+		if (rc) {
+			vkb_lane_recycle_cmd(ln, cmd);
+			goto out_unlock;
+		}
+		pthread_mutex_unlock(&ln->lock);
+		return ODX_BACKEND_PENDING;
 	}
+	/* A submission is in flight: record now, submit when the completion thread retires it
+	 * (the ABI has no idle hook for the worker) or when the batch is full. */
+	p->next = NULL;
+	if (ln->open_tail)
+		ln->open_tail->next = p;
+	else
+		ln->open_head = p;
+	ln->open_tail = p;
+	ln->open_cmd = cmd;
+	if (++ln->open_n >= VKB_BATCH_MAX)
+		vkb_lane_flush(ln);
 	pthread_mutex_unlock(&ln->lock);
 	return ODX_BACKEND_PENDING;
 

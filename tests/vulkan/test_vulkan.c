@@ -2,7 +2,9 @@
 /*
  * test_vulkan.c - the Vulkan backend through the public API: enumeration, buffer round trips of
  * odd sizes and offsets (mapped and staged), kernel results against the host computation, std430
- * offsets of mixed scalars, a chain of 1000 small launches, refusals (invalid SPIR-V, a missing
+ * offsets of mixed scalars, a chain of 1000 small launches, launches batched into one submission
+ * (independent ones, one reading what the one before wrote, launches behind host writes, mapped
+ * and staged), refusals (invalid SPIR-V, a missing
  * entry point, arguments that do not match the kernel, oversized blocks) and, without
  * vulkan.allow_cpu, the reason a CPU-only machine gives.
  *
@@ -379,6 +381,128 @@ static void test_chain(void **state)
 	close_vk(ctx);
 }
 
+/*
+ * Many launches in flight at once, so the backend records them into shared submissions: P
+ * independent axpy streams interleaved, plus a pipeline in which each launch reads the buffer the
+ * launch just before it wrote (y += x, then z += y: z ends at 1 + 2 + ... + K). Wrong results
+ * mean a missing barrier between the dispatches of one command buffer, or a lost launch.
+ */
+static void test_batched(void **state)
+{
+	enum { N = 64, P = 8 };
+	long rounds = test_scaled(40, 5), k, i, j;
+	odx_context *ctx = open_vk(false);
+	odx_kernel *kk = spv_kernel(ctx, "axpy", axpy_params, 4, &axpy_spv, "main");
+	float init[N], zeros[N] = {0}, got[N];
+	odx_buffer *bx[P], *by[P], *ones = NULL, *py = NULL, *pz = NULL;
+	odx_task_opts o = {.grid = {1, 1, 1}, .block = {N, 1, 1}};
+	odx_arg args[4];
+
+	(void)state;
+	args[2] = ODX_I64(N);
+	args[3] = ODX_F32(1.0f);
+	for (j = 0; j < P; j++) {
+		for (i = 0; i < N; i++)
+			init[i] = (float)(j + 1);
+		assert_ok(odx_buffer_create(ctx, sizeof(init), 0, &bx[j]));
+		assert_ok(odx_buffer_create(ctx, sizeof(zeros), 0, &by[j]));
+		assert_ok(odx_buffer_write(bx[j], 0, init, sizeof(init), T));
+		assert_ok(odx_buffer_write(by[j], 0, zeros, sizeof(zeros), T));
+	}
+	for (i = 0; i < N; i++)
+		init[i] = 1.0f;
+	assert_ok(odx_buffer_create(ctx, sizeof(init), 0, &ones));
+	assert_ok(odx_buffer_create(ctx, sizeof(zeros), 0, &py));
+	assert_ok(odx_buffer_create(ctx, sizeof(zeros), 0, &pz));
+	assert_ok(odx_buffer_write(ones, 0, init, sizeof(init), T));
+	assert_ok(odx_buffer_write(py, 0, zeros, sizeof(zeros), T));
+	assert_ok(odx_buffer_write(pz, 0, zeros, sizeof(zeros), T));
+	for (k = 0; k < rounds; k++) {
+		for (j = 0; j < P; j++) {
+			args[0] = ODX_BUF(bx[j], ODX_R);
+			args[1] = ODX_BUF(by[j], ODX_RW);
+			assert_ok(odx_submit(ctx, kk, args, 4, &o, NULL));
+		}
+		args[0] = ODX_BUF(ones, ODX_R);
+		args[1] = ODX_BUF(py, ODX_RW);
+		assert_ok(odx_submit(ctx, kk, args, 4, &o, NULL));
+		args[0] = ODX_BUF(py, ODX_R);
+		args[1] = ODX_BUF(pz, ODX_RW);
+		assert_ok(odx_submit(ctx, kk, args, 4, &o, NULL));
+	}
+	assert_ok(odx_wait_all(ctx, T));
+	for (j = 0; j < P; j++) {
+		assert_ok(odx_buffer_read(by[j], 0, got, sizeof(got), T));
+		for (i = 0; i < N; i++)
+			if (got[i] != (float)(rounds * (j + 1)))
+				fail_msg("stream %ld: y[%ld] = %g, want %g", j, i, got[i],
+					 (double)(rounds * (j + 1)));
+		assert_ok(odx_buffer_destroy(bx[j]));
+		assert_ok(odx_buffer_destroy(by[j]));
+	}
+	assert_ok(odx_buffer_read(pz, 0, got, sizeof(got), T));
+	for (i = 0; i < N; i++)
+		if (got[i] != (float)(rounds * (rounds + 1) / 2))
+			fail_msg("pipeline: z[%ld] = %g, want %g", i, got[i],
+				 (double)(rounds * (rounds + 1) / 2));
+	assert_ok(odx_buffer_destroy(ones));
+	assert_ok(odx_buffer_destroy(py));
+	assert_ok(odx_buffer_destroy(pz));
+	assert_ok(odx_kernel_destroy(kk));
+	close_vk(ctx);
+}
+
+/*
+ * A host write before each launch (the benchmark's loop): the launch must see the bytes the
+ * copy lane wrote, through the map or a staging copy on the other queue. y ends at 1 + ... + M.
+ */
+static void writes_then_launches(bool force_staging)
+{
+	enum { N = 64 };
+	long iters = test_scaled(200, 10), k, i;
+	odx_context *ctx = open_vk(force_staging);
+	odx_kernel *kk = spv_kernel(ctx, "axpy", axpy_params, 4, &axpy_spv, "main");
+	float x[N], zeros[N] = {0}, got[N];
+	odx_buffer *bx = NULL, *by = NULL;
+	odx_task_opts o = {.grid = {1, 1, 1}, .block = {N, 1, 1}};
+	odx_arg args[4];
+
+	assert_ok(odx_buffer_create(ctx, sizeof(x), 0, &bx));
+	assert_ok(odx_buffer_create(ctx, sizeof(zeros), 0, &by));
+	assert_ok(odx_buffer_write(by, 0, zeros, sizeof(zeros), T));
+	args[0] = ODX_BUF(bx, ODX_R);
+	args[1] = ODX_BUF(by, ODX_RW);
+	args[2] = ODX_I64(N);
+	args[3] = ODX_F32(1.0f);
+	for (k = 1; k <= iters; k++) {
+		for (i = 0; i < N; i++)
+			x[i] = (float)k;
+		assert_ok(odx_buffer_write(bx, 0, x, sizeof(x), T));
+		assert_ok(odx_submit(ctx, kk, args, 4, &o, NULL));
+	}
+	assert_ok(odx_wait_all(ctx, T));
+	assert_ok(odx_buffer_read(by, 0, got, sizeof(got), T));
+	for (i = 0; i < N; i++)
+		if (got[i] != (float)(iters * (iters + 1) / 2))
+			fail_msg("y[%ld] = %g, want %g", i, got[i], (double)(iters * (iters + 1) / 2));
+	assert_ok(odx_buffer_destroy(bx));
+	assert_ok(odx_buffer_destroy(by));
+	assert_ok(odx_kernel_destroy(kk));
+	close_vk(ctx);
+}
+
+static void test_writes_then_launches_mapped(void **state)
+{
+	(void)state;
+	writes_then_launches(false);
+}
+
+static void test_writes_then_launches_staged(void **state)
+{
+	(void)state;
+	writes_then_launches(true);
+}
+
 /* Submits `k` over a fresh buffer pair and returns the task's status and message. */
 static int submit_axpy_status(odx_context *ctx, odx_kernel *k, const odx_arg *scalars,
 			      const uint32_t block[3], char *msg, size_t msg_size)
@@ -534,6 +658,9 @@ int main(void)
 		cmocka_unit_test_setup(test_axpy, setup),
 		cmocka_unit_test_setup(test_mixed_scalars, setup),
 		cmocka_unit_test_setup(test_chain, setup),
+		cmocka_unit_test_setup(test_batched, setup),
+		cmocka_unit_test_setup(test_writes_then_launches_mapped, setup),
+		cmocka_unit_test_setup(test_writes_then_launches_staged, setup),
 		cmocka_unit_test_setup(test_invalid_spirv, setup),
 		cmocka_unit_test_setup(test_refusals, setup),
 		cmocka_unit_test_setup(test_cpu_needs_allow, setup),
