@@ -60,9 +60,32 @@ static const struct key_def keys[] = {
 		.name = "policy",
 		.type = KEY_STRING,
 		.def = "least_loaded",
-		.help = "scheduling policy: eager, least_loaded, round_robin, or a path to a "
-			".lua file",
+		.help = "scheduling policy: eager, least_loaded, round_robin (built in, C), "
+			"lua:eager, lua:round_robin, lua:locality, lua:heft (shipped Lua), or a "
+			"path to a .lua file",
 		.check = check_policy,
+	},
+	{
+		.name = "policy.budget",
+		.type = KEY_INT,
+		.def = "1000",
+		.help = "CPU time of one Lua policy call in microseconds; loading, init and "
+			"selftest get 100 times this",
+		.min = 10,
+		.max = 10000000,
+	},
+	{
+		.name = "policy.memory_limit",
+		.type = KEY_SIZE,
+		.def = "8MiB",
+		.help = "memory a Lua policy's state may allocate",
+	},
+	{
+		.name = "policy.model_dir",
+		.type = KEY_STRING,
+		.def = "",
+		.help = "directory where the Lua policy host keeps its performance models between "
+			"runs (empty: not kept)",
 	},
 	{
 		.name = "log",
@@ -671,15 +694,18 @@ static int check_backends(const char *text, char *why, size_t whylen)
 static int check_policy(const char *text, char *why, size_t whylen)
 {
 	static const char *const builtin[] = {"eager", "least_loaded", "round_robin", NULL};
+	static const char *const shipped[] = {"eager", "round_robin", "locality", "heft", NULL};
 	size_t len = strlen(text);
 
 	if (word_index(builtin, text, len) >= 0)
 		return 0;
+	if (strncmp(text, "lua:", 4) == 0 && word_index(shipped, text + 4, len - 4) >= 0)
+		return 0;
 	if (len > 4 && strcmp(text + len - 4, ".lua") == 0)
 		return 0;
 	format_msg(why, whylen,
-		   "'%s' is not a policy (eager, least_loaded, round_robin, or a path to a .lua "
-		   "file)",
+		   "'%s' is not a policy (eager, least_loaded, round_robin, lua:eager, "
+		   "lua:round_robin, lua:locality, lua:heft, or a path to a .lua file)",
 		   text);
 	return ODX_ECONFIG;
 }

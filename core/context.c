@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "policy.h"
 
 /* Under `backends = auto`, GPU backends come first and host last; backends found as modules
  * that ODX does not know by name go before host. */
@@ -261,14 +262,11 @@ static int apply_settings(odx_context *ctx, char *err, size_t errlen)
 		if (!ctx->trace_path)
 			return ODX_ENOMEM;
 	}
+	/* A Lua policy (lua:NAME or a .lua path, checked by config.c) is opened once the devices
+	 * are (odx__policy_ctx_open); least_loaded decides whatever it leaves out. */
 	ctx->sched = odx__sched_find(policy);
-	if (!ctx->sched) {
-		snprintf(err, errlen,
-			 "policy '%s': Lua policies are not built into this ODX yet (planned: "
-			 "issue 6); use eager, least_loaded or round_robin",
-			 policy);
-		return ODX_ECONFIG;
-	}
+	if (!ctx->sched)
+		ctx->sched = odx__sched_find("least_loaded");
 	ctx->use_shared = ctx->sched->shared_queue;
 	return 0;
 }
@@ -326,13 +324,16 @@ ODX_API int odx_open(odx_context **out, const odx_config *cfg)
 	rc = open_devices(ctx, err, sizeof(err));
 	if (rc)
 		goto out_fail;
+	rc = odx__policy_ctx_open(ctx, err, sizeof(err));
+	if (rc)
+		goto out_fail;
 	rc = odx__workers_start(ctx);
 	if (rc) {
 		snprintf(err, sizeof(err), "cannot start worker threads");
 		goto out_fail;
 	}
 	odx__log(ctx, ODX_LOG_INFO, "context open: %d devices, policy %s", ctx->ndevices,
-		 ctx->sched->name);
+		 ctx->policy ? odx__policy_name(ctx->policy) : ctx->sched->name);
 	*out = ctx;
 	return 0;
 
@@ -362,6 +363,7 @@ static void context_free(odx_context *ctx)
 	int i;
 
 	odx__workers_stop(ctx);
+	odx__policy_ctx_close(ctx); /* before kernels go: its last events name them */
 	odx__buffers_release_all(ctx);
 	odx__kernels_free_all(ctx);
 	for (i = 0; i < ctx->ndevices; i++) {

@@ -205,6 +205,7 @@ struct odx__task {
 	void *host_ptr;             /* reads / writes: user memory */
 	size_t host_off, host_len;
 	uint64_t t_ready;
+	odx__task *policy_next;     /* the Lua policy host's pending list (policy.c) */
 };
 
 odx__task *odx__task_new(odx_context *ctx);
@@ -290,6 +291,9 @@ typedef struct odx__sched_ops {
 
 const odx__sched_ops *odx__sched_find(const char *name);
 void odx__sched_push(odx_context *ctx, odx__task *t);
+/* Queues a ready task on device d, or on the shared queue when d < 0 and the policy uses one
+ * (else it fails as unplaceable): the mechanism behind every placement decision. */
+void odx__sched_queue(odx_context *ctx, odx__task *t, int d);
 bool odx__device_can_run(odx_context *ctx, const odx__device *d, const odx__task *t);
 int odx__workers_start(odx_context *ctx);
 void odx__workers_stop(odx_context *ctx);
@@ -358,7 +362,8 @@ struct odx_context {
 	int ndevices;
 	odx__memnode *memnodes;
 	int nmemnodes;
-	const odx__sched_ops *sched;
+	const odx__sched_ops *sched;   /* the C policy; the fallback of a Lua one */
+	struct odx__policy *policy;    /* the Lua policy host, NULL with a C policy (policy.c) */
 	_Atomic unsigned rr_next;
 
 	/* eager queue shared by every worker */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "policy.h"
 
 /* ---- priority queue: higher priority first, then submission order ------------------------- */
 
@@ -246,7 +247,16 @@ static void push_failed(odx__task *t)
 
 void odx__sched_push(odx_context *ctx, odx__task *t)
 {
-	int d = ctx->sched->place(ctx, t);
+	/* A Lua policy batches ready tasks (policy.c); it queues them through odx__sched_queue. */
+	if (ctx->policy) {
+		odx__policy_push(ctx, t);
+		return;
+	}
+	odx__sched_queue(ctx, t, ctx->sched->place(ctx, t));
+}
+
+void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
+{
 	odx__device *dev;
 	int rc;
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "policy.h"
 
 static void finish_trace(odx__task *t, odx__device *dev, uint64_t t0)
 {
@@ -40,6 +41,8 @@ void odx__task_finish(odx__task *t, int status, const char *msg)
 		odx__unstage(t, status);
 	atomic_fetch_sub_explicit(&dev->load, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&dev->tasks_run, 1, memory_order_relaxed);
+	if (ctx->policy)
+		odx__policy_task_done(t, status);
 	if (t->kind == ODX__TASK_DESTROY) {
 		odx_buffer *b = t->args[0].v.buffer;
 
@@ -243,7 +246,8 @@ static void run(odx__task *t, odx__device *dev)
 {
 	odx_context *ctx = t->ctx;
 	char err[ODX__MSG_MAX], msg[ODX__MSG_MAX];
-	uint64_t t0 = (ctx->stats || ctx->tracing) ? odx__now_ns() : 0;
+	/* Timed for the trace, the statistics and a Lua policy's performance models. */
+	uint64_t t0 = (ctx->stats || ctx->tracing || ctx->policy) ? odx__now_ns() : 0;
 	int rc = atomic_load(&t->fetch_error), native = 0;
 
 	if (rc) {

@@ -12,7 +12,7 @@
 # skip the check entirely (e.g. on a machine that is not Debian but has the tools).
 
 # shellcheck disable=SC2034  # the lists are read through odx_deps_list
-ODX_DEPS_BUILD=(meson ninja-build pkg-config gcc libinih-dev libhwloc-dev hwloc libcmocka-dev
+ODX_DEPS_BUILD=(meson ninja-build pkg-config gcc libinih-dev libhwloc-dev hwloc libcmocka-dev liblua5.4-dev
 	libvulkan-dev libvulkan1 glslc spirv-tools mesa-vulkan-drivers vulkan-validationlayers
 	ocl-icd-opencl-dev ocl-icd-libopencl1 pocl-opencl-icd clang)
 # shellcheck disable=SC2034

@@ -310,8 +310,10 @@ static void test_defaults(void **state)
 
 	/* Every key, in table order, all from the defaults. */
 	odx__config_foreach(cfg, collect, &l);
-	assert_int_equal(l.count, 20);
+	assert_int_equal(l.count, 23);
 	assert_string_equal(l.text, "backends=auto@default;policy=least_loaded@default;"
+				    "policy.budget=1000@default;policy.memory_limit=8MiB@default;"
+				    "policy.model_dir=@default;"
 				    "log=none@default;trace=@default;stats=false@default;"
 				    "host.devices=1@default;host.threads=0@default;"
 				    "host.memory=0@default;host.async=false@default;host.bind=true@default;"

@@ -1,0 +1,18 @@
+-- Test of locality.lua, run by tests/policy/test_policy_harness (docs/policies.md).
+local t = ...
+
+assert(t.open{ devices = { "host", "host", "host" } })
+local out = t.place({
+	{ kernel = "k", bytes = 300, resident = { 0, 200, 100 } },
+	{ kernel = "k", bytes = 300, resident = { 300, 0, 0 } },
+	{ kernel = "k", bytes = 300, resident = { 0, 0, 300 }, feasible = { true, true, false } },
+})
+assert(out[1] == 2, "most resident bytes: " .. out[1])
+assert(out[2] == 1, "most resident bytes: " .. out[2])
+assert(out[3] ~= 3, "never an infeasible device")
+-- Nothing resident anywhere: the shortest queue, counting this batch's placements.
+out = t.place({ { kernel = "k", bytes = 8 }, { kernel = "k", bytes = 8 } }, { 4, 0, 1 })
+assert(out[1] == 2 and out[2] == 2, "shortest queue: " .. out[1] .. "," .. out[2])
+out = t.place({ { kernel = "k", bytes = 8 }, { kernel = "k", bytes = 8 } }, { 4, 1, 1 })
+assert(out[1] == 2 and out[2] == 3, "shortest queue with ties: " .. out[1] .. "," .. out[2])
+assert(t.failures() == 0, "no call failed")
