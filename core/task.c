@@ -360,14 +360,24 @@ static int readers_make_room(odx_buffer *b)
 	return 0;
 }
 
-static int track_access(odx__task *t, odx_buffer *b, odx_access mode)
+/* The last predecessor a submission linked to: a task whose buffers share one last writer (a
+ * chain over several buffers) needs one edge to it, not one per buffer. */
+typedef struct edge_memo {
+	odx__task *pred;
+	bool data;
+} edge_memo;
+
+static int track_access(odx__task *t, odx_buffer *b, odx_access mode, edge_memo *memo)
 {
 	/* Destruction orders after every user but consumes no data: never canceled. */
 	bool data = t->kind != ODX__TASK_DESTROY && (mode & ODX_R);
 	int rc = 0, i;
 
-	if (b->last_writer)
+	if (b->last_writer && !(b->last_writer == memo->pred && (memo->data || !data))) {
 		rc = add_edge(b->last_writer, t, data);
+		memo->pred = b->last_writer;
+		memo->data = data;
+	}
 	if (rc)
 		return rc;
 	if (mode & ODX_W) {
@@ -435,6 +445,7 @@ out_admit:
 
 int odx__task_submit(odx_context *ctx, odx__task *t, int admit_mode)
 {
+	edge_memo memo = {0};
 	int i, rc = 0;
 
 	rc = admit(ctx, admit_mode);
@@ -450,7 +461,7 @@ int odx__task_submit(odx_context *ctx, odx__task *t, int admit_mode)
 			continue;
 		mode = odx__task_dep_access(t, i);
 		if (mode)
-			rc = track_access(t, t->args[i].v.buffer, mode);
+			rc = track_access(t, t->args[i].v.buffer, mode, &memo);
 	}
 	pthread_mutex_unlock(&ctx->submit_lock);
 	if (rc) {
