@@ -590,24 +590,6 @@ static int clb_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev, 
 
 /* ---- launch -------------------------------------------------------------------------------- */
 
-static const char *clb_kind_name(odx_arg_kind k)
-{
-	switch (k) {
-	case ODX_ARG_BUFFER:
-		return "buffer";
-	case ODX_ARG_I32:
-		return "i32";
-	case ODX_ARG_I64:
-		return "i64";
-	case ODX_ARG_F32:
-		return "f32";
-	case ODX_ARG_F64:
-		return "f64";
-	default:
-		return "?";
-	}
-}
-
 /* Sets one argument; refuses a kind the kernel's parameter does not take. */
 static int clb_set_arg(clb_dev *d, clb_module *m, cl_uint i, const odx_backend_arg *a,
 		       odx_backend_launch *l)
@@ -620,8 +602,8 @@ static int clb_set_arg(clb_dev *d, clb_module *m, cl_uint i, const odx_backend_a
 	if (m->arg_kind[i] != 0 && m->arg_kind[i] != a->kind) {
 		snprintf(l->error, l->error_size,
 			 "kernel '%s' parameter %u is '%s' (takes %s), the task passes %s",
-			 m->entry, (unsigned)i, m->arg_type[i], clb_kind_name(m->arg_kind[i]),
-			 clb_kind_name(a->kind));
+			 m->entry, (unsigned)i, m->arg_type[i], odx_backend_arg_kind_name(m->arg_kind[i]),
+			 odx_backend_arg_kind_name(a->kind));
 		return ODX_EINVAL;
 	}
 	switch (a->kind) {

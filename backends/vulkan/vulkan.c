@@ -1712,22 +1712,6 @@ static int vkb_pipeline_get(vkb_dev *d, vkb_module *m, const uint32_t block[3], 
 	return rc;
 }
 
-static const char *vkb_kind_name(odx_arg_kind k)
-{
-	switch (k) {
-	case ODX_ARG_I32:
-		return "i32";
-	case ODX_ARG_I64:
-		return "i64";
-	case ODX_ARG_F32:
-		return "f32";
-	case ODX_ARG_F64:
-		return "f64";
-	default:
-		return "buffer";
-	}
-}
-
 /*
  * Lays the scalars out in std430 (4 bytes for i32/f32, 8 aligned to 8 for i64/f64) into `push`
  * and checks every argument against the kernel's interface and the device's limits, so that a
@@ -1772,8 +1756,8 @@ static int vkb_marshal(vkb_dev *d, const vkb_module *m, odx_backend_launch *l, u
 				snprintf(l->error, l->error_size,
 					 "argument %d is %s at push-constant offset %u but kernel "
 					 "'%s' has %s at offset %u there",
-					 i, vkb_kind_name(a->kind), off, m->entry,
-					 vkb_kind_name(f->member_kind[ns]), f->member_offset[ns]);
+					 i, odx_backend_arg_kind_name(a->kind), off, m->entry,
+					 odx_backend_arg_kind_name(f->member_kind[ns]), f->member_offset[ns]);
 			return ODX_EINVAL;
 		}
 		if (off + size > max_push) {

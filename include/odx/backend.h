@@ -127,6 +127,24 @@ typedef struct odx_backend_launch {
 	int native;              /* out: native code of a failure (kernel return, vendor code) */
 } odx_backend_launch;
 
+/** "buffer", "i32", "i64", "f32", "f64" (or "?"): for a backend's argument-check messages. */
+static inline const char *odx_backend_arg_kind_name(odx_arg_kind kind)
+{
+	switch (kind) {
+	case ODX_ARG_BUFFER:
+		return "buffer";
+	case ODX_ARG_I32:
+		return "i32";
+	case ODX_ARG_I64:
+		return "i64";
+	case ODX_ARG_F32:
+		return "f32";
+	case ODX_ARG_F64:
+		return "f64";
+	}
+	return "?";
+}
+
 /** odx_backend_ops.launch returns this when completion will come through `done`. */
 #define ODX_BACKEND_PENDING 1
 
