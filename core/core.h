@@ -150,7 +150,6 @@ enum odx__chain_state {
 
 enum odx__exec_state {
 	ODX__EXEC_WAITING = 0,
-	ODX__EXEC_RUNNING,
 	ODX__EXEC_ABANDONED,
 	ODX__EXEC_READY,   /* its predecessors finished: the calling thread runs it */
 };
@@ -204,7 +203,7 @@ struct odx__task {
 	_Atomic int exec;           /* enum odx__exec_state (reads, writes) */
 	void *host_ptr;             /* reads / writes: user memory */
 	size_t host_off, host_len;
-	uint64_t t_ready;
+	uint64_t t_start;           /* when its kernel was launched (stats, trace, models) */
 	odx__task *policy_next;     /* the Lua policy host's pending list (policy.c) */
 };
 

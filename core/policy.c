@@ -1587,13 +1587,13 @@ void odx__policy_task_done(odx__task *t, int status)
 	uint64_t bytes = 0;
 	int a;
 
-	if (status || !t->launched || !t->t_ready || t->kind != ODX__TASK_KERNEL)
+	if (status || !t->launched || !t->t_start || t->kind != ODX__TASK_KERNEL)
 		return;
 	for (a = 0; a < t->nargs; a++)
 		if (t->args[a].kind == ODX_ARG_BUFFER)
 			bytes += t->args[a].v.buffer->size;
 	odx__policy_feedback(t->ctx->policy, t->kernel->name, t->device, bytes,
-			     odx__now_ns() - t->t_ready);
+			     odx__now_ns() - t->t_start);
 }
 
 /* ---- test harness --------------------------------------------------------------------------- */

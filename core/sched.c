@@ -260,8 +260,6 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 	odx__device *dev;
 	int rc;
 
-	if (ctx->tracing || ctx->stats)
-		t->t_ready = odx__now_ns();
 	if (d < 0 && !ctx->use_shared) {
 		/* Every device that could run it is lost: fail it rather than queue it forever. */
 		char msg[ODX__MSG_MAX];

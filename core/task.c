@@ -100,7 +100,7 @@ odx__task *odx__task_new(odx_context *ctx)
 	atomic_init(&t->exec, ODX__EXEC_WAITING);
 	t->host_ptr = NULL;
 	t->host_off = t->host_len = 0;
-	t->t_ready = 0;
+	t->t_start = 0;
 	return t;
 }
 

@@ -168,7 +168,7 @@ static void launch_done(void *arg, int status, const char *msg)
 {
 	odx__task *t = arg;
 	odx__device *dev = &t->ctx->devices[t->device];
-	uint64_t start = t->t_ready;
+	uint64_t start = t->t_start;
 
 	/* Launches queue on the lane: this one ran from the later of its launch and the end of
 	 * the one before it, not from its launch (busy time and trace spans stay honest). */
@@ -265,7 +265,7 @@ static void run(odx__task *t, odx__device *dev)
 			return;
 		}
 		t->launched = true;
-		t->t_ready = t0; /* start time, for an asynchronous completion's trace */
+		t->t_start = t0; /* start time, for an asynchronous completion's trace */
 		atomic_fetch_add(&t->refs, 1); /* it may complete before we look at it again */
 		rc = run_kernel(t, dev, err, sizeof(err), &native);
 		if (rc == ODX_BACKEND_PENDING) {
