@@ -19,10 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend_overhead.h"
 #include "clb.h"
-#include "odx/odx.h"
 
-#define SMALL_N 256
 #define BLOCK 64
 
 static const char axpy_src[] =
@@ -32,117 +31,6 @@ static const char axpy_src[] =
 	"	if (i < n)\n"
 	"		y[i] = a * x[i] + y[i];\n"
 	"}\n";
-
-static double now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static void report(const char *variant, double odx, double raw)
-{
-	printf("{\"bench\":\"backend_overhead\",\"variant\":\"opencl/%s\",\"value\":%.2f,"
-	       "\"unit\":\"us\",\"anchor\":\"raw opencl\",\"anchor_value\":%.2f,\"ratio\":%.3f}\n",
-	       variant, odx, raw, raw > 0 ? odx / raw : 0.0);
-}
-
-/* ---- through ODX ---------------------------------------------------------------------------- */
-
-#define ODX_CHECK(expr)                                                                            \
-	do {                                                                                       \
-		int rc_ = (expr);                                                                  \
-		if (rc_) {                                                                         \
-			fprintf(stderr, "%s: %s: %s\n", #expr, odx_err_name(rc_),                  \
-				ctx ? odx_last_error(ctx) : "");                                   \
-			exit(1);                                                                   \
-		}                                                                                  \
-	} while (0)
-
-static void run_odx(int iters, size_t big, double *small_us, double *saxpy_us)
-{
-	static const odx_param params[] = {
-		{ODX_ARG_BUFFER, ODX_R, "x"},
-		{ODX_ARG_BUFFER, ODX_RW, "y"},
-		{ODX_ARG_I64, 0, "n"},
-		{ODX_ARG_F32, 0, "a"},
-	};
-	odx_kernel_variant v = {.backend = ODX_BACKEND_OPENCL,
-				.format = ODX_FORMAT_OPENCL_C,
-				.code = axpy_src,
-				.code_size = sizeof(axpy_src) - 1,
-				.entry = "axpy"};
-	odx_context *ctx = NULL;
-	odx_config *cfg = NULL;
-	odx_kernel *k = NULL;
-	odx_buffer *bx = NULL, *by = NULL;
-	float x[SMALL_N], *hx, *hy;
-	odx_task_opts o = {.grid = {SMALL_N / BLOCK, 1, 1}, .block = {BLOCK, 1, 1}, .device = 1};
-	odx_arg args[4];
-	double t0;
-	int i;
-
-	ODX_CHECK(odx_config_create(&cfg));
-	ODX_CHECK(odx_config_set(cfg, "backends", "opencl"));
-	ODX_CHECK(odx_config_set(cfg, "opencl.allow_cpu", "true"));
-	if (odx_open(&ctx, cfg)) {
-		fprintf(stderr, "odx_open: %s\n", odx_config_error(cfg));
-		exit(77);
-	}
-	odx_config_destroy(cfg);
-	ODX_CHECK(odx_kernel_create(ctx, "axpy", params, 4, &v, 1, &k));
-
-	for (i = 0; i < SMALL_N; i++)
-		x[i] = 1.0f;
-	ODX_CHECK(odx_buffer_create(ctx, sizeof(x), 0, &bx));
-	ODX_CHECK(odx_buffer_create(ctx, sizeof(x), 0, &by));
-	args[0] = ODX_BUF(bx, ODX_R);
-	args[1] = ODX_BUF(by, ODX_RW);
-	args[2] = ODX_I64(SMALL_N);
-	args[3] = ODX_F32(1.0f);
-	/* Warm-up: the program is built (or loaded from the cache) at the first launch. */
-	ODX_CHECK(odx_buffer_write(bx, 0, x, sizeof(x), -1));
-	ODX_CHECK(odx_submit(ctx, k, args, 4, &o, NULL));
-	ODX_CHECK(odx_wait_all(ctx, -1));
-	t0 = now_us();
-	for (i = 0; i < iters; i++) {
-		x[0] = (float)i;
-		ODX_CHECK(odx_buffer_write(bx, 0, x, sizeof(x), -1));
-		ODX_CHECK(odx_submit(ctx, k, args, 4, &o, NULL));
-	}
-	ODX_CHECK(odx_wait_all(ctx, -1));
-	*small_us = (now_us() - t0) / iters;
-	ODX_CHECK(odx_buffer_destroy(bx));
-	ODX_CHECK(odx_buffer_destroy(by));
-
-	hx = malloc(big * sizeof(float));
-	hy = malloc(big * sizeof(float));
-	if (!hx || !hy)
-		exit(1);
-	for (size_t j = 0; j < big; j++) {
-		hx[j] = (float)j;
-		hy[j] = 1.0f;
-	}
-	ODX_CHECK(odx_buffer_create(ctx, big * sizeof(float), 0, &bx));
-	ODX_CHECK(odx_buffer_create(ctx, big * sizeof(float), 0, &by));
-	args[0] = ODX_BUF(bx, ODX_R);
-	args[1] = ODX_BUF(by, ODX_RW);
-	args[2] = ODX_I64((int64_t)big);
-	args[3] = ODX_F32(2.0f);
-	o.grid[0] = (uint32_t)((big + BLOCK - 1) / BLOCK);
-	t0 = now_us();
-	ODX_CHECK(odx_buffer_write(bx, 0, hx, big * sizeof(float), -1));
-	ODX_CHECK(odx_buffer_write(by, 0, hy, big * sizeof(float), -1));
-	ODX_CHECK(odx_submit(ctx, k, args, 4, &o, NULL));
-	ODX_CHECK(odx_buffer_read(by, 0, hy, big * sizeof(float), -1));
-	*saxpy_us = now_us() - t0;
-	if (hy[big - 1] != 2.0f * (float)(big - 1) + 1.0f)
-		fprintf(stderr, "odx saxpy: wrong result %g\n", (double)hy[big - 1]);
-	free(hx);
-	free(hy);
-	odx_close(ctx);
-}
 
 /* ---- raw OpenCL ----------------------------------------------------------------------------- */
 
@@ -286,9 +174,15 @@ int main(int argc, char **argv)
 	}
 	if (iters < 1 || big < 1)
 		return 2;
-	run_odx(iters, big, &odx_small, &odx_saxpy);
+	run_odx("opencl", "opencl.allow_cpu",
+		&(odx_kernel_variant){.backend = ODX_BACKEND_OPENCL,
+				      .format = ODX_FORMAT_OPENCL_C,
+				      .code = axpy_src,
+				      .code_size = sizeof(axpy_src) - 1,
+				      .entry = "axpy"},
+		BLOCK, iters, big, &odx_small, &odx_saxpy);
 	run_raw(iters, big, &raw_small, &raw_saxpy);
-	report("small-dispatch", odx_small, raw_small);
-	report("saxpy", odx_saxpy, raw_saxpy);
+	report("opencl", "small-dispatch", odx_small, raw_small);
+	report("opencl", "saxpy", odx_saxpy, raw_saxpy);
 	return 0;
 }
