@@ -62,6 +62,7 @@ ODX_API const char *odx_version(void);
 	XX(EBUSY, -16, "resource busy")                                                            \
 	XX(EEXIST, -17, "already exists")                                                          \
 	XX(ENODEV, -19, "no such device")                                                          \
+	XX(ENOSPC, -28, "no space left in a memory tier or on disk")                               \
 	XX(EINVAL, -22, "invalid argument")                                                        \
 	XX(ERANGE, -34, "out of range")                                                            \
 	XX(ENOSYS, -38, "operation not implemented")                                               \
@@ -73,7 +74,9 @@ ODX_API const char *odx_version(void);
 	XX(EBACKEND, -4004, "backend or driver error")                                             \
 	XX(EUNAVAIL, -4005, "backend unavailable")                                                 \
 	XX(ECLOSED, -4006, "context is closing")                                                   \
-	XX(EDEVLOST, -4007, "device lost")
+	XX(EDEVLOST, -4007, "device lost")                                                         \
+	XX(EPEER, -4008, "peer rank failed or unreachable")                                        \
+	XX(ECORRUPT, -4009, "data failed its integrity check")
 
 typedef enum odx_errno {
 #define ODX__ERR_ENUM(name, value, msg) ODX_##name = (value),
