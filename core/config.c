@@ -211,6 +211,136 @@ static const struct key_def keys[] = {
 		.def = "libamdhip64.so",
 		.help = "HIP runtime library to open (tries libamdhip64.so.6 and .5 after it)",
 	},
+	{
+		.name = "tier.device.limit",
+		.type = KEY_SIZE,
+		.def = "0",
+		.help = "device memory ODX may use on each device, enforced by its own accounting "
+			"(0: what the device reports; NN%: a share of that)",
+	},
+	{
+		.name = "tier.host.limit",
+		.type = KEY_SIZE,
+		.def = "0",
+		.help = "host RAM ODX may use for buffer copies (0: physical RAM; NN%: a share of "
+			"it); above it, copies are spilled to the disk tier",
+	},
+	{
+		.name = "tier.pinned.size",
+		.type = KEY_SIZE,
+		.def = "64MiB",
+		.help = "pinned staging pool for transfers between devices, host and disk "
+			"(pre-allocated and pre-faulted at open; 0: none)",
+	},
+	{
+		.name = "tier.pinned.block",
+		.type = KEY_SIZE,
+		.def = "4MiB",
+		.help = "size of one block of the pinned staging pool",
+	},
+	{
+		.name = "tier.disk.path",
+		.type = KEY_STRING,
+		.def = "",
+		.help = "directory under which the private spill area is created (empty: $TMPDIR, "
+			"else /var/tmp)",
+	},
+	{
+		.name = "tier.disk.limit",
+		.type = KEY_SIZE,
+		.def = "0",
+		.help = "bytes the disk tier may hold (0: no disk tier: host RAM is the last tier)",
+	},
+	{
+		.name = "tier.disk.direct",
+		.type = KEY_ENUM,
+		.def = "auto",
+		.help = "direct I/O for spill files: auto (where the filesystem allows), on, off",
+		.words = (const char *const[]){"auto", "on", "off", NULL},
+	},
+	{
+		.name = "tier.disk.engine",
+		.type = KEY_ENUM,
+		.def = "auto",
+		.help = "spill I/O engine: auto (io_uring when available), io_uring, pread",
+		.words = (const char *const[]){"auto", "io_uring", "pread", NULL},
+	},
+	{
+		.name = "tier.disk.fault",
+		.type = KEY_STRING,
+		.def = "",
+		.help = "testing: injected spill I/O failures, e.g. write_eio=2,corrupt=1 (the "
+			"Nth write fails with EIO, the Nth stored block is corrupted)",
+	},
+	{
+		.name = "tier.monitor.start",
+		.type = KEY_INT,
+		.def = "90",
+		.help = "occupancy of a tier, in percent, at which the background monitor starts "
+			"evicting idle copies",
+		.min = 1,
+		.max = 100,
+	},
+	{
+		.name = "tier.monitor.stop",
+		.type = KEY_INT,
+		.def = "75",
+		.help = "occupancy, in percent, at which the background monitor stops",
+		.min = 0,
+		.max = 100,
+	},
+	{
+		.name = "tier.prefetch",
+		.type = KEY_BOOL,
+		.def = "true",
+		.help = "fetch the inputs of tasks queued on a device while it runs others, when "
+			"its tier has room",
+	},
+	{
+		.name = "tier.watchdog_ms",
+		.type = KEY_INT,
+		.def = "30000",
+		.help = "report a no-progress state dump when no task completed and no byte moved "
+			"for this long while work is pending (0: off)",
+		.min = 0,
+		.max = 86400000,
+	},
+	{
+		.name = "fabric.provider",
+		.type = KEY_STRING,
+		.def = "auto",
+		.help = "transport between ranks: auto, tcp, shm, verbs, cxi, efa, ue, or a "
+			"libfabric provider string such as tcp;ofi_rxm",
+	},
+	{
+		.name = "fabric.iface",
+		.type = KEY_STRING,
+		.def = "",
+		.help = "network interface (name or address) the fabric uses (empty: any)",
+	},
+	{
+		.name = "fabric.peer_timeout_ms",
+		.type = KEY_INT,
+		.def = "10000",
+		.help = "a rank that does not answer for this long is declared failed (ODX_EPEER)",
+		.min = 100,
+		.max = 3600000,
+	},
+	{
+		.name = "fabric.retries",
+		.type = KEY_INT,
+		.def = "3",
+		.help = "retries of a failed transfer before its peer is declared failed",
+		.min = 0,
+		.max = 100,
+	},
+	{
+		.name = "fabric.fault",
+		.type = KEY_STRING,
+		.def = "",
+		.help = "testing: fault injection in ODX's fabric layer, e.g. "
+			"delay_us=0-2000,reorder=0.2,eagain=0.3,cqerr=0.01,seed=7",
+	},
 };
 
 #define KEY_COUNT ARRAY_LEN(keys)
