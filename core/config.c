@@ -88,6 +88,14 @@ static const struct key_def keys[] = {
 			"runs (empty: not kept)",
 	},
 	{
+		.name = "policy.tick_ms",
+		.type = KEY_INT,
+		.def = "100",
+		.help = "period of a Lua policy's on_tick hook in milliseconds (0: never called)",
+		.min = 0,
+		.max = 3600000,
+	},
+	{
 		.name = "log",
 		.type = KEY_ENUM,
 		.def = "none",

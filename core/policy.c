@@ -34,9 +34,10 @@
 #define OUTLIER_MIN_SAMPLES 10
 #define OUTLIER_SIGMAS 5.0
 #define MODEL_FILE "odx-models.txt"
+#define RANK_INSTR_PER_US 100    /* place_rank's instruction budget per us of policy.budget */
 
 /* The shipped policies, embedded by odx-embed (policies/meson.build). */
-#define EMBEDDED(X) X(eager) X(round_robin) X(locality) X(heft)
+#define EMBEDDED(X) X(eager) X(round_robin) X(locality) X(heft) X(lru) X(lookahead)
 #define DECLARE(n)                                                                                 \
 	extern const unsigned char odx__policy_lua_##n[];                                          \
 	extern const size_t odx__policy_lua_##n##_size;
@@ -57,13 +58,14 @@ enum hook {
 	HOOK_INIT,
 	HOOK_ON_COMPLETE,
 	HOOK_SELFTEST,
-	HOOK_PLACE_RANK, /* not called yet: fabric issue */
-	HOOK_PREFETCH,   /* not called yet: tier issue */
-	HOOK_EVICT,      /* not called yet: tier issue */
+	HOOK_PLACE_RANK, /* from the fabric: odx__policy_place_rank */
+	HOOK_PREFETCH,   /* from the tier manager: odx__policy_prefetch */
+	HOOK_EVICT,      /* from the tier manager: odx__policy_evict */
+	HOOK_ON_TICK,    /* from the glue's tick thread */
 	HOOK_COUNT,
 };
 static const char *const hook_names[HOOK_COUNT] = {
-	"place", "init", "on_complete", "selftest", "place_rank", "prefetch", "evict",
+	"place", "init", "on_complete", "selftest", "place_rank", "prefetch", "evict", "on_tick",
 };
 
 /* Tables reused between calls, kept in the registry. */
@@ -86,6 +88,43 @@ enum table {
 	T_EV_DEVICE,
 	T_EV_BYTES,
 	T_EV_US,
+	T_CAND, /* evict(need, candidates, out) */
+	T_CAND_BUFFER,
+	T_CAND_BYTES,
+	T_CAND_AGE,
+	T_CAND_PRIORITY,
+	T_CAND_DIRTY,
+	T_EVICT_OUT,
+	T_EVICT_ORDER,
+	T_WIN, /* prefetch(window, out) */
+	T_WIN_TASK,
+	T_WIN_DEVICE,
+	T_WIN_PRIORITY,
+	T_WIN_NBUFS,
+	T_WIN_MISSING,
+	T_WIN_TRANSFER,
+	T_WIN_BUFFER, /* rows: per task, one entry per buffer */
+	T_WIN_BUF_MISSING,
+	T_WIN_FREE_AT,
+	T_WIN_TASK_US,
+	T_PREFETCH_OUT,
+	T_PREFETCH_ORDER,
+	T_RB, /* place_rank(batch, out) */
+	T_RB_TASK,
+	T_RB_KERNEL,
+	T_RB_PRIORITY,
+	T_RB_BYTES,
+	T_RB_TAG,
+	T_RB_NBUFS,
+	T_RB_OWNER, /* rows: per task, one entry per buffer */
+	T_RB_BUF_BYTES,
+	T_RANK_OUT,
+	T_RANK_OUT_RANK,
+	T_TICK, /* on_tick(state) */
+	T_TICK_QUEUE,
+	T_TICK_FREE_AT,
+	T_TICK_TASK_US,
+	T_TICK_DONE,
 	T_COUNT,
 };
 #define NROWS 4 /* T_FEASIBLE .. T_RESIDENT */
@@ -97,7 +136,6 @@ typedef struct pstate {
 	int ref_msgh;
 	int ref_hook[HOOK_COUNT]; /* LUA_NOREF where absent */
 	int ref_table[T_COUNT];
-	int rows;                 /* rows allocated in the per-task x device tables */
 	int last_n;               /* entries filled by the previous batch */
 	int place_line;           /* where `place` is defined, for answer errors */
 	char chunk[256];          /* file name as Lua reports it */
@@ -136,7 +174,17 @@ struct odx__policy {
 	_Atomic uint64_t failures;
 	uint64_t sites[MAX_SITES];
 	int nsites;
-	uint64_t rng;
+	uint64_t rng, rank_rng;
+	uint64_t *rng_now;        /* rng, or rank_rng while place_rank runs */
+
+	/* memory nodes and measured link bandwidths, [src * nnodes + dst], bytes/s */
+	int nnodes;
+	int *device_node;
+	_Atomic double *bw;
+	int *qnow;                /* queue lengths last seen (place, or the glue before a hook) */
+	unsigned char *seen;      /* answer validation scratch, grown to the longest list */
+	int seen_cap;
+	uint64_t t_open;
 
 	/* watchdog: arms a count hook on the running state only when a call overruns */
 	pthread_t wd;
@@ -167,11 +215,22 @@ struct odx__policy {
 	pthread_mutex_t pend_lock;
 	odx__task *pend_head, *pend_tail;
 	_Atomic int npending;
+	_Atomic bool placing;     /* the lock holder drains the pending list (see push) */
 	odx__task *batch[BATCH_MAX];
 	odx__policy_task tasks[BATCH_MAX];
 	bool *feasible;
 	uint64_t *resident, *missing;
+	double *transfer;
 	int *queue, out[BATCH_MAX];
+	bool *valid;              /* per memory node, scratch of describe_task */
+
+	/* on_tick: a thread of the glue, every policy.tick_ms */
+	pthread_t tick;
+	bool tick_started, tick_stop;
+	uint64_t tick_ns;
+	pthread_mutex_t tick_lock;
+	pthread_cond_t tick_cond;
+	uint64_t *done;
 };
 
 /* ---- messages ------------------------------------------------------------------------------- */
@@ -560,7 +619,7 @@ static int lua_odx_random(lua_State *L)
 {
 	static _Thread_local uint64_t harness_rng = 0x2545f4914f6cdd1dull;
 	odx__policy *h = host_of(L);
-	uint64_t r = next_random(h ? &h->rng : &harness_rng);
+	uint64_t r = next_random(h ? h->rng_now : &harness_rng);
 	lua_Integer lo = 1, hi;
 
 	if (lua_gettop(L) == 0) {
@@ -625,6 +684,39 @@ static int lua_odx_estimate(lua_State *L)
 	return 3;
 }
 
+/* Fastest measured link into node `dst` from another node (bytes/s). */
+static double best_in(odx__policy *h, int dst)
+{
+	double best = 0;
+	int s;
+
+	for (s = 0; s < h->nnodes; s++)
+		if (s != dst) {
+			double v = atomic_load_explicit(&h->bw[s * h->nnodes + dst],
+							memory_order_relaxed);
+
+			best = v > best ? v : best;
+		}
+	return best > 0 ? best : LINK_BANDWIDTH;
+}
+
+/* odx.bandwidth(src, dst): measured bytes/s of the link between two memory nodes (1-based);
+ * math.huge within a node, nil for a node that does not exist. */
+static int lua_odx_bandwidth(lua_State *L)
+{
+	odx__policy *h = host_of(L);
+	lua_Integer a = luaL_checkinteger(L, 1), b = luaL_checkinteger(L, 2);
+
+	if (!h || a < 1 || b < 1 || a > h->nnodes || b > h->nnodes)
+		return 0;
+	if (a == b)
+		lua_pushnumber(L, HUGE_VAL);
+	else
+		lua_pushnumber(L, atomic_load_explicit(&h->bw[(a - 1) * h->nnodes + (b - 1)],
+						       memory_order_relaxed));
+	return 1;
+}
+
 /* Opens the allowed libraries and removes what a policy must not reach. */
 static void sandbox(lua_State *L, bool with_odx)
 {
@@ -665,6 +757,7 @@ static void sandbox(lua_State *L, bool with_odx)
 			{"random", lua_odx_random},
 			{"argmin", lua_odx_argmin},
 			{"estimate", lua_odx_estimate},
+			{"bandwidth", lua_odx_bandwidth},
 			{NULL, NULL},
 		};
 
@@ -688,6 +781,10 @@ enum op {
 	OP_SELFTEST,
 	OP_PLACE,
 	OP_COMPLETE,
+	OP_EVICT,
+	OP_PREFETCH,
+	OP_PLACE_RANK,
+	OP_TICK,
 };
 
 typedef struct op_args {
@@ -703,6 +800,20 @@ typedef struct op_args {
 	/* complete */
 	const event *events;
 	int nevents;
+	/* evict */
+	int memnode;
+	uint64_t need;
+	const odx__evict_cand *cands;
+	/* prefetch */
+	const odx__prefetch_task *window;
+	/* place_rank */
+	const odx__rank_task *ranks;
+	int nranks;
+	/* tick */
+	const uint64_t *done;
+	/* evict, prefetch: the answer; place_rank: per entry */
+	int *order;
+	int norder;
 } op_args;
 
 static int newref_table(lua_State *L, int narr)
@@ -725,6 +836,22 @@ static void setup_tables(lua_State *L, pstate *s)
 		[T_OUT_DEVICE] = {T_OUT, "device"},   [T_EV_KERNEL] = {T_EVENTS, "kernel"},
 		[T_EV_DEVICE] = {T_EVENTS, "device"}, [T_EV_BYTES] = {T_EVENTS, "bytes"},
 		[T_EV_US] = {T_EVENTS, "us"},
+		[T_CAND_BUFFER] = {T_CAND, "buffer"}, [T_CAND_BYTES] = {T_CAND, "bytes"},
+		[T_CAND_AGE] = {T_CAND, "age_us"},    [T_CAND_PRIORITY] = {T_CAND, "priority"},
+		[T_CAND_DIRTY] = {T_CAND, "dirty"},   [T_EVICT_ORDER] = {T_EVICT_OUT, "order"},
+		[T_WIN_TASK] = {T_WIN, "task"},       [T_WIN_DEVICE] = {T_WIN, "device"},
+		[T_WIN_PRIORITY] = {T_WIN, "priority"}, [T_WIN_NBUFS] = {T_WIN, "nbufs"},
+		[T_WIN_MISSING] = {T_WIN, "missing"}, [T_WIN_TRANSFER] = {T_WIN, "transfer"},
+		[T_WIN_BUFFER] = {T_WIN, "buffer"},   [T_WIN_BUF_MISSING] = {T_WIN, "buffer_missing"},
+		[T_WIN_FREE_AT] = {T_WIN, "free_at"}, [T_WIN_TASK_US] = {T_WIN, "task_us"},
+		[T_PREFETCH_ORDER] = {T_PREFETCH_OUT, "order"},
+		[T_RB_TASK] = {T_RB, "task"},         [T_RB_KERNEL] = {T_RB, "kernel"},
+		[T_RB_PRIORITY] = {T_RB, "priority"}, [T_RB_BYTES] = {T_RB, "bytes"},
+		[T_RB_TAG] = {T_RB, "tag"},           [T_RB_NBUFS] = {T_RB, "nbufs"},
+		[T_RB_OWNER] = {T_RB, "owner"},       [T_RB_BUF_BYTES] = {T_RB, "buffer_bytes"},
+		[T_RANK_OUT_RANK] = {T_RANK_OUT, "rank"},
+		[T_TICK_QUEUE] = {T_TICK, "queue"},   [T_TICK_FREE_AT] = {T_TICK, "free_at"},
+		[T_TICK_TASK_US] = {T_TICK, "task_us"}, [T_TICK_DONE] = {T_TICK, "done"},
 	};
 	int t;
 
@@ -738,10 +865,14 @@ static void setup_tables(lua_State *L, pstate *s)
 		lua_setfield(L, -2, fields[t].field);
 		lua_pop(L, 1);
 	}
-	lua_rawgeti(L, LUA_REGISTRYINDEX, s->ref_table[T_BATCH]);
-	lua_pushinteger(L, s->h->nd);
-	lua_setfield(L, -2, "ndevices");
-	lua_pop(L, 1);
+	for (t = 0; t < T_COUNT; t++) {
+		if (t != T_BATCH && t != T_WIN && t != T_TICK)
+			continue;
+		lua_rawgeti(L, LUA_REGISTRYINDEX, s->ref_table[t]);
+		lua_pushinteger(L, s->h->nd);
+		lua_setfield(L, -2, "ndevices");
+		lua_pop(L, 1);
+	}
 }
 
 static void op_setup(lua_State *L, pstate *s)
@@ -800,9 +931,13 @@ static void op_init(lua_State *L, pstate *s)
 	lua_setfield(L, -2, "ndevices");
 	lua_pushnumber(L, LINK_BANDWIDTH);
 	lua_setfield(L, -2, "bandwidth");
+	lua_pushinteger(L, h->nnodes);
+	lua_setfield(L, -2, "nnodes");
 	lua_createtable(L, h->nd, 0);
 	for (d = 0; d < h->nd; d++) {
-		lua_createtable(L, 0, 4);
+		lua_createtable(L, 0, 5);
+		lua_pushinteger(L, h->device_node[d] + 1);
+		lua_setfield(L, -2, "node");
 		lua_pushinteger(L, d + 1);
 		lua_setfield(L, -2, "index");
 		lua_pushstring(L, h->devs[d].kind);
@@ -833,6 +968,19 @@ static int push_table(lua_State *L, const pstate *s, enum table t)
 	return lua_gettop(L);
 }
 
+/* Pushes row i of the reused table at idx, made (again) when it is not a table: rows are made
+ * once and reused, but a policy may have overwritten one. Returns its stack index. */
+static int push_row(lua_State *L, int idx, int i, int narr)
+{
+	if (lua_rawgeti(L, idx, i) != LUA_TTABLE) {
+		lua_pop(L, 1);
+		lua_createtable(L, narr, 0);
+		lua_pushvalue(L, -1);
+		lua_rawseti(L, idx, i);
+	}
+	return lua_gettop(L);
+}
+
 static void fill_batch(lua_State *L, pstate *s, op_args *a)
 {
 	odx__policy *h = s->h;
@@ -840,13 +988,6 @@ static void fill_batch(lua_State *L, pstate *s, op_args *a)
 
 	for (t = T_BATCH; t <= T_FREE_AT; t++)
 		idx[t] = push_table(L, s, (enum table)t);
-	/* Rows are made once and reused: no allocation per task after warm-up. */
-	for (; s->rows < a->n; s->rows++) {
-		for (t = T_FEASIBLE; t < T_FEASIBLE + NROWS; t++) {
-			lua_createtable(L, nd, 0);
-			lua_rawseti(L, idx[t], s->rows + 1);
-		}
-	}
 	lua_pushinteger(L, a->n);
 	lua_setfield(L, idx[T_BATCH], "n");
 	for (d = 0; d < nd; d++) {
@@ -854,6 +995,7 @@ static void fill_batch(lua_State *L, pstate *s, op_args *a)
 		lua_rawseti(L, idx[T_QUEUE], d + 1);
 		lua_pushnumber(L, h->dev_n[d] ? a->queue[d] * h->dev_mean[d] : 0);
 		lua_rawseti(L, idx[T_FREE_AT], d + 1);
+		h->qnow[d] = a->queue[d];
 	}
 	for (i = 0; i < a->n; i++) {
 		const odx__policy_task *pt = &a->tasks[i];
@@ -868,10 +1010,8 @@ static void fill_batch(lua_State *L, pstate *s, op_args *a)
 		lua_rawseti(L, idx[T_BYTES], i + 1);
 		lua_pushstring(L, pt->tag ? pt->tag : "");
 		lua_rawseti(L, idx[T_TAG], i + 1);
-		for (r = 0; r < NROWS; r++) {
-			lua_rawgeti(L, idx[T_FEASIBLE + r], i + 1);
-			row[r] = lua_gettop(L);
-		}
+		for (r = 0; r < NROWS; r++)
+			row[r] = push_row(L, idx[T_FEASIBLE + r], i + 1, nd);
 		for (d = 0; d < nd; d++) {
 			model_entry *e = model_find(h, pt->kernel, hash, d, b, false);
 
@@ -879,7 +1019,9 @@ static void fill_batch(lua_State *L, pstate *s, op_args *a)
 			lua_rawseti(L, row[0], d + 1);
 			lua_pushnumber(L, e && e->n ? e->mean : -1);
 			lua_rawseti(L, row[1], d + 1);
-			lua_pushnumber(L, (double)pt->missing[d] * 1e6 / LINK_BANDWIDTH);
+			lua_pushnumber(L, pt->transfer_us ? pt->transfer_us[d]
+							  : (double)pt->missing[d] * 1e6 /
+								    best_in(h, h->device_node[d]));
 			lua_rawseti(L, row[2], d + 1);
 			lua_pushinteger(L, (lua_Integer)pt->resident[d]);
 			lua_rawseti(L, row[3], d + 1);
@@ -921,6 +1063,8 @@ static void op_place(lua_State *L, pstate *s, op_args *a)
 	batch = lua_gettop(L);
 	out = push_table(L, s, T_OUT);
 	outdev = push_table(L, s, T_OUT_DEVICE);
+	lua_pushvalue(L, outdev); /* in case the policy replaced it */
+	lua_setfield(L, out, "device");
 	for (i = 1; i <= a->n || i <= (int)lua_rawlen(L, outdev); i++) {
 		lua_pushnil(L);
 		lua_rawseti(L, outdev, i);
@@ -994,6 +1138,273 @@ static void op_complete(lua_State *L, pstate *s, op_args *a)
 	lua_call(L, 1, 0);
 }
 
+/* Pushes the reused output table `out` with a cleared list `t` as out[field] (n entries at
+ * least); returns the list's stack index. */
+static int push_out_list(lua_State *L, const pstate *s, enum table out, enum table t,
+			 const char *field, int n)
+{
+	int o = push_table(L, s, out), list = push_table(L, s, t), len, i;
+
+	lua_pushvalue(L, list);
+	lua_setfield(L, o, field);
+	len = (int)lua_rawlen(L, list);
+	for (i = 1; i <= n || i <= len; i++) {
+		lua_pushnil(L);
+		lua_rawseti(L, list, i);
+	}
+	return list;
+}
+
+static void set_count(lua_State *L, int t, const char *field, lua_Integer v)
+{
+	lua_pushinteger(L, v);
+	lua_setfield(L, t, field);
+}
+
+/* Reads an order answer: the hook's return value (how many; stack top) and out.<field>[1..k],
+ * each a list index 1..n used at most once, into a->order as 0-based indices. An invalid
+ * answer rejects the whole order: a->invalid is set and a->bad says why. */
+static void read_order(lua_State *L, op_args *a, int list, int n, const char *hook)
+{
+	odx__policy *h = a->s->h;
+	int k = n, i;
+
+	if (lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 0 && lua_tointeger(L, -1) <= n) {
+		k = (int)lua_tointeger(L, -1);
+	} else if (!lua_isnil(L, -1)) {
+		snprintf(a->bad, sizeof(a->bad), "%s: %s returned %s (how many entries of out.order "
+			 "it decided, 0..%d, or nothing)", a->s->chunk, hook, luaL_typename(L, -1), n);
+		a->invalid = 1;
+		return;
+	}
+	if (h->seen_cap < n) {
+		unsigned char *grown = realloc(h->seen, (size_t)n);
+
+		if (!grown)
+			luaL_error(L, "out of memory");
+		h->seen = grown;
+		h->seen_cap = n;
+	}
+	memset(h->seen, 0, (size_t)n);
+	a->norder = 0;
+	for (i = 0; i < k; i++) {
+		int isint, t = lua_rawgeti(L, list, i + 1);
+		lua_Integer v = lua_tointegerx(L, -1, &isint);
+
+		lua_pop(L, 1);
+		if (t == LUA_TNIL && lua_isnil(L, -1))
+			break; /* no count returned: the list ends at its first hole */
+		if (t != LUA_TNUMBER || !isint || v < 1 || v > n || h->seen[v - 1]) {
+			snprintf(a->bad, sizeof(a->bad), "%s: %s: out.order[%d] %s", a->s->chunk, hook,
+				 i + 1,
+				 t != LUA_TNUMBER ? "is not an index" :
+				 !isint || v < 1 || v > n ? "is out of range" : "repeats an index");
+			a->invalid = 1;
+			return;
+		}
+		h->seen[v - 1] = 1;
+		a->order[a->norder++] = (int)v - 1;
+	}
+}
+
+static void op_evict(lua_State *L, pstate *s, op_args *a)
+{
+	int c = push_table(L, s, T_CAND), bu = push_table(L, s, T_CAND_BUFFER);
+	int by = push_table(L, s, T_CAND_BYTES), age = push_table(L, s, T_CAND_AGE);
+	int pr = push_table(L, s, T_CAND_PRIORITY), dt = push_table(L, s, T_CAND_DIRTY);
+	int out = push_table(L, s, T_EVICT_OUT), list, i;
+	uint64_t now = odx__now_ns();
+
+	set_count(L, c, "n", a->n);
+	set_count(L, c, "node", a->memnode + 1);
+	set_count(L, c, "need", (lua_Integer)a->need);
+	for (i = 0; i < a->n; i++) {
+		const odx__evict_cand *e = &a->cands[i];
+
+		lua_pushinteger(L, (lua_Integer)e->buffer_id);
+		lua_rawseti(L, bu, i + 1);
+		lua_pushinteger(L, (lua_Integer)e->bytes);
+		lua_rawseti(L, by, i + 1);
+		lua_pushnumber(L, e->last_use_ns == 0 ? HUGE_VAL
+				  : e->last_use_ns >= now ? 0 : (double)(now - e->last_use_ns) / 1e3);
+		lua_rawseti(L, age, i + 1);
+		lua_pushinteger(L, e->priority);
+		lua_rawseti(L, pr, i + 1);
+		lua_pushboolean(L, e->dirty);
+		lua_rawseti(L, dt, i + 1);
+	}
+	list = push_out_list(L, s, T_EVICT_OUT, T_EVICT_ORDER, "order", a->n);
+	lua_rawgeti(L, LUA_REGISTRYINDEX, s->ref_hook[HOOK_EVICT]);
+	lua_pushinteger(L, (lua_Integer)a->need);
+	lua_pushvalue(L, c);
+	lua_pushvalue(L, out);
+	lua_call(L, 3, 1);
+	read_order(L, a, list, a->n, "evict");
+}
+
+static void op_prefetch(lua_State *L, pstate *s, op_args *a)
+{
+	odx__policy *h = s->h;
+	int w = push_table(L, s, T_WIN), tk = push_table(L, s, T_WIN_TASK);
+	int dv = push_table(L, s, T_WIN_DEVICE), pr = push_table(L, s, T_WIN_PRIORITY);
+	int nb = push_table(L, s, T_WIN_NBUFS), ms = push_table(L, s, T_WIN_MISSING);
+	int xf = push_table(L, s, T_WIN_TRANSFER), bu = push_table(L, s, T_WIN_BUFFER);
+	int bm = push_table(L, s, T_WIN_BUF_MISSING), fa = push_table(L, s, T_WIN_FREE_AT);
+	int tu = push_table(L, s, T_WIN_TASK_US), out = push_table(L, s, T_PREFETCH_OUT);
+	int list, i, k, d;
+
+	set_count(L, w, "n", a->n);
+	for (d = 0; d < h->nd; d++) {
+		lua_pushnumber(L, h->dev_n[d] ? h->qnow[d] * h->dev_mean[d] : 0);
+		lua_rawseti(L, fa, d + 1);
+		lua_pushnumber(L, h->dev_n[d] ? h->dev_mean[d] : -1);
+		lua_rawseti(L, tu, d + 1);
+	}
+	for (i = 0; i < a->n; i++) {
+		const odx__prefetch_task *t = &a->window[i];
+		int rb = push_row(L, bu, i + 1, t->nbufs), rm = push_row(L, bm, i + 1, t->nbufs);
+		uint64_t missing = 0;
+
+		for (k = 0; k < t->nbufs; k++) {
+			lua_pushinteger(L, (lua_Integer)t->buffer_ids[k]);
+			lua_rawseti(L, rb, k + 1);
+			lua_pushinteger(L, (lua_Integer)t->missing_bytes[k]);
+			lua_rawseti(L, rm, k + 1);
+			missing += t->missing_bytes[k];
+		}
+		lua_pop(L, 2);
+		lua_pushinteger(L, (lua_Integer)t->task_id);
+		lua_rawseti(L, tk, i + 1);
+		lua_pushinteger(L, t->device + 1);
+		lua_rawseti(L, dv, i + 1);
+		lua_pushinteger(L, t->priority);
+		lua_rawseti(L, pr, i + 1);
+		lua_pushinteger(L, t->nbufs);
+		lua_rawseti(L, nb, i + 1);
+		lua_pushinteger(L, (lua_Integer)missing);
+		lua_rawseti(L, ms, i + 1);
+		lua_pushnumber(L, (double)missing * 1e6 / best_in(h, h->device_node[t->device]));
+		lua_rawseti(L, xf, i + 1);
+	}
+	list = push_out_list(L, s, T_PREFETCH_OUT, T_PREFETCH_ORDER, "order", a->n);
+	lua_rawgeti(L, LUA_REGISTRYINDEX, s->ref_hook[HOOK_PREFETCH]);
+	lua_pushvalue(L, w);
+	lua_pushvalue(L, out);
+	lua_call(L, 2, 1);
+	read_order(L, a, list, a->n, "prefetch");
+}
+
+/* Raised after place_rank's instruction budget: a count, unlike a clock, is the same on every
+ * rank. Re-armed for every instruction so that pcall cannot swallow it. */
+static void rank_budget_hook(lua_State *L, lua_Debug *ar)
+{
+	(void)ar;
+	lua_sethook(L, rank_budget_hook, LUA_MASKCOUNT, 1);
+	luaL_error(L, "place_rank: instruction budget exceeded (policy.budget x %d instructions)",
+		   RANK_INSTR_PER_US);
+}
+
+static void op_place_rank(lua_State *L, pstate *s, op_args *a)
+{
+	int b = push_table(L, s, T_RB), tk = push_table(L, s, T_RB_TASK);
+	int kn = push_table(L, s, T_RB_KERNEL), pr = push_table(L, s, T_RB_PRIORITY);
+	int by = push_table(L, s, T_RB_BYTES), tg = push_table(L, s, T_RB_TAG);
+	int nb = push_table(L, s, T_RB_NBUFS), ow = push_table(L, s, T_RB_OWNER);
+	int bb = push_table(L, s, T_RB_BUF_BYTES), out = push_table(L, s, T_RANK_OUT);
+	int list, i, k, limit = a->n;
+	uint64_t seed = 0x9e3779b97f4a7c15ull ^ (uint64_t)a->n;
+	int64_t instr = (int64_t)(s->h->budget_ns / 1000) * RANK_INSTR_PER_US;
+
+	set_count(L, b, "n", a->n);
+	set_count(L, b, "nranks", a->nranks);
+	for (i = 0; i < a->n; i++) {
+		const odx__rank_task *t = &a->ranks[i];
+		int ro = push_row(L, ow, i + 1, t->nbufs), rb = push_row(L, bb, i + 1, t->nbufs);
+
+		for (k = 0; k < t->nbufs; k++) {
+			lua_pushinteger(L, t->owner_rank[k] + 1);
+			lua_rawseti(L, ro, k + 1);
+			lua_pushinteger(L, (lua_Integer)t->buf_bytes[k]);
+			lua_rawseti(L, rb, k + 1);
+		}
+		lua_pop(L, 2);
+		lua_pushinteger(L, (lua_Integer)t->task_id);
+		lua_rawseti(L, tk, i + 1);
+		lua_pushstring(L, t->kernel ? t->kernel : "");
+		lua_rawseti(L, kn, i + 1);
+		lua_pushinteger(L, t->priority);
+		lua_rawseti(L, pr, i + 1);
+		lua_pushinteger(L, (lua_Integer)t->bytes);
+		lua_rawseti(L, by, i + 1);
+		lua_pushstring(L, t->tag ? t->tag : "");
+		lua_rawseti(L, tg, i + 1);
+		lua_pushinteger(L, t->nbufs);
+		lua_rawseti(L, nb, i + 1);
+		seed = (seed ^ t->task_id) * 0x100000001b3ull;
+	}
+	list = push_out_list(L, s, T_RANK_OUT, T_RANK_OUT_RANK, "rank", a->n);
+	lua_rawgeti(L, LUA_REGISTRYINDEX, s->ref_hook[HOOK_PLACE_RANK]);
+	lua_pushvalue(L, b);
+	lua_pushvalue(L, out);
+	/* The same random numbers on every rank: seeded from the batch, not from history. */
+	s->h->rank_rng = seed ? seed : 1;
+	s->h->rng_now = &s->h->rank_rng;
+	lua_sethook(L, rank_budget_hook, LUA_MASKCOUNT, instr > 1000 ? (int)instr : 1000);
+	lua_call(L, 2, 1);
+	lua_sethook(L, NULL, 0, 0);
+	s->h->rng_now = &s->h->rng;
+	if (lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 0 && lua_tointeger(L, -1) < limit)
+		limit = (int)lua_tointeger(L, -1);
+	for (i = 0; i < a->n; i++) {
+		lua_Integer v;
+		int isint, t;
+
+		a->order[i] = -1;
+		if (i >= limit)
+			continue;
+		t = lua_rawgeti(L, list, i + 1);
+		v = lua_tointegerx(L, -1, &isint);
+		lua_pop(L, 1);
+		if (t == LUA_TNUMBER && isint && v == 0)
+			continue;
+		if (t != LUA_TNUMBER || !isint || v < 1 || v > a->nranks) {
+			if (!a->invalid++)
+				snprintf(a->bad, sizeof(a->bad),
+					 "%s: place_rank: out.rank[%d] is %s (a rank 1..%d, or 0 for "
+					 "owner-computes)", s->chunk, i + 1,
+					 t == LUA_TNIL ? "missing" : t != LUA_TNUMBER ? "not a number"
+					 : "not a rank", a->nranks);
+			continue;
+		}
+		a->order[i] = (int)v - 1;
+		a->decided++;
+	}
+}
+
+static void op_tick(lua_State *L, pstate *s, op_args *a)
+{
+	odx__policy *h = s->h;
+	int t = push_table(L, s, T_TICK), q = push_table(L, s, T_TICK_QUEUE);
+	int fa = push_table(L, s, T_TICK_FREE_AT), tu = push_table(L, s, T_TICK_TASK_US);
+	int dn = push_table(L, s, T_TICK_DONE), d;
+
+	lua_pushnumber(L, (double)(odx__now_ns() - h->t_open) / 1e3);
+	lua_setfield(L, t, "now_us");
+	for (d = 0; d < h->nd; d++) {
+		lua_pushinteger(L, a->queue[d]);
+		lua_rawseti(L, q, d + 1);
+		lua_pushnumber(L, h->dev_n[d] ? a->queue[d] * h->dev_mean[d] : 0);
+		lua_rawseti(L, fa, d + 1);
+		lua_pushnumber(L, h->dev_n[d] ? h->dev_mean[d] : -1);
+		lua_rawseti(L, tu, d + 1);
+		lua_pushinteger(L, a->done ? (lua_Integer)a->done[d] : 0);
+		lua_rawseti(L, dn, d + 1);
+	}
+	lua_rawgeti(L, LUA_REGISTRYINDEX, s->ref_hook[HOOK_ON_TICK]);
+	lua_pushvalue(L, t);
+	lua_call(L, 1, 0);
+}
+
 static int protected_op(lua_State *L)
 {
 	op_args *a = lua_touserdata(L, 1);
@@ -1014,6 +1425,18 @@ static int protected_op(lua_State *L)
 		break;
 	case OP_COMPLETE:
 		op_complete(L, a->s, a);
+		break;
+	case OP_EVICT:
+		op_evict(L, a->s, a);
+		break;
+	case OP_PREFETCH:
+		op_prefetch(L, a->s, a);
+		break;
+	case OP_PLACE_RANK:
+		op_place_rank(L, a->s, a);
+		break;
+	case OP_TICK:
+		op_tick(L, a->s, a);
 		break;
 	}
 	return 0;
@@ -1149,6 +1572,8 @@ int odx__policy_open(odx__policy **out, const odx__policy_params *p, char *err, 
 	h->log = p->log;
 	h->log_user = p->log_user;
 	h->rng = 0x2545f4914f6cdd1dull;
+	h->rng_now = &h->rng;
+	h->t_open = odx__now_ns();
 	h->mcap = 64;
 	pthread_mutex_init(&h->wd_lock, NULL);
 	pthread_cond_init(&h->wd_cond, NULL);
@@ -1161,8 +1586,24 @@ int odx__policy_open(odx__policy **out, const odx__policy_params *p, char *err, 
 	h->models = calloc(h->mcap, sizeof(*h->models));
 	h->dev_mean = calloc((size_t)h->nd + 1, sizeof(*h->dev_mean));
 	h->dev_n = calloc((size_t)h->nd + 1, sizeof(*h->dev_n));
-	if (!h->spec || !h->model_dir || !h->devs || !h->models || !h->dev_mean || !h->dev_n)
+	h->nnodes = p->device_node ? p->nnodes : h->nd;
+	h->device_node = calloc((size_t)h->nd + 1, sizeof(*h->device_node));
+	h->qnow = calloc((size_t)h->nd + 1, sizeof(*h->qnow));
+	h->bw = calloc((size_t)h->nnodes * (size_t)h->nnodes + 1, sizeof(*h->bw));
+	if (!h->spec || !h->model_dir || !h->devs || !h->models || !h->dev_mean || !h->dev_n ||
+	    !h->device_node || !h->qnow || !h->bw)
 		goto out_fail;
+	for (i = 0; i < (size_t)h->nnodes * (size_t)h->nnodes; i++)
+		atomic_init(&h->bw[i], LINK_BANDWIDTH);
+	for (d = 0; d < h->nd; d++) {
+		h->device_node[d] = p->device_node ? p->device_node[d] : d;
+		if (h->device_node[d] < 0 || h->device_node[d] >= h->nnodes) {
+			snprintf(err, errlen, "policy: device %d on memory node %d of %d", d,
+				 h->device_node[d], h->nnodes);
+			rc = ODX_EINVAL;
+			goto out_fail;
+		}
+	}
 	for (d = 0; d < h->nd; d++) {
 		h->devs[d].kind = strdup(p->devices[d].kind);
 		h->devs[d].name = strdup(p->devices[d].name);
@@ -1179,7 +1620,7 @@ int odx__policy_open(odx__policy **out, const odx__policy_params *p, char *err, 
 		if (!h->text) {
 			snprintf(err, errlen,
 				 "policy '%s': no such shipped policy (lua:eager, lua:round_robin, "
-				 "lua:locality, lua:heft)",
+				 "lua:locality, lua:heft, lua:lru, lua:lookahead)",
 				 p->spec);
 			rc = ODX_ECONFIG;
 			goto out_fail;
@@ -1248,6 +1689,13 @@ void odx__policy_close(odx__policy *h)
 	free(h->devs);
 	free(h->dev_mean);
 	free(h->dev_n);
+	free(h->device_node);
+	free(h->qnow);
+	free((void *)h->bw);
+	free(h->seen);
+	free(h->transfer);
+	free(h->valid);
+	free(h->done);
 	free(h->spec);
 	free(h->path);
 	free(h->display);
@@ -1371,6 +1819,99 @@ int odx__policy_place(odx__policy *h, const odx__policy_task *tasks, int n, cons
 	return a.decided;
 }
 
+/* Runs one call of a hook other than place (a->op set): ODX_ENOSYS when the policy is off or
+ * lacks the hook, ODX_EINVAL when the call failed or the answer is invalid (counted and logged
+ * as for place), else 0. */
+static int run_hook(odx__policy *h, op_args *a, enum hook hook)
+{
+	char why[ODX__MSG_MAX];
+	int rc;
+
+	if (!h->cur || h->disabled || h->cur->ref_hook[hook] == LUA_NOREF)
+		return ODX_ENOSYS;
+	a->s = h->cur;
+	rc = run_op(h->cur, a, h->budget_ns, why, sizeof(why));
+	/* place_rank's instruction hook and random stream end with the call, however it ended. */
+	h->rng_now = &h->rng;
+	if (hook == HOOK_PLACE_RANK)
+		lua_sethook(h->cur->L, NULL, 0, 0);
+	if (rc != LUA_OK) {
+		char site[256];
+
+		snprintf(site, sizeof(site), "%.*s", (int)strcspn(why, "\n"), why);
+		fail(h, site, why);
+		return ODX_EINVAL;
+	}
+	if (a->invalid) {
+		fail(h, "invalid answer", a->bad);
+		return hook == HOOK_PLACE_RANK ? 0 : ODX_EINVAL;
+	}
+	h->consecutive = 0;
+	return 0;
+}
+
+int odx__policy_host_evict(odx__policy *h, int memnode, uint64_t need, const odx__evict_cand *c,
+			   int n, int *order)
+{
+	op_args a = {.op = OP_EVICT, .memnode = memnode, .need = need, .cands = c, .n = n,
+		     .order = order};
+	int rc;
+
+	if (n < 0 || (n > 0 && (!c || !order)))
+		return ODX_EINVAL;
+	rc = run_hook(h, &a, HOOK_EVICT);
+	return rc < 0 ? rc : a.norder;
+}
+
+int odx__policy_host_prefetch(odx__policy *h, const odx__prefetch_task *w, int n, int *order)
+{
+	op_args a = {.op = OP_PREFETCH, .window = w, .n = n, .order = order};
+	int i, rc;
+
+	if (n < 0 || (n > 0 && (!w || !order)))
+		return ODX_EINVAL;
+	for (i = 0; i < n; i++)
+		if (w[i].device < 0 || w[i].device >= h->nd || w[i].nbufs < 0 ||
+		    (w[i].nbufs > 0 && (!w[i].buffer_ids || !w[i].missing_bytes)))
+			return ODX_EINVAL;
+	rc = run_hook(h, &a, HOOK_PREFETCH);
+	return rc < 0 ? rc : a.norder;
+}
+
+int odx__policy_host_place_rank(odx__policy *h, const odx__rank_task *b, int n, int nranks,
+				int *out_rank)
+{
+	op_args a = {.op = OP_PLACE_RANK, .ranks = b, .n = n, .nranks = nranks, .order = out_rank};
+	int i, rc;
+
+	if (n < 0 || nranks < 1 || (n > 0 && (!b || !out_rank)))
+		return ODX_EINVAL;
+	for (i = 0; i < n; i++)
+		if (b[i].nbufs < 0 || (b[i].nbufs > 0 && (!b[i].owner_rank || !b[i].buf_bytes)))
+			return ODX_EINVAL;
+	rc = run_hook(h, &a, HOOK_PLACE_RANK);
+	if (rc < 0)
+		return rc;
+	return a.decided;
+}
+
+int odx__policy_host_tick(odx__policy *h, const int *queue, const uint64_t *done)
+{
+	op_args a = {.op = OP_TICK, .queue = queue, .done = done};
+
+	return run_hook(h, &a, HOOK_ON_TICK);
+}
+
+void odx__policy_host_set_bandwidth(odx__policy *h, int src_node, int dst_node,
+				    double bytes_per_s)
+{
+	if (src_node < 0 || dst_node < 0 || src_node >= h->nnodes || dst_node >= h->nnodes ||
+	    !(bytes_per_s > 0) || isinf(bytes_per_s))
+		return;
+	atomic_store_explicit(&h->bw[src_node * h->nnodes + dst_node], bytes_per_s,
+			      memory_order_relaxed);
+}
+
 void odx__policy_feedback(odx__policy *h, const char *kernel, int device, uint64_t bytes,
 			  uint64_t ns)
 {
@@ -1420,6 +1961,149 @@ static void ctx_log(void *user, odx_log_level level, bool error, const char *msg
 		odx__log(ctx, level, "%s", msg);
 }
 
+/*
+ * The Lua state is used by one thread at a time, under h->lock. Placement is flat-combined: a
+ * thread that pushes a ready task and finds the lock taken leaves its task to the holder, which
+ * drains the pending list before it lets go (`placing` says the holder is such a drainer) and
+ * re-checks after unlocking. A holder that is not draining (a hook call from the tier manager,
+ * the fabric or the tick thread) does not re-check: a pusher that finds one waits for the lock
+ * and drains itself.
+ */
+static _Thread_local odx__policy *held; /* the host whose lock this thread holds */
+
+static void drain(odx_context *ctx, odx__policy *h);
+
+static void place_pending(odx_context *ctx, odx__policy *h)
+{
+	while (atomic_load(&h->npending) > 0) {
+		if (pthread_mutex_trylock(&h->lock) != 0) {
+			if (atomic_load(&h->placing) || held == h)
+				return; /* the drainer (or this thread, later) sees our task */
+			pthread_mutex_lock(&h->lock);
+		}
+		held = h;
+		atomic_store(&h->placing, true);
+		drain(ctx, h);
+		atomic_store(&h->placing, false);
+		held = NULL;
+		pthread_mutex_unlock(&h->lock);
+	}
+}
+
+/* Takes the Lua state for a hook call; NULL when there is no Lua policy or this thread holds it
+ * already (a seam called from inside the policy host). */
+static odx__policy *hook_enter(odx_context *ctx)
+{
+	odx__policy *h = ctx ? ctx->policy : NULL;
+
+	if (!h || held == h)
+		return NULL;
+	pthread_mutex_lock(&h->lock);
+	held = h;
+	return h;
+}
+
+static void hook_leave(odx_context *ctx, odx__policy *h)
+{
+	held = NULL;
+	pthread_mutex_unlock(&h->lock);
+	place_pending(ctx, h);
+}
+
+static void refresh_queues(odx_context *ctx, odx__policy *h)
+{
+	int d;
+
+	for (d = 0; d < ctx->ndevices; d++) {
+		h->qnow[d] = atomic_load_explicit(&ctx->devices[d].load, memory_order_relaxed);
+		h->done[d] = atomic_load_explicit(&ctx->devices[d].tasks_run, memory_order_relaxed);
+	}
+}
+
+/* Calls on_tick every policy.tick_ms, and checks for a changed policy file when no placement
+ * does (an idle program still picks up an edit). */
+static void *ticker(void *arg)
+{
+	odx_context *ctx = arg;
+	odx__policy *h = ctx->policy;
+	uint64_t next = odx__now_ns() + h->tick_ns;
+
+	pthread_setname_np(pthread_self(), "odx-policy-tick");
+	pthread_mutex_lock(&h->tick_lock);
+	while (!h->tick_stop) {
+		struct timespec ts;
+		uint64_t now = odx__now_ns(), wait = next > now ? next - now : 0;
+
+		if (wait > 0) {
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_sec += (time_t)(wait / 1000000000u);
+			ts.tv_nsec += (long)(wait % 1000000000u);
+			ts.tv_sec += ts.tv_nsec / 1000000000L;
+			ts.tv_nsec %= 1000000000L;
+			pthread_cond_timedwait(&h->tick_cond, &h->tick_lock, &ts);
+			continue;
+		}
+		next = now + h->tick_ns;
+		pthread_mutex_unlock(&h->tick_lock);
+		if (hook_enter(ctx) == h) {
+			odx__policy_check_reload(h, false);
+			if (odx__policy_enabled(h) && h->cur->ref_hook[HOOK_ON_TICK] != LUA_NOREF) {
+				refresh_queues(ctx, h);
+				odx__policy_host_tick(h, h->qnow, h->done);
+			}
+			hook_leave(ctx, h);
+		}
+		pthread_mutex_lock(&h->tick_lock);
+	}
+	pthread_mutex_unlock(&h->tick_lock);
+	return NULL;
+}
+
+int odx__policy_evict(odx_context *ctx, int memnode, uint64_t need, const odx__evict_cand *c,
+		      int n, int *order)
+{
+	odx__policy *h = hook_enter(ctx);
+	int rc;
+
+	if (!h)
+		return ODX_ENOSYS;
+	rc = odx__policy_host_evict(h, memnode, need, c, n, order);
+	hook_leave(ctx, h);
+	return rc;
+}
+
+int odx__policy_prefetch(odx_context *ctx, const odx__prefetch_task *w, int n, int *order)
+{
+	odx__policy *h = hook_enter(ctx);
+	int rc;
+
+	if (!h)
+		return ODX_ENOSYS;
+	refresh_queues(ctx, h);
+	rc = odx__policy_host_prefetch(h, w, n, order);
+	hook_leave(ctx, h);
+	return rc;
+}
+
+int odx__policy_place_rank(odx_context *ctx, const odx__rank_task *b, int n, int nranks,
+			   int *out_rank)
+{
+	odx__policy *h = hook_enter(ctx);
+	int rc;
+
+	if (!h)
+		return ODX_ENOSYS;
+	rc = odx__policy_host_place_rank(h, b, n, nranks, out_rank);
+	hook_leave(ctx, h);
+	return rc;
+}
+
+void odx__policy_set_bandwidth(odx_context *ctx, int src_node, int dst_node, double bytes_per_s)
+{
+	if (ctx && ctx->policy)
+		odx__policy_host_set_bandwidth(ctx->policy, src_node, dst_node, bytes_per_s);
+}
+
 int odx__policy_ctx_open(odx_context *ctx, char *err, size_t errlen)
 {
 	const char *spec = odx__config_str(ctx->config, "policy");
@@ -1427,13 +2111,19 @@ int odx__policy_ctx_open(odx_context *ctx, char *err, size_t errlen)
 	odx__policy_params p;
 	odx__policy *h = NULL;
 	char why[ODX__MSG_MAX] = "";
-	int d, rc;
+	int *nodes, d, rc;
 
 	if (odx__sched_find(spec))
 		return 0;
-	devs = calloc((size_t)ctx->ndevices, sizeof(*devs));
-	if (!devs)
+	devs = calloc((size_t)ctx->ndevices + 1, sizeof(*devs));
+	nodes = calloc((size_t)ctx->ndevices + 1, sizeof(*nodes));
+	if (!devs || !nodes) {
+		free(devs);
+		free(nodes);
 		return ODX_ENOMEM;
+	}
+	for (d = 0; d < ctx->ndevices; d++)
+		nodes[d] = ctx->devices[d].memnode;
 	for (d = 0; d < ctx->ndevices; d++)
 		devs[d] = (odx__policy_device){
 			.kind = odx_backend_kind_name(ctx->devices[d].kind),
@@ -1444,6 +2134,8 @@ int odx__policy_ctx_open(odx_context *ctx, char *err, size_t errlen)
 		.spec = spec,
 		.ndevices = ctx->ndevices,
 		.devices = devs,
+		.nnodes = ctx->nmemnodes,
+		.device_node = nodes,
 		.memory_limit = odx__config_size(ctx->config, "policy.memory_limit",
 						 odx__topo_memory(ctx->topo)),
 		.budget_ns = 1000u * (uint64_t)odx__config_int(ctx->config, "policy.budget"),
@@ -1453,6 +2145,7 @@ int odx__policy_ctx_open(odx_context *ctx, char *err, size_t errlen)
 	};
 	rc = odx__policy_open(&h, &p, why, sizeof(why));
 	free(devs);
+	free(nodes);
 	if (rc) {
 		snprintf(err, errlen, "%s", why[0] ? why : odx_strerror(rc));
 		return rc;
@@ -1461,19 +2154,47 @@ int odx__policy_ctx_open(odx_context *ctx, char *err, size_t errlen)
 	h->feasible = calloc((size_t)BATCH_MAX * (size_t)ctx->ndevices, sizeof(*h->feasible));
 	h->resident = calloc((size_t)BATCH_MAX * (size_t)ctx->ndevices, sizeof(*h->resident));
 	h->missing = calloc((size_t)BATCH_MAX * (size_t)ctx->ndevices, sizeof(*h->missing));
+	h->transfer = calloc((size_t)BATCH_MAX * (size_t)ctx->ndevices, sizeof(*h->transfer));
 	h->queue = calloc((size_t)ctx->ndevices, sizeof(*h->queue));
-	if (!h->feasible || !h->resident || !h->missing || !h->queue) {
+	h->valid = calloc((size_t)ctx->nmemnodes + 1, sizeof(*h->valid));
+	h->done = calloc((size_t)ctx->ndevices, sizeof(*h->done));
+	if (!h->feasible || !h->resident || !h->missing || !h->transfer || !h->queue || !h->valid ||
+	    !h->done) {
 		odx__policy_close(h);
 		return ODX_ENOMEM;
 	}
 	ctx->policy = h;
+	h->tick_ns = 1000000u * (uint64_t)odx__config_int(ctx->config, "policy.tick_ms");
+	if (h->tick_ns) {
+		pthread_mutex_init(&h->tick_lock, NULL);
+		pthread_cond_init(&h->tick_cond, NULL);
+		h->tick_started = pthread_create(&h->tick, NULL, ticker, ctx) == 0;
+		if (!h->tick_started) {
+			pthread_mutex_destroy(&h->tick_lock);
+			pthread_cond_destroy(&h->tick_cond);
+			odx__log(ctx, ODX_LOG_WARN, "policy %s: no tick thread, on_tick is not called",
+				 h->display);
+		}
+	}
 	return 0;
 }
 
 void odx__policy_ctx_close(odx_context *ctx)
 {
-	if (!ctx->policy)
+	odx__policy *h = ctx->policy;
+
+	if (!h)
 		return;
+	if (h->tick_started) {
+		pthread_mutex_lock(&h->tick_lock);
+		h->tick_stop = true;
+		pthread_cond_signal(&h->tick_cond);
+		pthread_mutex_unlock(&h->tick_lock);
+		pthread_join(h->tick, NULL);
+		pthread_mutex_destroy(&h->tick_lock);
+		pthread_cond_destroy(&h->tick_cond);
+		h->tick_started = false;
+	}
 	process_events(ctx->policy); /* last completions into the models */
 	odx__policy_close(ctx->policy);
 	ctx->policy = NULL;
@@ -1491,29 +2212,46 @@ static void describe_task(odx_context *ctx, odx__policy *h, int i, odx__task *t)
 		.feasible = &h->feasible[i * nd],
 		.resident = &h->resident[i * nd],
 		.missing = &h->missing[i * nd],
+		.transfer_us = &h->transfer[i * nd],
 	};
 	for (d = 0; d < nd; d++) {
 		h->feasible[i * nd + d] = odx__device_can_run(ctx, &ctx->devices[d], t);
 		h->resident[i * nd + d] = 0;
 		h->missing[i * nd + d] = 0;
+		h->transfer[i * nd + d] = 0;
 	}
 	for (a = 0; a < t->nargs; a++) {
 		const odx_buffer *b = t->args[a].v.buffer;
+		int m;
 
 		if (t->args[a].kind != ODX_ARG_BUFFER)
 			continue;
 		pt->bytes += b->size;
 		if (!(t->args[a].access & ODX_R))
 			continue;
+		/* Relaxed, as in sched.c: a stale answer only makes placement worse. */
+		for (m = 0; m < ctx->nmemnodes; m++)
+			h->valid[m] = atomic_load_explicit(&b->replicas[m].state,
+							   memory_order_relaxed) != ODX__INVALID;
 		for (d = 0; d < nd; d++) {
-			/* Relaxed, as in sched.c: a stale answer only makes placement worse. */
-			int st = atomic_load_explicit(&b->replicas[ctx->devices[d].memnode].state,
-						      memory_order_relaxed);
+			int dst = ctx->devices[d].memnode;
+			double best = 0;
 
-			if (st != ODX__INVALID)
+			if (h->valid[dst]) {
 				h->resident[i * nd + d] += b->size;
-			else if (!b->zero)
-				h->missing[i * nd + d] += b->size;
+				continue;
+			}
+			if (b->zero)
+				continue;
+			h->missing[i * nd + d] += b->size;
+			/* From the fastest link among the nodes holding a valid copy. */
+			for (m = 0; m < ctx->nmemnodes; m++)
+				if (h->valid[m] && atomic_load_explicit(&h->bw[m * h->nnodes + dst],
+									memory_order_relaxed) > best)
+					best = atomic_load_explicit(&h->bw[m * h->nnodes + dst],
+								    memory_order_relaxed);
+			h->transfer[i * nd + d] += (double)b->size * 1e6 /
+						   (best > 0 ? best : best_in(h, dst));
 		}
 	}
 }
@@ -1576,10 +2314,7 @@ void odx__policy_push(odx_context *ctx, odx__task *t)
 	pthread_mutex_unlock(&h->pend_lock);
 	/* Flat combining: whoever holds the lock places everything pending, ours included; a
 	 * task appended while the holder was finishing is seen by the re-check after unlock. */
-	while (atomic_load(&h->npending) > 0 && pthread_mutex_trylock(&h->lock) == 0) {
-		drain(ctx, h);
-		pthread_mutex_unlock(&h->lock);
-	}
+	place_pending(ctx, h);
 }
 
 void odx__policy_task_done(odx__task *t, int status)
@@ -1638,7 +2373,7 @@ static int harness_open(lua_State *L)
 	odx__policy_device devs[64];
 	char names[64][32], err[ODX__MSG_MAX] = "";
 	odx__policy_params p;
-	int nd, d, rc;
+	int nodes[64], nnodes = 0, nd, d, rc;
 
 	luaL_checktype(L, 1, LUA_TTABLE);
 	lua_getfield(L, 1, "devices");
@@ -1661,12 +2396,17 @@ static int harness_open(lua_State *L)
 			lua_pop(L, 2);
 			devs[d].memory = (uint64_t)field_int(L, -1, "memory", 1ll << 30);
 		}
+		nodes[d] = lua_istable(L, -1) ? (int)field_int(L, -1, "node", d + 1) - 1 : d;
+		luaL_argcheck(L, nodes[d] >= 0 && nodes[d] < 64, 1, "node: 1 to 64");
+		nnodes = nodes[d] + 1 > nnodes ? nodes[d] + 1 : nnodes;
 		lua_pop(L, 1); /* the strings stay alive in the machine table */
 	}
 	p = (odx__policy_params){
 		.spec = hs->spec,
 		.ndevices = nd,
 		.devices = devs,
+		.nnodes = nnodes,
+		.device_node = nodes,
 		.memory_limit = (uint64_t)field_int(L, 1, "memory_limit", 8 << 20),
 		.budget_ns = 1000u * (uint64_t)field_int(L, 1, "budget_us", 1000),
 		.log = harness_log,
@@ -1785,6 +2525,213 @@ static int harness_complete(lua_State *L)
 	return 0;
 }
 
+#define HARNESS_BUFS 16 /* buffers per task in the harness's synthetic lists */
+
+/* Pushes the answer of an order hook: the 1-based list, or nil and the failure. */
+static int push_order(lua_State *L, harness *hs, int rc, const int *order)
+{
+	int i;
+
+	if (rc < 0) {
+		lua_pushnil(L);
+		lua_pushstring(L, hs->last[0] ? hs->last : odx_strerror(rc));
+		return 2;
+	}
+	lua_createtable(L, rc, 0);
+	for (i = 0; i < rc; i++) {
+		lua_pushinteger(L, order[i] + 1);
+		lua_rawseti(L, -2, i + 1);
+	}
+	return 1;
+}
+
+/* Reads list `k` of a task table: up to HARNESS_BUFS tables, `f1` and `f2` of each. */
+static int read_bufs(lua_State *L, int t, const char *k, const char *f1, uint64_t *v1,
+		     const char *f2, uint64_t *v2)
+{
+	int n = 0;
+
+	lua_getfield(L, t, k);
+	if (lua_istable(L, -1)) {
+		n = (int)lua_rawlen(L, -1);
+		luaL_argcheck(L, n <= HARNESS_BUFS, 1, "too many buffers");
+		for (int j = 0; j < n; j++) {
+			lua_rawgeti(L, -1, j + 1);
+			luaL_checktype(L, -1, LUA_TTABLE);
+			v1[j] = (uint64_t)field_int(L, -1, f1, 0);
+			v2[j] = (uint64_t)field_int(L, -1, f2, 0);
+			lua_pop(L, 1);
+		}
+	}
+	lua_pop(L, 1);
+	return n;
+}
+
+/* harness.evict(need, {{id=, bytes=, last_use=ns, priority=, dirty=}, ...} [, node]): the
+ * order (1-based), or nil and the failure. */
+static int harness_evict(lua_State *L)
+{
+	harness *hs = harness_of(L);
+	odx__evict_cand c[BATCH_MAX];
+	int order[BATCH_MAX], n, i, rc;
+	lua_Integer need = luaL_checkinteger(L, 1);
+
+	luaL_argcheck(L, hs->h != NULL, 1, "call harness.open first");
+	luaL_checktype(L, 2, LUA_TTABLE);
+	n = (int)lua_rawlen(L, 2);
+	luaL_argcheck(L, n <= BATCH_MAX, 2, "too many candidates");
+	for (i = 0; i < n; i++) {
+		lua_rawgeti(L, 2, i + 1);
+		luaL_checktype(L, -1, LUA_TTABLE);
+		c[i] = (odx__evict_cand){
+			.buffer_id = (uint64_t)field_int(L, -1, "id", i + 1),
+			.bytes = (uint64_t)field_int(L, -1, "bytes", 0),
+			.last_use_ns = (uint64_t)field_int(L, -1, "last_use", 0),
+			.priority = (int)field_int(L, -1, "priority", 0),
+		};
+		lua_getfield(L, -1, "dirty");
+		c[i].dirty = lua_toboolean(L, -1);
+		lua_pop(L, 2);
+	}
+	hs->last[0] = '\0';
+	rc = odx__policy_host_evict(hs->h, (int)luaL_optinteger(L, 3, 1) - 1, (uint64_t)need, c, n,
+				    order);
+	return push_order(L, hs, rc, order);
+}
+
+/* harness.prefetch({{task=, device=, priority=, buffers={{id=, missing=}, ...}}, ...}
+ * [, queue]): the order (1-based), or nil and the failure. */
+static int harness_prefetch(lua_State *L)
+{
+	harness *hs = harness_of(L);
+	static odx__prefetch_task w[BATCH_MAX];
+	static uint64_t ids[BATCH_MAX][HARNESS_BUFS], miss[BATCH_MAX][HARNESS_BUFS];
+	int order[BATCH_MAX], n, i, rc;
+
+	luaL_argcheck(L, hs->h != NULL, 1, "call harness.open first");
+	luaL_checktype(L, 1, LUA_TTABLE);
+	n = (int)lua_rawlen(L, 1);
+	luaL_argcheck(L, n <= BATCH_MAX, 1, "too many tasks");
+	for (i = 0; i < hs->h->nd && lua_istable(L, 2); i++) {
+		lua_rawgeti(L, 2, i + 1);
+		hs->h->qnow[i] = (int)luaL_optinteger(L, -1, 0);
+		lua_pop(L, 1);
+	}
+	for (i = 0; i < n; i++) {
+		lua_rawgeti(L, 1, i + 1);
+		luaL_checktype(L, -1, LUA_TTABLE);
+		w[i] = (odx__prefetch_task){
+			.task_id = (uint64_t)field_int(L, -1, "task", i + 1),
+			.device = (int)field_int(L, -1, "device", 1) - 1,
+			.priority = (int)field_int(L, -1, "priority", 0),
+			.buffer_ids = ids[i],
+			.missing_bytes = miss[i],
+		};
+		w[i].nbufs = read_bufs(L, lua_gettop(L), "buffers", "id", ids[i], "missing", miss[i]);
+		lua_pop(L, 1);
+	}
+	hs->last[0] = '\0';
+	rc = odx__policy_host_prefetch(hs->h, w, n, order);
+	return push_order(L, hs, rc, order);
+}
+
+/* harness.place_rank({{task=, kernel=, priority=, bytes=, tag=, buffers={{owner=, bytes=},
+ * ...}}, ...}, nranks): the ranks (1-based, 0 where owner-computes decides) and the failure of
+ * this call, if any; nil and the failure when the whole call fell back. */
+static int harness_place_rank(lua_State *L)
+{
+	harness *hs = harness_of(L);
+	static odx__rank_task b[BATCH_MAX];
+	static uint64_t owner64[BATCH_MAX][HARNESS_BUFS], bytes[BATCH_MAX][HARNESS_BUFS];
+	static int owner[BATCH_MAX][HARNESS_BUFS];
+	int out[BATCH_MAX], n, i, j, rc, nranks = (int)luaL_checkinteger(L, 2);
+	uint64_t before;
+
+	luaL_argcheck(L, hs->h != NULL, 1, "call harness.open first");
+	luaL_checktype(L, 1, LUA_TTABLE);
+	n = (int)lua_rawlen(L, 1);
+	luaL_argcheck(L, n <= BATCH_MAX, 1, "too many tasks");
+	for (i = 0; i < n; i++) {
+		lua_rawgeti(L, 1, i + 1);
+		luaL_checktype(L, -1, LUA_TTABLE);
+		b[i] = (odx__rank_task){
+			.task_id = (uint64_t)field_int(L, -1, "task", i + 1),
+			.priority = (int)field_int(L, -1, "priority", 0),
+			.bytes = (uint64_t)field_int(L, -1, "bytes", 0),
+			.owner_rank = owner[i],
+			.buf_bytes = bytes[i],
+		};
+		lua_getfield(L, -1, "kernel");
+		b[i].kernel = lua_isstring(L, -1) ? lua_tostring(L, -1) : "k";
+		lua_getfield(L, -2, "tag");
+		b[i].tag = lua_isstring(L, -1) ? lua_tostring(L, -1) : NULL;
+		lua_pop(L, 2); /* the strings stay referenced by the caller's task table */
+		b[i].nbufs = read_bufs(L, lua_gettop(L), "buffers", "owner", owner64[i], "bytes",
+				       bytes[i]);
+		for (j = 0; j < b[i].nbufs; j++)
+			owner[i][j] = (int)owner64[i][j] - 1;
+		lua_pop(L, 1);
+	}
+	before = odx__policy_failures(hs->h);
+	hs->last[0] = '\0';
+	rc = odx__policy_host_place_rank(hs->h, b, n, nranks, out);
+	if (rc < 0) {
+		lua_pushnil(L);
+		lua_pushstring(L, hs->last[0] ? hs->last : odx_strerror(rc));
+		return 2;
+	}
+	lua_createtable(L, n, 0);
+	for (i = 0; i < n; i++) {
+		lua_pushinteger(L, out[i] + 1);
+		lua_rawseti(L, -2, i + 1);
+	}
+	if (odx__policy_failures(hs->h) != before) {
+		lua_pushstring(L, hs->last);
+		return 2;
+	}
+	return 1;
+}
+
+/* harness.tick([queue [, done]]): true, or false and the failure. */
+static int harness_tick(lua_State *L)
+{
+	harness *hs = harness_of(L);
+	int queue[64] = {0}, i, rc;
+	uint64_t done[64] = {0};
+
+	luaL_argcheck(L, hs->h != NULL, 1, "call harness.open first");
+	for (i = 0; i < hs->h->nd; i++) {
+		if (lua_istable(L, 1)) {
+			lua_rawgeti(L, 1, i + 1);
+			queue[i] = (int)luaL_optinteger(L, -1, 0);
+			lua_pop(L, 1);
+		}
+		if (lua_istable(L, 2)) {
+			lua_rawgeti(L, 2, i + 1);
+			done[i] = (uint64_t)luaL_optinteger(L, -1, 0);
+			lua_pop(L, 1);
+		}
+	}
+	hs->last[0] = '\0';
+	rc = odx__policy_host_tick(hs->h, queue, done);
+	lua_pushboolean(L, rc == 0);
+	if (rc == 0)
+		return 1;
+	lua_pushstring(L, hs->last[0] ? hs->last : odx_strerror(rc));
+	return 2;
+}
+
+/* harness.bandwidth(src, dst, bytes_per_s): a measured link (1-based memory nodes). */
+static int harness_bandwidth(lua_State *L)
+{
+	harness *hs = harness_of(L);
+
+	luaL_argcheck(L, hs->h != NULL, 1, "call harness.open first");
+	odx__policy_host_set_bandwidth(hs->h, (int)luaL_checkinteger(L, 1) - 1,
+				       (int)luaL_checkinteger(L, 2) - 1, luaL_checknumber(L, 3));
+	return 0;
+}
+
 static int harness_failures(lua_State *L)
 {
 	harness *hs = harness_of(L);
@@ -1801,6 +2748,11 @@ static int harness_run(lua_State *L)
 		{"place", harness_place},
 		{"complete", harness_complete},
 		{"failures", harness_failures},
+		{"evict", harness_evict},
+		{"prefetch", harness_prefetch},
+		{"place_rank", harness_place_rank},
+		{"tick", harness_tick},
+		{"bandwidth", harness_bandwidth},
 		{NULL, NULL},
 	};
 	harness *hs = lua_touserdata(L, 1);
