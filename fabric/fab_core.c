@@ -1,0 +1,1948 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * fab_core.c - the transport: one RDM endpoint, an AV table, one CQ and one progress thread.
+ *
+ * Only the progress thread touches libfabric objects (FI_THREAD_DOMAIN); API calls hand it
+ * submissions through a locked list and an eventfd. Control messages are tagged sends with tag 0
+ * into a pool of pre-posted buffers, bounded per peer by credits. A data transfer starts with an
+ * RTS control message; small payloads ride inside it, larger ones go as tagged chunks the
+ * receiver posts straight into the destination once it has both the RTS and its own receive, or
+ * (pull mode) the receiver reads them with fi_read from a region the sender registered read-only
+ * for that one transfer and closes when the receiver's FIN comes back.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+
+#include "fab_internal.h"
+#include "odx/odx.h"
+
+#define FAB_NAME_MAX 256
+#define FAB_RX_BUFS 128
+#define FAB_WINDOW_MAX 16
+#define FAB_REPLAY_WINDOW 1024
+#define FAB_SEQ_AHEAD_MAX 65536
+#define FAB_MAP_BUCKETS 1024
+#define FAB_WIREUP_TIMEOUT_MS 60000
+
+enum op_kind { OP_CTRL_TX, OP_CTRL_RX, OP_DATA_TX, OP_DATA_RX, OP_READ };
+
+struct fab_xfer;
+
+struct fab_op {
+	struct fi_context2 fictx; /* first: the provider hands it back in completions */
+	enum op_kind kind;
+	struct fab_op *next;         /* ready / delayed / waiting queue */
+	struct fab_op *lprev, *lnext; /* posted to the provider */
+	int peer;
+	int retries, injected;
+	int slot; /* index in xfer->ops */
+	int64_t not_before;
+	struct fab_xfer *xfer;
+	uint32_t chunk;
+	uint16_t msg_type;
+	bool exempt, raw, seq_set, posted;
+	size_t len;
+	unsigned char *buf;
+	struct fid_mr *mr;
+	void *desc;
+	uint64_t tag, rma_addr, rma_key;
+	unsigned char data[]; /* control buffers */
+};
+
+struct fab_xfer {
+	struct fab_xfer *hnext;       /* map chain */
+	struct fab_map *map;          /* which map holds it */
+	struct fab_xfer *aprev, *anext; /* active list */
+	bool is_send, is_record, finished;
+	int peer;
+	uint64_t key, id;
+	unsigned char *buf;
+	size_t len;
+	odx_fab_done_fn done;
+	void *arg;
+	uint32_t mode, nchunks, next_chunk, completed;
+	size_t chunk;
+	unsigned inflight, ops_out;
+	struct fab_op *ops[FAB_WINDOW_MAX];
+	struct fid_mr *mr;
+	void *desc;
+	uint64_t rma_addr, rma_key;
+	unsigned char *inline_data; /* unexpected RTS record with inline payload */
+};
+
+struct fab_map {
+	struct fab_xfer *b[FAB_MAP_BUCKETS];
+};
+
+enum peer_state { PEER_ALIVE, PEER_GONE, PEER_FAILED };
+
+struct fab_peer {
+	fi_addr_t addr;
+	enum peer_state state;
+	unsigned credits, to_return;
+	bool credit_pending, hb_inflight, gone_swept;
+	uint64_t next_seq, win_top;
+	uint64_t win[FAB_REPLAY_WINDOW / 64];
+	int64_t last_heard, last_sent, gone_at;
+	struct fab_op *wait_head, *wait_tail;
+};
+
+struct odx_fab {
+	struct fab_wireup wu;
+	struct fab_profile prof;
+	struct fab_fault fault;
+	int rank, size, peer_timeout_ms, max_retries;
+	char provider[64];
+	struct fi_info *info;
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_av *av;
+	struct fid_cq *cq;
+	struct fid_ep *ep;
+	bool mr_local, mr_endpoint, mr_virt, mr_prov_key, mr_raw, has_rma, has_source;
+	uint64_t next_mr_key;
+	struct fab_peer *peers;
+	struct fab_op *rx[FAB_RX_BUFS];
+	int cq_fd, wake_fd, spin;
+	pthread_t thread;
+	bool thread_started;
+
+	pthread_mutex_t lock; /* submissions, handlers, barrier, peer states */
+	pthread_cond_t cond;
+	struct fab_xfer *sub_x_head, *sub_x_tail;
+	struct fab_op *sub_o_head, *sub_o_tail;
+	atomic_bool sleeping;
+
+	/* progress thread only */
+	struct fab_op *ready_head, *ready_tail, *delayed, *posted;
+	struct fab_xfer *active;
+	struct fab_map posted_recvs, unexpected, sends;
+	uint64_t next_xfer_id;
+	int64_t log_window;
+	unsigned log_count, log_suppressed;
+	int64_t next_timer;
+
+	_Atomic size_t pull_min;
+	odx_fab_msg_fn on_msg;
+	odx_fab_peer_fn on_peer;
+	void *user;
+	uint64_t bar_epoch, bar_released;
+	unsigned bar_arrived[2];
+	int failed_peer;
+	char failed_why[256];
+	atomic_bool closing;
+	unsigned char last_ctrl[FAB_CTRL_BUF]; /* for the replay test hook (under lock) */
+	size_t last_ctrl_len;
+	int last_ctrl_peer;
+
+	_Atomic uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv, bad_msgs, retries, eagain, transfers;
+};
+
+static void stat_add(_Atomic uint64_t *c, uint64_t n)
+{
+	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+static void fab_log(const odx_fab *f, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "odx fabric [rank %d]: %s\n", f->rank, line);
+}
+
+/* A bad message: dropped, counted and logged, at most 10 lines a second. */
+static void fab_bad(odx_fab *f, const char *fmt, ...)
+{
+	stat_add(&f->bad_msgs, 1);
+	int64_t now = fab_now_ns();
+	if (now - f->log_window > 1000000000ll) {
+		if (f->log_suppressed)
+			fab_log(f, "%u more bad messages dropped without a log line", f->log_suppressed);
+		f->log_window = now;
+		f->log_count = 0;
+		f->log_suppressed = 0;
+	}
+	if (f->log_count++ >= 10) {
+		f->log_suppressed++;
+		return;
+	}
+	char line[400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	fab_log(f, "dropped a bad message: %s", line);
+}
+
+static void wake(odx_fab *f)
+{
+	if (atomic_load(&f->sleeping)) {
+		uint64_t one = 1;
+		ssize_t k = write(f->wake_fd, &one, sizeof(one));
+		(void)k;
+	}
+}
+
+/* ---- maps: (peer, key) for receives and unexpected RTS, id for sends ----------------------- */
+
+static size_t bucket(uint64_t a, uint64_t b)
+{
+	return (size_t)(((a * 0x9e3779b97f4a7c15ull) ^ (b * 0xc2b2ae3d27d4eb4full)) >> 40) % FAB_MAP_BUCKETS;
+}
+
+static void map_put(struct fab_map *m, size_t h, struct fab_xfer *x)
+{
+	/* append: equal keys match first come, first served */
+	struct fab_xfer **pp = &m->b[h];
+	while (*pp)
+		pp = &(*pp)->hnext;
+	x->hnext = NULL;
+	*pp = x;
+	x->map = m;
+}
+
+static void map_remove(struct fab_xfer *x, size_t h)
+{
+	if (!x->map)
+		return;
+	for (struct fab_xfer **pp = &x->map->b[h]; *pp; pp = &(*pp)->hnext) {
+		if (*pp == x) {
+			*pp = x->hnext;
+			break;
+		}
+	}
+	x->map = NULL;
+}
+
+static size_t xfer_bucket(const odx_fab *f, const struct fab_xfer *x)
+{
+	return x->map == &f->sends ? bucket(x->id, 0) : bucket((uint64_t)x->peer, x->key);
+}
+
+static struct fab_xfer *map_take_match(struct fab_map *m, int peer, uint64_t key)
+{
+	size_t h = bucket((uint64_t)peer, key);
+	for (struct fab_xfer **pp = &m->b[h]; *pp; pp = &(*pp)->hnext) {
+		struct fab_xfer *x = *pp;
+		if (x->peer == peer && x->key == key) {
+			*pp = x->hnext;
+			x->map = NULL;
+			return x;
+		}
+	}
+	return NULL;
+}
+
+static struct fab_xfer *map_take_id(struct fab_map *m, uint64_t id)
+{
+	size_t h = bucket(id, 0);
+	for (struct fab_xfer **pp = &m->b[h]; *pp; pp = &(*pp)->hnext) {
+		struct fab_xfer *x = *pp;
+		if (x->id == id) {
+			*pp = x->hnext;
+			x->map = NULL;
+			return x;
+		}
+	}
+	return NULL;
+}
+
+/* ---- memory registration: the strictest path when the provider asks for it --------------- */
+
+static int mr_register(odx_fab *f, const void *buf, size_t len, uint64_t access, struct fid_mr **mr)
+{
+	uint64_t key = f->mr_prov_key ? 0 : f->next_mr_key++;
+	int ret = fi_mr_reg(f->domain, buf, len ? len : 1, access, 0, key, 0, mr, NULL);
+	if (ret)
+		return ret;
+	if (f->mr_endpoint) {
+		ret = fi_mr_bind(*mr, &f->ep->fid, 0);
+		if (!ret)
+			ret = fi_mr_enable(*mr);
+		if (ret) {
+			fi_close(&(*mr)->fid);
+			*mr = NULL;
+		}
+	}
+	return ret;
+}
+
+static void mr_close(struct fid_mr **mr)
+{
+	if (*mr) {
+		fi_close(&(*mr)->fid);
+		*mr = NULL;
+	}
+}
+
+/* ---- ops and queues ----------------------------------------------------------------------- */
+
+static struct fab_op *op_new(enum op_kind kind, int peer, size_t extra)
+{
+	struct fab_op *op = calloc(1, sizeof(*op) + extra);
+	if (!op)
+		return NULL;
+	op->kind = kind;
+	op->peer = peer;
+	op->slot = -1;
+	if (extra)
+		op->buf = op->data;
+	return op;
+}
+
+static void op_free(struct fab_op *op)
+{
+	mr_close(&op->mr);
+	free(op);
+}
+
+static void push_ready(odx_fab *f, struct fab_op *op)
+{
+	op->next = NULL;
+	if (op->not_before > fab_now_ns()) {
+		op->next = f->delayed;
+		f->delayed = op;
+		return;
+	}
+	if (f->ready_tail)
+		f->ready_tail->next = op;
+	else
+		f->ready_head = op;
+	f->ready_tail = op;
+}
+
+/* Fault injection: a delay, and for a share of operations a longer one that lets later
+ * operations overtake (reordering). */
+static void fault_delay(odx_fab *f, struct fab_op *op)
+{
+	if (!f->fault.on)
+		return;
+	int64_t us = f->fault.delay_min_us;
+	if (f->fault.delay_max_us > f->fault.delay_min_us)
+		us += (int64_t)(fab_rand(&f->fault.rng) % (f->fault.delay_max_us - f->fault.delay_min_us + 1));
+	if (fab_chance(&f->fault.rng, f->fault.reorder))
+		us += 200 + (int64_t)(fab_rand(&f->fault.rng) % (2 * (f->fault.delay_max_us + 1000)));
+	if (us)
+		op->not_before = fab_now_ns() + us * 1000;
+}
+
+static void posted_add(odx_fab *f, struct fab_op *op)
+{
+	op->posted = true;
+	op->lprev = NULL;
+	op->lnext = f->posted;
+	if (f->posted)
+		f->posted->lprev = op;
+	f->posted = op;
+}
+
+static void posted_remove(odx_fab *f, struct fab_op *op)
+{
+	if (!op->posted)
+		return;
+	if (op->lprev)
+		op->lprev->lnext = op->lnext;
+	else
+		f->posted = op->lnext;
+	if (op->lnext)
+		op->lnext->lprev = op->lprev;
+	op->posted = false;
+}
+
+/* ---- control messages --------------------------------------------------------------------- */
+
+static struct fab_op *ctrl_new(odx_fab *f, int dst, uint16_t type, uint32_t user_type, const void *a, size_t alen,
+			       const void *b, size_t blen)
+{
+	struct fab_op *op = op_new(OP_CTRL_TX, dst, sizeof(struct fab_hdr) + alen + blen);
+	if (!op)
+		return NULL;
+	struct fab_hdr *h = (struct fab_hdr *)op->buf;
+	h->magic = FAB_MAGIC;
+	h->version = FAB_VERSION;
+	h->type = type;
+	h->job_key = f->wu.job_key;
+	h->src = (uint32_t)f->rank;
+	h->payload_len = (uint32_t)(alen + blen);
+	h->user_type = user_type;
+	if (alen)
+		memcpy(op->buf + sizeof(*h), a, alen);
+	if (blen)
+		memcpy(op->buf + sizeof(*h) + alen, b, blen);
+	op->len = sizeof(*h) + alen + blen;
+	op->msg_type = type;
+	op->exempt = type == FAB_MSG_HEARTBEAT || type == FAB_MSG_CREDIT || type == FAB_MSG_BYE;
+	return op;
+}
+
+static void deliver_local(odx_fab *f, struct fab_op *op);
+
+/* Admits a control message: credits first (exempt ones skip), then the ready queue. */
+static void ctrl_enqueue(odx_fab *f, struct fab_op *op)
+{
+	struct fab_peer *p = &f->peers[op->peer];
+	if (op->peer == f->rank) {
+		deliver_local(f, op);
+		return;
+	}
+	if (p->state == PEER_FAILED) {
+		op_free(op);
+		return;
+	}
+	fault_delay(f, op);
+	if (!op->exempt && !op->raw) {
+		if (p->credits == 0 || p->wait_head) {
+			op->next = NULL;
+			if (p->wait_tail)
+				p->wait_tail->next = op;
+			else
+				p->wait_head = op;
+			p->wait_tail = op;
+			return;
+		}
+		p->credits--;
+	}
+	push_ready(f, op);
+}
+
+static void credits_release_waiters(odx_fab *f, struct fab_peer *p)
+{
+	while (p->wait_head && p->credits > 0) {
+		struct fab_op *op = p->wait_head;
+		p->wait_head = op->next;
+		if (!p->wait_head)
+			p->wait_tail = NULL;
+		p->credits--;
+		push_ready(f, op);
+	}
+}
+
+static void ctrl_send(odx_fab *f, int dst, uint16_t type, const void *body, size_t len)
+{
+	struct fab_op *op = ctrl_new(f, dst, type, 0, body, len, NULL, 0);
+	if (!op) {
+		fab_log(f, "out of memory for a control message to rank %d", dst);
+		return;
+	}
+	if (type == FAB_MSG_HEARTBEAT)
+		f->peers[dst].hb_inflight = true;
+	ctrl_enqueue(f, op);
+}
+
+/* ---- transfers ---------------------------------------------------------------------------- */
+
+static void xfer_release(odx_fab *f, struct fab_xfer *x)
+{
+	if (x->aprev)
+		x->aprev->anext = x->anext;
+	else if (f->active == x)
+		f->active = x->anext;
+	if (x->anext)
+		x->anext->aprev = x->aprev;
+	mr_close(&x->mr);
+	free(x->inline_data);
+	free(x);
+}
+
+static void xfer_activate(odx_fab *f, struct fab_xfer *x)
+{
+	x->aprev = NULL;
+	x->anext = f->active;
+	if (f->active)
+		f->active->aprev = x;
+	f->active = x;
+}
+
+/* Calls done once; frees the transfer when the provider holds none of its operations. */
+static void xfer_finish(odx_fab *f, struct fab_xfer *x, int status, const char *msg)
+{
+	if (x->finished)
+		return;
+	x->finished = true;
+	if (x->map)
+		map_remove(x, xfer_bucket(f, x));
+	if (status) {
+		/* never leave a receive posted into memory the caller gets back */
+		for (int i = 0; i < FAB_WINDOW_MAX; i++)
+			if (x->ops[i] && x->ops[i]->posted && x->ops[i]->kind != OP_DATA_TX)
+				fi_cancel(&f->ep->fid, x->ops[i]);
+	}
+	if (x->is_send && x->mode == FAB_MODE_PULL)
+		mr_close(&x->mr); /* the read-only window closes with the transfer */
+	if (x->done && !x->is_record)
+		x->done(x->arg, status, msg);
+	if (x->ops_out == 0)
+		xfer_release(f, x);
+}
+
+static void xfer_fail_peer(odx_fab *f, struct fab_xfer *x, const char *why)
+{
+	char msg[400];
+	snprintf(msg, sizeof(msg), "%s of %zu bytes (key %#llx) %s rank %d failed: %s",
+		 x->is_send ? "send" : "receive", x->len, (unsigned long long)x->key, x->is_send ? "to" : "from",
+		 x->peer, why);
+	xfer_finish(f, x, ODX_EPEER, msg);
+}
+
+/* Posts the next chunks of a transfer, up to the profile's window. */
+static void xfer_feed(odx_fab *f, struct fab_xfer *x)
+{
+	unsigned window = f->prof.window < FAB_WINDOW_MAX ? f->prof.window : FAB_WINDOW_MAX;
+	while (!x->finished && x->inflight < window && x->next_chunk < x->nchunks) {
+		enum op_kind kind = x->is_send ? OP_DATA_TX : x->mode == FAB_MODE_PULL ? OP_READ : OP_DATA_RX;
+		struct fab_op *op = op_new(kind, x->peer, 0);
+		if (!op) {
+			xfer_finish(f, x, ODX_ENOMEM, "out of memory for a transfer chunk");
+			return;
+		}
+		size_t off = (size_t)x->next_chunk * x->chunk;
+		op->xfer = x;
+		op->chunk = x->next_chunk;
+		op->buf = x->buf + off;
+		op->len = x->len - off < x->chunk ? x->len - off : x->chunk;
+		op->desc = x->desc;
+		op->tag = fab_data_tag(x->id, x->next_chunk);
+		op->rma_addr = x->rma_addr + off;
+		op->rma_key = x->rma_key;
+		for (int i = 0; i < FAB_WINDOW_MAX; i++) {
+			if (!x->ops[i]) {
+				x->ops[i] = op;
+				op->slot = i;
+				break;
+			}
+		}
+		if (kind == OP_DATA_TX)
+			fault_delay(f, op);
+		x->next_chunk++;
+		x->inflight++;
+		x->ops_out++;
+		push_ready(f, op);
+	}
+}
+
+static void send_nack(odx_fab *f, int peer, uint64_t id, int status)
+{
+	struct fab_fin n = { .xfer_id = id, .status = status };
+	ctrl_send(f, peer, FAB_MSG_NACK, &n, sizeof(n));
+}
+
+/* Receive x meets its announcement r (an unexpected record, or a local send to ourselves). */
+static void xfer_match(odx_fab *f, struct fab_xfer *x, struct fab_xfer *r)
+{
+	if (r->len != x->len) {
+		char msg[300];
+		snprintf(msg, sizeof(msg),
+			 "rank %d sends %zu bytes for key %#llx, the receive posted for it expects %zu", x->peer,
+			 r->len, (unsigned long long)x->key, x->len);
+		if (r->is_send) {
+			xfer_finish(f, r, ODX_EINVAL, msg);
+		} else {
+			send_nack(f, x->peer, r->id, ODX_EINVAL);
+			xfer_release(f, r);
+		}
+		xfer_finish(f, x, ODX_EINVAL, msg);
+		return;
+	}
+	if (r->is_send) { /* to ourselves */
+		if (x->len)
+			memcpy(x->buf, r->buf, x->len);
+		xfer_finish(f, r, 0, NULL);
+		xfer_finish(f, x, 0, NULL);
+		return;
+	}
+	x->mode = r->mode;
+	x->id = r->id;
+	x->nchunks = r->nchunks;
+	x->chunk = r->chunk;
+	x->rma_addr = r->rma_addr;
+	x->rma_key = r->rma_key;
+	if (x->mode == FAB_MODE_INLINE) {
+		if (x->len)
+			memcpy(x->buf, r->inline_data, x->len);
+		xfer_release(f, r);
+		stat_add(&f->bytes_recv, x->len);
+		xfer_finish(f, x, 0, NULL);
+		return;
+	}
+	xfer_release(f, r);
+	if (f->mr_local) {
+		int ret = mr_register(f, x->buf, x->len, x->mode == FAB_MODE_PULL ? FI_READ : FI_RECV, &x->mr);
+		if (ret) {
+			xfer_finish(f, x, fab_err(ret), "could not register the receive buffer");
+			return;
+		}
+		x->desc = fi_mr_desc(x->mr);
+	}
+	xfer_feed(f, x);
+}
+
+static void xfer_start(odx_fab *f, struct fab_xfer *x)
+{
+	xfer_activate(f, x);
+	stat_add(&f->transfers, 1);
+	struct fab_peer *p = &f->peers[x->peer];
+	if (p->state == PEER_FAILED || (p->state == PEER_GONE && p->gone_swept)) {
+		xfer_fail_peer(f, x, p->state == PEER_FAILED ? "it is marked failed" : "it has closed");
+		return;
+	}
+	if (!x->is_send) {
+		struct fab_xfer *r = map_take_match(&f->unexpected, x->peer, x->key);
+		if (r)
+			xfer_match(f, x, r);
+		else
+			map_put(&f->posted_recvs, bucket((uint64_t)x->peer, x->key), x);
+		return;
+	}
+	if (x->peer == f->rank) {
+		struct fab_xfer *r = map_take_match(&f->posted_recvs, x->peer, x->key);
+		if (r)
+			xfer_match(f, r, x);
+		else
+			map_put(&f->unexpected, bucket((uint64_t)x->peer, x->key), x);
+		return;
+	}
+	x->id = f->next_xfer_id++;
+	struct fab_rts rts = { .key = x->key, .len = x->len, .xfer_id = x->id };
+	if (x->len <= FAB_INLINE_MAX) {
+		rts.mode = FAB_MODE_INLINE;
+	} else {
+		rts.mode = FAB_MODE_TAGGED;
+		if (x->len >= atomic_load(&f->pull_min) && f->has_rma && !f->mr_raw &&
+		    mr_register(f, x->buf, x->len, FI_REMOTE_READ, &x->mr) == 0) {
+			uint64_t key = fi_mr_key(x->mr);
+			if (key == FI_KEY_NOTAVAIL) {
+				mr_close(&x->mr);
+			} else {
+				rts.mode = FAB_MODE_PULL;
+				rts.rma_key = key;
+				rts.rma_addr = f->mr_virt ? (uint64_t)(uintptr_t)x->buf : 0;
+			}
+		}
+		rts.chunk = f->prof.chunk;
+		rts.nchunks = (uint32_t)((x->len + f->prof.chunk - 1) / f->prof.chunk);
+	}
+	x->mode = rts.mode;
+	x->chunk = rts.chunk;
+	x->nchunks = rts.nchunks;
+	struct fab_op *op = ctrl_new(f, x->peer, FAB_MSG_RTS, 0, &rts, sizeof(rts), x->buf,
+				     rts.mode == FAB_MODE_INLINE ? x->len : 0);
+	if (!op) {
+		xfer_finish(f, x, ODX_ENOMEM, "out of memory for a transfer announcement");
+		return;
+	}
+	map_put(&f->sends, bucket(x->id, 0), x);
+	if (rts.mode == FAB_MODE_INLINE) {
+		op->xfer = x; /* the send is done when its announcement is */
+		x->ops_out++;
+	}
+	ctrl_enqueue(f, op);
+	if (rts.mode == FAB_MODE_TAGGED) {
+		if (f->mr_local) {
+			int ret = mr_register(f, x->buf, x->len, FI_SEND, &x->mr);
+			if (ret) {
+				xfer_finish(f, x, fab_err(ret), "could not register the send buffer");
+				return;
+			}
+			x->desc = fi_mr_desc(x->mr);
+		}
+		xfer_feed(f, x);
+	}
+}
+
+/* ---- peers -------------------------------------------------------------------------------- */
+
+static void peer_fail(odx_fab *f, int rank, const char *why)
+{
+	struct fab_peer *p = &f->peers[rank];
+	if (p->state == PEER_FAILED)
+		return;
+	char msg[256];
+	snprintf(msg, sizeof(msg), "%s", why);
+	pthread_mutex_lock(&f->lock);
+	p->state = PEER_FAILED;
+	if (f->failed_peer < 0) {
+		f->failed_peer = rank;
+		snprintf(f->failed_why, sizeof(f->failed_why), "rank %d failed: %s", rank, msg);
+	}
+	odx_fab_peer_fn on_peer = f->on_peer;
+	void *user = f->user;
+	pthread_cond_broadcast(&f->cond);
+	pthread_mutex_unlock(&f->lock);
+	fab_log(f, "rank %d failed: %s", rank, msg);
+	if (on_peer)
+		on_peer(user, rank, msg);
+	/* drop control messages still waiting for its credits */
+	while (p->wait_head) {
+		struct fab_op *op = p->wait_head;
+		p->wait_head = op->next;
+		op_free(op);
+	}
+	p->wait_tail = NULL;
+	for (struct fab_xfer *x = f->active, *next; x; x = next) {
+		next = x->anext;
+		if (x->peer != rank || x->finished)
+			continue;
+		if (x->is_record) {
+			if (x->map)
+				map_remove(x, xfer_bucket(f, x));
+			if (x->ops_out == 0)
+				xfer_release(f, x);
+			continue;
+		}
+		xfer_fail_peer(f, x, msg);
+	}
+}
+
+/* Replay window: accepts each sequence number once, within a window behind the highest seen and
+ * a bounded distance ahead (a peer's numbers grow by one per message). */
+static bool window_accept(struct fab_peer *p, uint64_t seq)
+{
+	if (seq >= p->win_top + FAB_SEQ_AHEAD_MAX)
+		return false;
+	if (seq + FAB_REPLAY_WINDOW < p->win_top + 1 && p->win_top >= FAB_REPLAY_WINDOW)
+		return false;
+	while (p->win_top <= seq) {
+		uint64_t s = p->win_top++;
+		p->win[(s / 64) % (FAB_REPLAY_WINDOW / 64)] &= ~(1ull << (s % 64));
+	}
+	uint64_t *w = &p->win[(seq / 64) % (FAB_REPLAY_WINDOW / 64)];
+	if (*w & (1ull << (seq % 64)))
+		return false;
+	*w |= 1ull << (seq % 64);
+	return true;
+}
+
+/* ---- incoming control messages ----------------------------------------------------------- */
+
+static void handle_rts(odx_fab *f, int src, const struct fab_rts *rts, const unsigned char *inl, size_t payload)
+{
+	bool ok;
+	switch (rts->mode) {
+	case FAB_MODE_INLINE:
+		ok = payload == sizeof(*rts) + rts->len;
+		break;
+	case FAB_MODE_TAGGED:
+	case FAB_MODE_PULL:
+		ok = payload == sizeof(*rts) && rts->len > FAB_INLINE_MAX && rts->chunk > 0 &&
+		     rts->nchunks <= FAB_MAX_CHUNKS && rts->nchunks == (rts->len + rts->chunk - 1) / rts->chunk &&
+		     (rts->mode == FAB_MODE_TAGGED || f->has_rma);
+		break;
+	default:
+		ok = false;
+	}
+	if (!ok) {
+		fab_bad(f, "inconsistent transfer announcement from rank %d (mode %u, %llu bytes)", src, rts->mode,
+			(unsigned long long)rts->len);
+		return;
+	}
+	struct fab_xfer *r = calloc(1, sizeof(*r));
+	if (!r) {
+		fab_log(f, "out of memory for a transfer announcement from rank %d", src);
+		return;
+	}
+	r->is_record = true;
+	r->peer = src;
+	r->key = rts->key;
+	r->len = rts->len;
+	r->id = rts->xfer_id;
+	r->mode = rts->mode;
+	r->nchunks = rts->nchunks;
+	r->chunk = rts->chunk;
+	r->rma_addr = rts->rma_addr;
+	r->rma_key = rts->rma_key;
+	if (rts->mode == FAB_MODE_INLINE && rts->len) {
+		r->inline_data = malloc(rts->len);
+		if (!r->inline_data) {
+			free(r);
+			fab_log(f, "out of memory for an inline payload from rank %d", src);
+			return;
+		}
+		memcpy(r->inline_data, inl, rts->len);
+	}
+	xfer_activate(f, r);
+	struct fab_xfer *x = map_take_match(&f->posted_recvs, src, rts->key);
+	if (x)
+		xfer_match(f, x, r);
+	else
+		map_put(&f->unexpected, bucket((uint64_t)src, rts->key), r);
+}
+
+static void check_barrier(odx_fab *f);
+
+static void handle_ctrl(odx_fab *f, const unsigned char *buf, size_t len, fi_addr_t from)
+{
+	struct fab_hdr h;
+	if (len < sizeof(h)) {
+		fab_bad(f, "truncated header (%zu bytes)", len);
+		return;
+	}
+	memcpy(&h, buf, sizeof(h));
+	if (h.magic != FAB_MAGIC) {
+		fab_bad(f, "bad magic %#x", h.magic);
+		return;
+	}
+	if (h.version != FAB_VERSION) {
+		fab_bad(f, "protocol version %u, expected %u", h.version, FAB_VERSION);
+		return;
+	}
+	if (h.job_key != f->wu.job_key) {
+		fab_bad(f, "wrong job key (claims rank %u)", h.src);
+		return;
+	}
+	if (h.src >= (uint32_t)f->size || h.src == (uint32_t)f->rank) {
+		fab_bad(f, "sender rank %u out of range or ourselves", h.src);
+		return;
+	}
+	if (f->has_source && from != f->peers[h.src].addr) {
+		fab_bad(f, "claims rank %u but %s", h.src,
+			from == FI_ADDR_NOTAVAIL ? "its address is not in the address vector"
+						 : "comes from another rank's address");
+		return;
+	}
+	if ((size_t)h.payload_len != len - sizeof(h)) {
+		fab_bad(f, "length field %u but %zu payload bytes arrived from rank %u", h.payload_len,
+			len - sizeof(h), h.src);
+		return;
+	}
+	if (h.type < FAB_MSG_USER || h.type >= FAB_MSG_TYPE_END) {
+		fab_bad(f, "unknown message type %u from rank %u", h.type, h.src);
+		return;
+	}
+	int src = (int)h.src;
+	struct fab_peer *p = &f->peers[src];
+	if (p->state == PEER_FAILED)
+		return; /* a failed peer stays failed */
+	if (!window_accept(p, h.seq)) {
+		fab_bad(f, "replayed or out-of-window sequence %llu from rank %d", (unsigned long long)h.seq, src);
+		return;
+	}
+	stat_add(&f->msgs_recv, 1);
+	stat_add(&f->bytes_recv, len);
+	p->last_heard = fab_now_ns();
+	if (h.credits) {
+		p->credits += h.credits;
+		if (p->credits > f->prof.credits)
+			p->credits = f->prof.credits; /* a confused peer cannot inflate them */
+		credits_release_waiters(f, p);
+	}
+	if (h.type != FAB_MSG_HEARTBEAT && h.type != FAB_MSG_CREDIT && h.type != FAB_MSG_BYE) {
+		p->to_return++;
+		if (p->to_return >= f->prof.credits / 2 && !p->credit_pending) {
+			p->credit_pending = true;
+			ctrl_send(f, src, FAB_MSG_CREDIT, NULL, 0);
+		}
+	}
+	const unsigned char *payload = buf + sizeof(h);
+	switch (h.type) {
+	case FAB_MSG_USER: {
+		pthread_mutex_lock(&f->lock);
+		odx_fab_msg_fn on_msg = f->on_msg;
+		void *user = f->user;
+		pthread_mutex_unlock(&f->lock);
+		if (on_msg)
+			on_msg(user, src, h.user_type, payload, h.payload_len);
+		else
+			fab_bad(f, "message type %u from rank %d arrived before a handler was set", h.user_type, src);
+		break;
+	}
+	case FAB_MSG_RTS: {
+		struct fab_rts rts;
+		if (h.payload_len < sizeof(rts)) {
+			fab_bad(f, "short transfer announcement from rank %d", src);
+			break;
+		}
+		memcpy(&rts, payload, sizeof(rts));
+		handle_rts(f, src, &rts, payload + sizeof(rts), h.payload_len);
+		break;
+	}
+	case FAB_MSG_FIN:
+	case FAB_MSG_NACK: {
+		struct fab_fin fin;
+		if (h.payload_len != sizeof(fin)) {
+			fab_bad(f, "bad FIN/NACK length from rank %d", src);
+			break;
+		}
+		memcpy(&fin, payload, sizeof(fin));
+		struct fab_xfer *x = map_take_id(&f->sends, fin.xfer_id);
+		if (!x || x->peer != src) {
+			if (x)
+				map_put(&f->sends, bucket(x->id, 0), x);
+			fab_bad(f, "FIN/NACK from rank %d for unknown transfer %llu", src, (unsigned long long)fin.xfer_id);
+			break;
+		}
+		if (h.type == FAB_MSG_FIN) {
+			xfer_finish(f, x, 0, NULL);
+		} else {
+			char msg[200];
+			snprintf(msg, sizeof(msg), "rank %d refused the %zu-byte send for key %#llx: %s", src, x->len,
+				 (unsigned long long)x->key, odx_strerror(fin.status));
+			xfer_finish(f, x, fin.status < 0 ? fin.status : ODX_EINVAL, msg);
+		}
+		break;
+	}
+	case FAB_MSG_BARRIER_IN:
+	case FAB_MSG_BARRIER_OUT: {
+		struct fab_barrier_msg b;
+		if (h.payload_len != sizeof(b) || (h.type == FAB_MSG_BARRIER_IN) != (f->rank == 0)) {
+			fab_bad(f, "misdirected barrier message from rank %d", src);
+			break;
+		}
+		memcpy(&b, payload, sizeof(b));
+		pthread_mutex_lock(&f->lock);
+		if (h.type == FAB_MSG_BARRIER_IN)
+			f->bar_arrived[b.epoch & 1]++;
+		else if (b.epoch > f->bar_released)
+			f->bar_released = b.epoch;
+		pthread_cond_broadcast(&f->cond);
+		pthread_mutex_unlock(&f->lock);
+		if (h.type == FAB_MSG_BARRIER_IN)
+			check_barrier(f);
+		break;
+	}
+	case FAB_MSG_BYE:
+		p->state = PEER_GONE;
+		p->gone_at = fab_now_ns();
+		break;
+	default: /* heartbeat, credit: the header did the work */
+		break;
+	}
+}
+
+/* Messages to ourselves skip the wire but keep the semantics (progress thread, copied). */
+static void deliver_local(odx_fab *f, struct fab_op *op)
+{
+	const struct fab_hdr *h = (const struct fab_hdr *)op->buf;
+	pthread_mutex_lock(&f->lock);
+	odx_fab_msg_fn on_msg = f->on_msg;
+	void *user = f->user;
+	pthread_mutex_unlock(&f->lock);
+	if (h->type == FAB_MSG_USER && on_msg)
+		on_msg(user, f->rank, h->user_type, op->buf + sizeof(*h), h->payload_len);
+	op_free(op);
+}
+
+/* Rank 0 releases a barrier epoch once every other rank arrived and it entered it itself. */
+static void check_barrier(odx_fab *f)
+{
+	if (f->rank != 0)
+		return;
+	pthread_mutex_lock(&f->lock);
+	uint64_t e = f->bar_epoch;
+	bool release = e > f->bar_released && f->bar_arrived[e & 1] >= (unsigned)f->size - 1;
+	if (release) {
+		f->bar_arrived[e & 1] -= (unsigned)f->size - 1;
+		f->bar_released = e;
+		pthread_cond_broadcast(&f->cond);
+	}
+	pthread_mutex_unlock(&f->lock);
+	if (release) {
+		struct fab_barrier_msg b = { e };
+		for (int r = 1; r < f->size; r++)
+			ctrl_send(f, r, FAB_MSG_BARRIER_OUT, &b, sizeof(b));
+	}
+}
+
+/* ---- posting and completions ------------------------------------------------------------- */
+
+static void op_complete_error(odx_fab *f, struct fab_op *op, int fi_err, const char *detail);
+
+/* Returns 0 when the op left the queue (posted, dropped or failed), -FI_EAGAIN to keep it. */
+static int op_post(odx_fab *f, struct fab_op *op)
+{
+	struct fab_peer *p = op->peer >= 0 ? &f->peers[op->peer] : NULL;
+	if (p && p->state == PEER_FAILED && op->kind != OP_CTRL_RX) {
+		struct fab_xfer *x = op->xfer;
+		if (x) {
+			if (op->slot >= 0)
+				x->ops[op->slot] = NULL;
+			x->ops_out--;
+			if (x->finished && x->ops_out == 0)
+				xfer_release(f, x);
+		}
+		op_free(op);
+		return 0;
+	}
+	if (f->fault.on && op->kind != OP_CTRL_RX) {
+		if (fab_chance(&f->fault.rng, f->fault.eagain))
+			return -FI_EAGAIN;
+		/* Injected completion errors stop one short of the retry bound: they exercise the
+		 * retry path without failing a healthy peer; real provider errors still can. */
+		if (op->injected < f->max_retries - 1 && fab_chance(&f->fault.rng, f->fault.cqerr)) {
+			op->injected++;
+			op_complete_error(f, op, FI_EIO, "injected completion error");
+			return 0;
+		}
+	}
+	if (op->kind == OP_CTRL_TX && !op->raw) {
+		struct fab_hdr *h = (struct fab_hdr *)op->buf;
+		if (!op->seq_set) {
+			/* a retry resends the same sequence number: a duplicate is then dropped */
+			h->seq = p->next_seq++;
+			op->seq_set = true;
+		}
+		h->credits = p->to_return;
+		p->to_return = 0;
+		if (op->msg_type == FAB_MSG_CREDIT)
+			p->credit_pending = false;
+	}
+	if (f->mr_local && !op->desc && !op->mr && op->len &&
+	    (op->kind == OP_CTRL_TX || op->kind == OP_CTRL_RX)) {
+		int r = mr_register(f, op->buf, op->kind == OP_CTRL_RX ? FAB_CTRL_BUF : op->len,
+				    op->kind == OP_CTRL_RX ? FI_RECV : FI_SEND, &op->mr);
+		if (r)
+			return r == -FI_EAGAIN ? r : (op_complete_error(f, op, -r, "registration failed"), 0);
+		op->desc = fi_mr_desc(op->mr);
+	}
+	ssize_t ret;
+	fi_addr_t addr = p ? p->addr : FI_ADDR_UNSPEC;
+	switch (op->kind) {
+	case OP_CTRL_TX:
+		ret = fi_tsend(f->ep, op->buf, op->len, op->desc, addr, FAB_TAG_CTRL, op);
+		break;
+	case OP_CTRL_RX:
+		ret = fi_trecv(f->ep, op->buf, FAB_CTRL_BUF, op->desc, FI_ADDR_UNSPEC, FAB_TAG_CTRL, 0, op);
+		break;
+	case OP_DATA_TX:
+		ret = fi_tsend(f->ep, op->buf, op->len, op->desc, addr, op->tag, op);
+		break;
+	case OP_DATA_RX:
+		ret = fi_trecv(f->ep, op->buf, op->len, op->desc, addr, op->tag, 0, op);
+		break;
+	case OP_READ:
+		ret = fi_read(f->ep, op->buf, op->len, op->desc, addr, op->rma_addr, op->rma_key, op);
+		break;
+	default:
+		ret = -FI_EINVAL;
+	}
+	if (ret == -FI_EAGAIN)
+		return -FI_EAGAIN;
+	if (ret) {
+		op_complete_error(f, op, (int)-ret, "post failed");
+		return 0;
+	}
+	posted_add(f, op);
+	if (p && op->kind != OP_CTRL_RX && op->kind != OP_DATA_RX)
+		p->last_sent = fab_now_ns();
+	if (op->kind == OP_CTRL_TX && !op->raw && op->len <= sizeof(f->last_ctrl)) {
+		pthread_mutex_lock(&f->lock);
+		memcpy(f->last_ctrl, op->buf, op->len);
+		f->last_ctrl_len = op->len;
+		f->last_ctrl_peer = op->peer;
+		pthread_mutex_unlock(&f->lock);
+	}
+	return 0;
+}
+
+static int post_ready(odx_fab *f)
+{
+	int posted = 0;
+	int64_t now = fab_now_ns();
+	for (struct fab_op **pp = &f->delayed; *pp;) {
+		struct fab_op *op = *pp;
+		if (op->not_before <= now) {
+			*pp = op->next;
+			op->not_before = 0;
+			push_ready(f, op);
+		} else {
+			pp = &op->next;
+		}
+	}
+	while (f->ready_head && posted < 64) {
+		struct fab_op *op = f->ready_head;
+		if (op_post(f, op) == -FI_EAGAIN) {
+			/* keep it at the head: the provider (or the fault layer) pushed back */
+			stat_add(&f->eagain, 1);
+			break;
+		}
+		/* op_post may have queued more (retries): unlink this head only */
+		if (f->ready_head == op) {
+			f->ready_head = op->next;
+			if (!f->ready_head)
+				f->ready_tail = NULL;
+		} else {
+			for (struct fab_op *q = f->ready_head; q; q = q->next) {
+				if (q->next == op) {
+					q->next = op->next;
+					if (f->ready_tail == op)
+						f->ready_tail = q;
+					break;
+				}
+			}
+		}
+		posted++;
+	}
+	return posted;
+}
+
+static void data_op_done(odx_fab *f, struct fab_op *op)
+{
+	struct fab_xfer *x = op->xfer;
+	if (op->slot >= 0)
+		x->ops[op->slot] = NULL;
+	x->ops_out--;
+	x->inflight--;
+	if (x->finished) {
+		op_free(op);
+		if (x->ops_out == 0)
+			xfer_release(f, x);
+		return;
+	}
+	if (op->kind == OP_DATA_TX)
+		stat_add(&f->bytes_sent, op->len);
+	else
+		stat_add(&f->bytes_recv, op->len);
+	if (op->kind != OP_DATA_TX)
+		f->peers[x->peer].last_heard = fab_now_ns();
+	op_free(op);
+	x->completed++;
+	if (x->completed < x->nchunks) {
+		xfer_feed(f, x);
+		return;
+	}
+	if (x->is_send && x->mode == FAB_MODE_PULL)
+		return; /* waits for the receiver's FIN */
+	if (x->mode == FAB_MODE_PULL) {
+		struct fab_fin fin = { .xfer_id = x->id };
+		ctrl_send(f, x->peer, FAB_MSG_FIN, &fin, sizeof(fin));
+	}
+	if (x->is_send)
+		map_remove(x, xfer_bucket(f, x));
+	xfer_finish(f, x, 0, NULL);
+}
+
+static void op_complete(odx_fab *f, struct fab_op *op, size_t len, fi_addr_t from)
+{
+	posted_remove(f, op);
+	switch (op->kind) {
+	case OP_CTRL_RX:
+		handle_ctrl(f, op->buf, len, from);
+		push_ready(f, op);
+		break;
+	case OP_CTRL_TX: {
+		stat_add(&f->msgs_sent, 1);
+		stat_add(&f->bytes_sent, op->len);
+		if (op->msg_type == FAB_MSG_HEARTBEAT)
+			f->peers[op->peer].hb_inflight = false;
+		struct fab_xfer *x = op->xfer;
+		op_free(op);
+		if (x) {
+			x->ops_out--;
+			if (!x->finished) {
+				map_remove(x, xfer_bucket(f, x));
+				stat_add(&f->bytes_sent, x->len);
+				xfer_finish(f, x, 0, NULL);
+			} else if (x->ops_out == 0) {
+				xfer_release(f, x);
+			}
+		}
+		break;
+	}
+	default:
+		data_op_done(f, op);
+	}
+}
+
+static void op_complete_error(odx_fab *f, struct fab_op *op, int fi_err, const char *detail)
+{
+	posted_remove(f, op);
+	struct fab_xfer *x = op->xfer;
+	if (fi_err == FI_ECANCELED || (x && x->finished)) {
+		if (op->kind == OP_CTRL_RX && !atomic_load(&f->closing)) {
+			push_ready(f, op);
+			return;
+		}
+		if (x) {
+			if (op->slot >= 0)
+				x->ops[op->slot] = NULL;
+			x->ops_out--;
+			if (op->kind != OP_CTRL_TX)
+				x->inflight--;
+			if (x->finished && x->ops_out == 0)
+				xfer_release(f, x);
+		}
+		op_free(op);
+		return;
+	}
+	if (op->kind == OP_CTRL_RX) {
+		/* e.g. FI_ETRUNC: something larger than any control message of ours */
+		fab_bad(f, "control receive failed: %s (%s)", fi_strerror(fi_err), detail);
+		push_ready(f, op);
+		return;
+	}
+	if (op->kind == OP_DATA_RX && fi_err == FI_ETRUNC) {
+		char msg[200];
+		snprintf(msg, sizeof(msg), "rank %d sent more than the %zu bytes expected for key %#llx", op->peer,
+			 x->len, (unsigned long long)x->key);
+		xfer_finish(f, x, ODX_EINVAL, msg);
+		op_complete_error(f, op, FI_ECANCELED, detail);
+		return;
+	}
+	stat_add(&f->retries, 1);
+	if (++op->retries <= f->max_retries) {
+		/* bounded retry with a short growing pause */
+		op->not_before = fab_now_ns() + (int64_t)op->retries * 1000000;
+		push_ready(f, op);
+		return;
+	}
+	char why[256];
+	snprintf(why, sizeof(why), "%s to it failed %d times, last: %s (%s)",
+		 op->kind == OP_CTRL_TX ? "a control message" : "a data transfer", op->retries, fi_strerror(fi_err),
+		 detail);
+	int peer = op->peer;
+	if (op->kind == OP_CTRL_TX && op->msg_type == FAB_MSG_HEARTBEAT)
+		f->peers[peer].hb_inflight = false;
+	op_complete_error(f, op, FI_ECANCELED, detail); /* frees it */
+	peer_fail(f, peer, why);
+}
+
+static int poll_cq(odx_fab *f)
+{
+	struct fi_cq_tagged_entry e[16];
+	fi_addr_t from[16];
+	ssize_t n = f->has_source ? fi_cq_readfrom(f->cq, e, 16, from) : fi_cq_read(f->cq, e, 16);
+	if (n > 0) {
+		for (ssize_t i = 0; i < n; i++)
+			op_complete(f, e[i].op_context, e[i].len, f->has_source ? from[i] : FI_ADDR_NOTAVAIL);
+		return (int)n;
+	}
+	if (n == -FI_EAVAIL) {
+		struct fi_cq_err_entry ee;
+		memset(&ee, 0, sizeof(ee));
+		if (fi_cq_readerr(f->cq, &ee, 0) > 0 && ee.op_context) {
+			char detail[160];
+			snprintf(detail, sizeof(detail), "provider: %s",
+				 fi_cq_strerror(f->cq, ee.prov_errno, ee.err_data, NULL, 0));
+			op_complete_error(f, ee.op_context, ee.err, detail);
+		}
+		return 1;
+	}
+	return 0;
+}
+
+/* ---- timers: heartbeats, peer timeouts, departed peers ---------------------------------- */
+
+static void run_timers(odx_fab *f)
+{
+	int64_t now = fab_now_ns();
+	if (now < f->next_timer)
+		return;
+	int64_t timeout = (int64_t)f->peer_timeout_ms * 1000000;
+	int64_t hb = timeout / 4;
+	f->next_timer = now + (hb / 4 < 5000000 ? hb / 4 : 5000000);
+	for (int r = 0; r < f->size; r++) {
+		struct fab_peer *p = &f->peers[r];
+		if (r == f->rank || p->state == PEER_FAILED)
+			continue;
+		if (p->state == PEER_GONE) {
+			/* a rank that said goodbye: what is still pending with it can never finish */
+			if (!p->gone_swept && now - p->gone_at > timeout) {
+				p->gone_swept = true;
+				for (struct fab_xfer *x = f->active, *next; x; x = next) {
+					next = x->anext;
+					if (x->peer == r && !x->finished && !x->is_record)
+						xfer_fail_peer(f, x, "it closed its endpoint with this transfer pending");
+				}
+			}
+			continue;
+		}
+		if (now - p->last_heard > timeout) {
+			char why[128];
+			snprintf(why, sizeof(why), "no message for %lld ms (peer timeout %d ms)",
+				 (long long)((now - p->last_heard) / 1000000), f->peer_timeout_ms);
+			peer_fail(f, r, why);
+			continue;
+		}
+		if (now - p->last_sent > hb && !p->hb_inflight)
+			ctrl_send(f, r, FAB_MSG_HEARTBEAT, NULL, 0);
+	}
+}
+
+/* ---- the progress thread ------------------------------------------------------------------ */
+
+static int take_submissions(odx_fab *f)
+{
+	pthread_mutex_lock(&f->lock);
+	struct fab_xfer *xs = f->sub_x_head;
+	struct fab_op *os = f->sub_o_head;
+	f->sub_x_head = f->sub_x_tail = NULL;
+	f->sub_o_head = f->sub_o_tail = NULL;
+	pthread_mutex_unlock(&f->lock);
+	int n = 0;
+	while (os) {
+		struct fab_op *next = os->next;
+		ctrl_enqueue(f, os);
+		os = next;
+		n++;
+	}
+	while (xs) {
+		struct fab_xfer *next = xs->anext;
+		xfer_start(f, xs);
+		xs = next;
+		n++;
+	}
+	return n;
+}
+
+static bool has_submissions(odx_fab *f)
+{
+	pthread_mutex_lock(&f->lock);
+	bool any = f->sub_x_head || f->sub_o_head;
+	pthread_mutex_unlock(&f->lock);
+	return any;
+}
+
+/* Idle: spin briefly (latency), then yield (other ranks share the cores), then block on the CQ's
+ * wait fd and the wake eventfd, or sleep with a growing pause when the provider has no fd. */
+static void idle_wait(odx_fab *f, int rounds)
+{
+	if (rounds < f->spin) {
+		if (rounds > 16)
+			sched_yield();
+		return;
+	}
+	int64_t now = fab_now_ns();
+	int64_t wait_ns = 10000000; /* heartbeats and timeouts are checked at least this often */
+	for (struct fab_op *op = f->delayed; op; op = op->next)
+		if (op->not_before - now < wait_ns)
+			wait_ns = op->not_before - now > 0 ? op->not_before - now : 0;
+	if (f->cq_fd < 0 && f->cq) {
+		int64_t backoff = 50000ll << (rounds - f->spin < 5 ? rounds - f->spin : 5);
+		if (backoff < wait_ns)
+			wait_ns = backoff;
+	}
+	atomic_store(&f->sleeping, true);
+	if (has_submissions(f) || atomic_load(&f->closing)) {
+		atomic_store(&f->sleeping, false);
+		return;
+	}
+	struct pollfd pfd[2] = { { .fd = f->wake_fd, .events = POLLIN }, { .fd = f->cq_fd, .events = POLLIN } };
+	nfds_t nfd = 1;
+	if (f->cq_fd >= 0) {
+		struct fid *fids[1] = { &f->cq->fid };
+		if (fi_trywait(f->fabric, fids, 1) != FI_SUCCESS) {
+			atomic_store(&f->sleeping, false);
+			return;
+		}
+		nfd = 2;
+	}
+	struct timespec ts = { wait_ns / 1000000000, wait_ns % 1000000000 };
+	ppoll(pfd, nfd, &ts, NULL);
+	atomic_store(&f->sleeping, false);
+	if (pfd[0].revents & POLLIN) {
+		uint64_t v;
+		ssize_t k = read(f->wake_fd, &v, sizeof(v));
+		(void)k;
+	}
+}
+
+static bool user_work_pending(odx_fab *f)
+{
+	if (f->ready_head || f->delayed || has_submissions(f))
+		return true;
+	for (struct fab_xfer *x = f->active; x; x = x->anext)
+		if (!x->finished && !x->is_record)
+			return true;
+	for (int r = 0; r < f->size; r++)
+		if (f->peers[r].wait_head)
+			return true;
+	return false;
+}
+
+static int progress_once(odx_fab *f)
+{
+	int work = take_submissions(f);
+	if (f->cq)
+		work += poll_cq(f);
+	work += post_ready(f);
+	if (f->cq)
+		run_timers(f);
+	check_barrier(f);
+	return work;
+}
+
+static void *progress_main(void *arg)
+{
+	odx_fab *f = arg;
+	int rounds = 0;
+	while (!atomic_load(&f->closing)) {
+		if (progress_once(f))
+			rounds = 0;
+		else
+			idle_wait(f, ++rounds);
+	}
+	/* Closing: drain what the caller started (bounded), say goodbye, then cancel the rest. */
+	int64_t drain = fab_now_ns() + (int64_t)(f->peer_timeout_ms < 5000 ? f->peer_timeout_ms : 5000) * 1000000;
+	while (user_work_pending(f) && fab_now_ns() < drain) {
+		if (!progress_once(f))
+			idle_wait(f, f->spin);
+	}
+	if (f->cq) {
+		for (int r = 0; r < f->size; r++)
+			if (r != f->rank && f->peers[r].state == PEER_ALIVE)
+				ctrl_send(f, r, FAB_MSG_BYE, NULL, 0);
+		int64_t bye = fab_now_ns() + 500000000ll;
+		while ((f->ready_head || f->delayed || f->posted) && fab_now_ns() < bye) {
+			bool only_rx = true;
+			for (struct fab_op *op = f->posted; op && only_rx; op = op->lnext)
+				only_rx = op->kind == OP_CTRL_RX;
+			if (only_rx && !f->ready_head && !f->delayed)
+				break;
+			if (!progress_once(f))
+				idle_wait(f, f->spin);
+		}
+	}
+	take_submissions(f);
+	for (struct fab_xfer *x = f->active, *next; x; x = next) {
+		next = x->anext;
+		if (!x->finished && !x->is_record)
+			xfer_finish(f, x, ODX_ECANCELED, "canceled: the fabric is closing");
+	}
+	return NULL;
+}
+
+/* ---- open / close ----------------------------------------------------------------------- */
+
+static int open_endpoint(odx_fab *f, char *err, size_t errlen)
+{
+	struct fi_info *info = f->info;
+	int ret = fi_fabric(info->fabric_attr, &f->fabric, NULL);
+	const char *step = "fi_fabric";
+	if (!ret) {
+		step = "fi_domain";
+		ret = fi_domain(f->fabric, info, &f->domain, NULL);
+	}
+	if (!ret) {
+		step = "fi_av_open";
+		struct fi_av_attr av_attr = { .type = FI_AV_TABLE, .count = (size_t)f->size };
+		ret = fi_av_open(f->domain, &av_attr, &f->av, NULL);
+	}
+	if (!ret) {
+		step = "fi_cq_open";
+		struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .size = 4096, .wait_obj = FI_WAIT_FD };
+		const char *w = getenv("ODX_FAB_WAIT");
+		if (w && !strcmp(w, "sleep"))
+			cq_attr.wait_obj = FI_WAIT_NONE;
+		ret = fi_cq_open(f->domain, &cq_attr, &f->cq, NULL);
+		if (ret && cq_attr.wait_obj != FI_WAIT_NONE) {
+			/* no wait fd from this provider: poll with a growing sleep instead */
+			cq_attr.wait_obj = FI_WAIT_NONE;
+			ret = fi_cq_open(f->domain, &cq_attr, &f->cq, NULL);
+		} else if (!ret && cq_attr.wait_obj == FI_WAIT_FD) {
+			if (fi_control(&f->cq->fid, FI_GETWAIT, &f->cq_fd))
+				f->cq_fd = -1;
+		}
+	}
+	if (!ret) {
+		step = "fi_endpoint";
+		ret = fi_endpoint(f->domain, info, &f->ep, NULL);
+	}
+	if (!ret) {
+		step = "fi_ep_bind";
+		ret = fi_ep_bind(f->ep, &f->av->fid, 0);
+		if (!ret)
+			ret = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV);
+	}
+	if (!ret) {
+		step = "fi_enable";
+		ret = fi_enable(f->ep);
+	}
+	if (ret) {
+		snprintf(err, errlen, "%s on provider %s failed: %s (%d)", step, f->provider, fi_strerror(-ret), ret);
+		return fab_err(ret) == ODX_EIO ? ODX_EUNAVAIL : fab_err(ret);
+	}
+	uint64_t mr = info->domain_attr->mr_mode;
+	f->mr_local = mr & FI_MR_LOCAL;
+	f->mr_endpoint = mr & FI_MR_ENDPOINT;
+	f->mr_virt = mr & FI_MR_VIRT_ADDR;
+	f->mr_prov_key = mr & FI_MR_PROV_KEY;
+	f->mr_raw = mr & FI_MR_RAW;
+	f->has_rma = (info->caps & FI_RMA) != 0;
+	f->has_source = (info->caps & FI_SOURCE) != 0;
+	f->next_mr_key = 1;
+	return 0;
+}
+
+static int exchange_names(odx_fab *f, char *err, size_t errlen)
+{
+	unsigned char name[FAB_NAME_MAX];
+	memset(name, 0, sizeof(name));
+	size_t len = sizeof(name);
+	int ret = fi_getname(&f->ep->fid, name, &len);
+	if (ret) {
+		snprintf(err, errlen, "fi_getname failed: %s", fi_strerror(-ret));
+		return fab_err(ret);
+	}
+	unsigned char *all = calloc((size_t)f->size, FAB_NAME_MAX);
+	if (!all)
+		return ODX_ENOMEM;
+	ret = fab_wireup_exchange(&f->wu, name, FAB_NAME_MAX, all, FAB_WIREUP_TIMEOUT_MS, err, errlen);
+	for (int r = 0; !ret && r < f->size; r++) {
+		int n = fi_av_insert(f->av, all + (size_t)r * FAB_NAME_MAX, 1, &f->peers[r].addr, 0, NULL);
+		if (n != 1) {
+			snprintf(err, errlen, "fi_av_insert of rank %d's address failed (%d)", r, n);
+			ret = ODX_EPEER;
+		}
+	}
+	free(all);
+	return ret;
+}
+
+int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errlen)
+{
+	char dummy[8];
+	if (!err) {
+		err = dummy;
+		errlen = sizeof(dummy);
+	}
+	err[0] = '\0';
+	if (!out) {
+		snprintf(err, errlen, "odx_fab_open: out is NULL");
+		return ODX_EINVAL;
+	}
+	odx_fab *f = calloc(1, sizeof(*f));
+	if (!f)
+		return ODX_ENOMEM;
+	f->cq_fd = -1;
+	f->wake_fd = -1;
+	f->failed_peer = -1;
+	f->peer_timeout_ms = p && p->peer_timeout_ms > 0 ? p->peer_timeout_ms : 10000;
+	f->max_retries = p && p->max_retries > 0 ? p->max_retries : 3;
+	const char *spin = getenv("ODX_FAB_SPIN");
+	f->spin = spin ? atoi(spin) : 200;
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&f->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	int ret = fab_fault_parse(&f->fault, p ? p->fault : NULL, err, errlen);
+	if (ret)
+		goto out_free;
+	/* resolve the provider even for one rank: a wrong name is an error everywhere */
+	ret = fab_resolve(p, &f->prof, &f->info, err, errlen);
+	if (ret)
+		goto out_free;
+	atomic_store(&f->pull_min, f->prof.pull_min);
+	ret = fab_wireup_detect(&f->wu, err, errlen);
+	if (ret)
+		goto out_free;
+	f->rank = f->wu.rank;
+	f->size = f->wu.size;
+	f->peers = calloc((size_t)f->size, sizeof(*f->peers));
+	f->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (!f->peers || f->wake_fd < 0) {
+		ret = ODX_ENOMEM;
+		goto out_wireup;
+	}
+	int64_t now = fab_now_ns();
+	for (int r = 0; r < f->size; r++) {
+		f->peers[r].credits = f->prof.credits;
+		f->peers[r].last_heard = now;
+		f->peers[r].last_sent = now;
+	}
+	if (f->size == 1) {
+		snprintf(f->provider, sizeof(f->provider), "self");
+	} else {
+		snprintf(f->provider, sizeof(f->provider), "%s", f->prof.prov);
+		ret = open_endpoint(f, err, errlen);
+		if (!ret)
+			ret = exchange_names(f, err, errlen);
+		if (ret)
+			goto out_close;
+		for (int i = 0; i < FAB_RX_BUFS; i++) {
+			f->rx[i] = op_new(OP_CTRL_RX, -1, FAB_CTRL_BUF);
+			if (!f->rx[i]) {
+				ret = ODX_ENOMEM;
+				goto out_close;
+			}
+			push_ready(f, f->rx[i]);
+		}
+		f->rx[0] = f->rx[0]; /* owned by the queues from here on */
+		now = fab_now_ns();
+		for (int r = 0; r < f->size; r++)
+			f->peers[r].last_heard = now;
+	}
+	if (pthread_create(&f->thread, NULL, progress_main, f)) {
+		snprintf(err, errlen, "could not start the fabric progress thread");
+		ret = ODX_ENOMEM;
+		goto out_close;
+	}
+	f->thread_started = true;
+	*out = f;
+	return 0;
+out_close:
+	odx_fab_close(f);
+	return ret;
+out_wireup:
+	fab_wireup_finish(&f->wu);
+out_free:
+	if (f->info)
+		fi_freeinfo(f->info);
+	free(f->peers);
+	if (f->wake_fd >= 0)
+		close(f->wake_fd);
+	free(f);
+	return ret;
+}
+
+static void free_op_list(struct fab_op *op)
+{
+	while (op) {
+		struct fab_op *next = op->next;
+		op_free(op);
+		op = next;
+	}
+}
+
+void odx_fab_close(odx_fab *f)
+{
+	if (!f)
+		return;
+	atomic_store(&f->closing, true);
+	if (f->thread_started) {
+		uint64_t one = 1;
+		ssize_t k = write(f->wake_fd, &one, sizeof(one));
+		(void)k;
+		pthread_join(f->thread, NULL);
+	}
+	/* Closing the endpoint first means the provider holds none of our buffers afterwards. */
+	if (f->ep)
+		fi_close(&f->ep->fid);
+	while (f->posted) {
+		struct fab_op *op = f->posted;
+		posted_remove(f, op);
+		op_free(op);
+	}
+	free_op_list(f->ready_head);
+	free_op_list(f->delayed);
+	for (int r = 0; f->peers && r < f->size; r++)
+		free_op_list(f->peers[r].wait_head);
+	pthread_mutex_lock(&f->lock);
+	for (struct fab_op *op = f->sub_o_head; op;) {
+		struct fab_op *next = op->next;
+		op_free(op);
+		op = next;
+	}
+	pthread_mutex_unlock(&f->lock);
+	while (f->active) {
+		struct fab_xfer *x = f->active;
+		f->active = x->anext;
+		mr_close(&x->mr);
+		free(x->inline_data);
+		free(x);
+	}
+	if (f->av)
+		fi_close(&f->av->fid);
+	if (f->cq)
+		fi_close(&f->cq->fid);
+	if (f->domain)
+		fi_close(&f->domain->fid);
+	if (f->fabric)
+		fi_close(&f->fabric->fid);
+	if (f->info)
+		fi_freeinfo(f->info);
+	fab_wireup_finish(&f->wu);
+	if (f->wake_fd >= 0)
+		close(f->wake_fd);
+	pthread_cond_destroy(&f->cond);
+	pthread_mutex_destroy(&f->lock);
+	free(f->peers);
+	free(f);
+}
+
+/* ---- the API ------------------------------------------------------------------------------ */
+
+int odx_fab_rank(const odx_fab *f)
+{
+	return f->rank;
+}
+
+int odx_fab_size(const odx_fab *f)
+{
+	return f->size;
+}
+
+const char *odx_fab_provider(const odx_fab *f)
+{
+	return f->provider;
+}
+
+uint64_t odx_fab_job_key(const odx_fab *f)
+{
+	return f->wu.job_key;
+}
+
+void odx_fab_set_pull_min(odx_fab *f, size_t bytes)
+{
+	atomic_store(&f->pull_min, bytes);
+}
+
+void odx_fab_set_handlers(odx_fab *f, odx_fab_msg_fn on_msg, odx_fab_peer_fn on_peer, void *user)
+{
+	pthread_mutex_lock(&f->lock);
+	f->on_msg = on_msg;
+	f->on_peer = on_peer;
+	f->user = user;
+	pthread_mutex_unlock(&f->lock);
+}
+
+size_t odx_fab_max_msg(const odx_fab *f)
+{
+	(void)f;
+	return FAB_CTRL_PAYLOAD_MAX;
+}
+
+/* Checks shared by every submission; called with f->lock held. */
+static int check_peer_locked(odx_fab *f, int peer)
+{
+	if (atomic_load(&f->closing))
+		return ODX_ECLOSED;
+	if (peer < 0 || peer >= f->size)
+		return ODX_EINVAL;
+	if (f->peers[peer].state == PEER_FAILED)
+		return ODX_EPEER;
+	return 0;
+}
+
+static void submit_op(odx_fab *f, struct fab_op *op)
+{
+	op->next = NULL;
+	if (f->sub_o_tail)
+		f->sub_o_tail->next = op;
+	else
+		f->sub_o_head = op;
+	f->sub_o_tail = op;
+}
+
+int odx_fab_send_msg(odx_fab *f, int dst, uint32_t type, const void *payload, size_t len)
+{
+	if (!f || len > FAB_CTRL_PAYLOAD_MAX || (len && !payload))
+		return ODX_EINVAL;
+	struct fab_op *op = ctrl_new(f, dst, FAB_MSG_USER, type, payload, len, NULL, 0);
+	if (!op)
+		return ODX_ENOMEM;
+	pthread_mutex_lock(&f->lock);
+	int ret = check_peer_locked(f, dst);
+	if (!ret)
+		submit_op(f, op);
+	pthread_mutex_unlock(&f->lock);
+	if (ret) {
+		op_free(op);
+		return ret;
+	}
+	wake(f);
+	return 0;
+}
+
+static int submit_xfer(odx_fab *f, bool is_send, int peer, uint64_t key, void *buf, size_t len,
+		       odx_fab_done_fn done, void *arg)
+{
+	if (!f || (len && !buf))
+		return ODX_EINVAL;
+	if (len > f->prof.max_xfer && peer != f->rank)
+		return ODX_ERANGE;
+	struct fab_xfer *x = calloc(1, sizeof(*x));
+	if (!x)
+		return ODX_ENOMEM;
+	x->is_send = is_send;
+	x->peer = peer;
+	x->key = key;
+	x->buf = buf;
+	x->len = len;
+	x->done = done;
+	x->arg = arg;
+	pthread_mutex_lock(&f->lock);
+	int ret = check_peer_locked(f, peer);
+	if (!ret) {
+		/* anext links the submission list until the progress thread starts it */
+		if (f->sub_x_tail)
+			f->sub_x_tail->anext = x;
+		else
+			f->sub_x_head = x;
+		f->sub_x_tail = x;
+	}
+	pthread_mutex_unlock(&f->lock);
+	if (ret) {
+		free(x);
+		return ret;
+	}
+	wake(f);
+	return 0;
+}
+
+int odx_fab_send(odx_fab *f, int dst, uint64_t key, const void *src, size_t len, odx_fab_done_fn done, void *arg)
+{
+	return submit_xfer(f, true, dst, key, (void *)src, len, done, arg);
+}
+
+int odx_fab_recv(odx_fab *f, int src, uint64_t key, void *dst, size_t len, odx_fab_done_fn done, void *arg)
+{
+	return submit_xfer(f, false, src, key, dst, len, done, arg);
+}
+
+int odx_fab_barrier(odx_fab *f, int timeout_ms)
+{
+	if (!f)
+		return ODX_EINVAL;
+	if (f->size == 1)
+		return 0;
+	if (timeout_ms <= 0)
+		timeout_ms = f->peer_timeout_ms;
+	pthread_mutex_lock(&f->lock);
+	if (atomic_load(&f->closing)) {
+		pthread_mutex_unlock(&f->lock);
+		return ODX_ECLOSED;
+	}
+	uint64_t epoch = ++f->bar_epoch;
+	if (f->rank != 0) {
+		struct fab_barrier_msg b = { epoch };
+		struct fab_op *op = ctrl_new(f, 0, FAB_MSG_BARRIER_IN, 0, &b, sizeof(b), NULL, 0);
+		if (!op) {
+			pthread_mutex_unlock(&f->lock);
+			return ODX_ENOMEM;
+		}
+		submit_op(f, op);
+	}
+	pthread_mutex_unlock(&f->lock);
+	uint64_t one = 1;
+	ssize_t k = write(f->wake_fd, &one, sizeof(one));
+	(void)k;
+	struct timespec dl;
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += timeout_ms / 1000;
+	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (dl.tv_nsec >= 1000000000) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000;
+	}
+	int ret = 0;
+	pthread_mutex_lock(&f->lock);
+	while (f->bar_released < epoch) {
+		if (f->failed_peer >= 0) {
+			ret = ODX_EPEER;
+			break;
+		}
+		if (pthread_cond_timedwait(&f->cond, &f->lock, &dl) == ETIMEDOUT) {
+			ret = f->bar_released < epoch ? ODX_ETIMEDOUT : 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&f->lock);
+	return ret;
+}
+
+void odx_fab_get_stats(const odx_fab *f, odx_fab_stats *s)
+{
+	odx_fab *m = (odx_fab *)f;
+	s->msgs_sent = atomic_load(&m->msgs_sent);
+	s->msgs_recv = atomic_load(&m->msgs_recv);
+	s->bytes_sent = atomic_load(&m->bytes_sent);
+	s->bytes_recv = atomic_load(&m->bytes_recv);
+	s->bad_msgs = atomic_load(&m->bad_msgs);
+	s->retries = atomic_load(&m->retries);
+	s->eagain = atomic_load(&m->eagain);
+	s->transfers = atomic_load(&m->transfers);
+}
+
+int odx_fab_peer_addr(const odx_fab *f, int rank, char *buf, size_t n)
+{
+	if (!f || rank < 0 || rank >= f->size || !buf || !n)
+		return ODX_EINVAL;
+	if (!f->av)
+		return ODX_ENOENT;
+	unsigned char addr[FAB_NAME_MAX];
+	size_t len = sizeof(addr);
+	if (fi_av_lookup(f->av, f->peers[rank].addr, addr, &len))
+		return ODX_ENOENT;
+	size_t blen = n;
+	fi_av_straddr(f->av, addr, buf, &blen);
+	return 0;
+}
+
+int odx__fab_send_garbage(odx_fab *f, int dst, odx_fab_garbage kind, uint64_t seed)
+{
+	if (!f || dst < 0 || dst >= f->size || dst == f->rank || kind >= ODX_FAB_GARBAGE_COUNT)
+		return ODX_EINVAL;
+	uint64_t rng = seed * 0x9e3779b97f4a7c15ull + (uint64_t)kind;
+	struct fab_op *op = op_new(OP_CTRL_TX, dst, FAB_CTRL_BUF);
+	if (!op)
+		return ODX_ENOMEM;
+	op->raw = true;
+	op->exempt = true;
+	struct fab_hdr h = { FAB_MAGIC, FAB_VERSION, FAB_MSG_HEARTBEAT, f->wu.job_key, (uint32_t)f->rank, 0,
+			     UINT64_MAX / 2 + (fab_rand(&rng) >> 8), 0, 0 };
+	size_t len = sizeof(h);
+	switch (kind) {
+	case ODX_FAB_GARBAGE_RANDOM:
+		len = 1 + fab_rand(&rng) % (FAB_CTRL_BUF - 1);
+		for (size_t i = 0; i < len; i++)
+			op->buf[i] = (unsigned char)fab_rand(&rng);
+		break;
+	case ODX_FAB_GARBAGE_TRUNCATED:
+		len = 1 + fab_rand(&rng) % (sizeof(h) - 1);
+		break;
+	case ODX_FAB_GARBAGE_MAGIC:
+		h.magic = (uint32_t)fab_rand(&rng) | 1u;
+		if (h.magic == FAB_MAGIC)
+			h.magic ^= 2;
+		break;
+	case ODX_FAB_GARBAGE_VERSION:
+		h.version = FAB_VERSION + 1 + (uint16_t)(fab_rand(&rng) % 100);
+		break;
+	case ODX_FAB_GARBAGE_JOB_KEY:
+		h.job_key = ~f->wu.job_key;
+		break;
+	case ODX_FAB_GARBAGE_LENGTH:
+		h.payload_len = 0x7fffffffu;
+		len = sizeof(h) + 16;
+		break;
+	case ODX_FAB_GARBAGE_SENDER:
+		h.src = (uint32_t)dst;
+		break;
+	case ODX_FAB_GARBAGE_TYPE:
+		h.type = FAB_MSG_TYPE_END + (uint16_t)(fab_rand(&rng) % 100);
+		break;
+	case ODX_FAB_GARBAGE_REPLAY:
+	default:
+		break;
+	}
+	if (kind != ODX_FAB_GARBAGE_RANDOM)
+		memcpy(op->buf, &h, len < sizeof(h) ? len : sizeof(h));
+	pthread_mutex_lock(&f->lock);
+	if (kind == ODX_FAB_GARBAGE_REPLAY && f->last_ctrl_len && f->last_ctrl_peer == dst) {
+		memcpy(op->buf, f->last_ctrl, f->last_ctrl_len);
+		len = f->last_ctrl_len;
+	}
+	op->len = len;
+	int ret = check_peer_locked(f, dst);
+	if (!ret)
+		submit_op(f, op);
+	pthread_mutex_unlock(&f->lock);
+	if (ret) {
+		op_free(op);
+		return ret;
+	}
+	wake(f);
+	return 0;
+}

@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * fab_fault.c - the fault-injection spec and the small helpers (RNG, hash, clock) fabric/ shares.
+ *
+ * Faults are injected in our own layer because this kernel has no tc netem: delays and
+ * reordering hold operations back before they reach the provider, forced EAGAIN makes the
+ * posting loop behave as if the provider pushed back, and forced completion errors run the retry
+ * path as a real provider error would.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fab_internal.h"
+#include "odx/odx.h"
+
+uint64_t fab_rand(uint64_t *state)
+{
+	/* splitmix64: tiny, good enough for fault decisions, seedable for reproducible runs */
+	uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+bool fab_chance(uint64_t *state, double p)
+{
+	if (p <= 0.0)
+		return false;
+	return (double)(fab_rand(state) >> 11) * (1.0 / 9007199254740992.0) < p;
+}
+
+uint64_t fab_hash64(const void *data, size_t len)
+{
+	const unsigned char *b = data;
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (size_t i = 0; i < len; i++) {
+		h ^= b[i];
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+int64_t fab_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int parse_probability(const char *key, const char *val, double *out, char *err, size_t errlen)
+{
+	char *end;
+	errno = 0;
+	double p = strtod(val, &end);
+	if (errno || end == val || *end || p < 0.0 || p > 1.0) {
+		snprintf(err, errlen, "fabric.fault: %s=%s is not a probability in [0, 1]", key, val);
+		return ODX_EINVAL;
+	}
+	*out = p;
+	return 0;
+}
+
+int fab_fault_parse(struct fab_fault *ft, const char *spec, char *err, size_t errlen)
+{
+	memset(ft, 0, sizeof(*ft));
+	ft->rng = 0x0d1f00d5eedull;
+	if (!spec || !*spec)
+		return 0;
+	char *copy = strdup(spec);
+	if (!copy)
+		return ODX_ENOMEM;
+	int ret = 0;
+	char *save = NULL;
+	for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(item, '=');
+		if (!eq) {
+			snprintf(err, errlen, "fabric.fault: '%s' is not key=value", item);
+			ret = ODX_EINVAL;
+			break;
+		}
+		*eq = '\0';
+		const char *key = item, *val = eq + 1;
+		if (!strcmp(key, "delay_us")) {
+			unsigned a, b;
+			int n = sscanf(val, "%u-%u", &a, &b);
+			if (n == 1)
+				b = a;
+			if (n < 1 || a > b || b > 10000000) {
+				snprintf(err, errlen, "fabric.fault: delay_us=%s is not A-B microseconds (B <= 10 s)", val);
+				ret = ODX_EINVAL;
+				break;
+			}
+			ft->delay_min_us = a;
+			ft->delay_max_us = b;
+		} else if (!strcmp(key, "reorder")) {
+			ret = parse_probability(key, val, &ft->reorder, err, errlen);
+		} else if (!strcmp(key, "eagain")) {
+			ret = parse_probability(key, val, &ft->eagain, err, errlen);
+		} else if (!strcmp(key, "cqerr")) {
+			ret = parse_probability(key, val, &ft->cqerr, err, errlen);
+		} else if (!strcmp(key, "seed")) {
+			ft->rng = strtoull(val, NULL, 0) * 0x9e3779b97f4a7c15ull + 1;
+		} else {
+			snprintf(err, errlen,
+				 "fabric.fault: unknown key '%s' (delay_us, reorder, eagain, cqerr, seed)", key);
+			ret = ODX_EINVAL;
+		}
+		if (ret)
+			break;
+	}
+	free(copy);
+	ft->on = !ret && (ft->delay_max_us || ft->reorder > 0 || ft->eagain > 0 || ft->cqerr > 0);
+	return ret;
+}

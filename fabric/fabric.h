@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * fabric.h - ODX's transport between ranks (internal).
+ *
+ * No libfabric type appears here: the files in fabric/ are the only files that include rdma/fabric.h, so
+ * another transport (UCX, a loopback mock) could sit behind the same interface.
+ *
+ * Model:
+ *  - One odx_fab per process and job. odx_fab_open wires the ranks up (PMIx, the odx-run
+ *    environment, or a single rank) and starts one progress thread; every callback below runs on
+ *    that thread and must not block (queue work elsewhere).
+ *  - Control messages (odx_fab_send_msg) are small, copied, eager, bounded per peer by credits and
+ *    delivered unordered.
+ *  - Data transfers (odx_fab_send / odx_fab_recv) are matched by (source rank, 64-bit key). The
+ *    receiver pre-posts; a send may come before or after its recv. Keys must be unique among the
+ *    transfers in flight between one pair of ranks; equal keys in flight at once match in an
+ *    unspecified order.
+ *  - Every call that returns 0 for an operation with a done callback calls it exactly once later
+ *    (success, ODX_EPEER naming the rank, ODX_EINVAL for a length mismatch, ODX_ECANCELED at
+ *    close). A call that returns an error never calls done.
+ *  - Thread-safety: every function may be called from any thread, except odx_fab_close, which must
+ *    be the last call, and never from a callback.
+ */
+#ifndef ODX_FABRIC_H
+#define ODX_FABRIC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct odx_fab odx_fab;
+
+typedef struct odx_fab_params {
+	/* "auto" (NULL = auto), "tcp", "shm", "verbs", "cxi", "efa", "ue", or a raw libfabric
+	 * provider string like "tcp;ofi_rxm". */
+	const char *provider;
+	/* NULL, or a network interface name ("eth0") or an IP address to pin the endpoint to. */
+	const char *iface;
+	/* A peer that does not answer this long is failed (0 = 10000). */
+	int peer_timeout_ms;
+	/* NULL, or a fault-injection spec, e.g. "delay_us=0-2000,reorder=0.2,eagain=0.3,cqerr=0.01,seed=7". */
+	const char *fault;
+	/* Bounded retries of a failed transfer before the peer is declared failed (0 = 3). */
+	int max_retries;
+} odx_fab_params;
+
+/*
+ * Wire-up happens here: PMIx when the process was started by a PMIx launcher (mpirun,
+ * srun --mpi=pmix), else ODX_RANK/ODX_SIZE/ODX_RENDEZVOUS/ODX_JOB_KEY from scripts/odx-run, else a
+ * single rank (size 1, no endpoint traffic). Collective: every rank of the job must call it.
+ * `p` may be NULL (all defaults). On failure *out is not touched and err (if not NULL) says why
+ * (ODX_EINVAL for an unknown provider lists the available ones; ODX_ETIMEDOUT when the other
+ * ranks did not show up; ODX_EPEER ...).
+ */
+int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errlen);
+/* Drains pending operations with a deadline, tells the peers goodbye, stops the progress thread,
+ * fails what is left with ODX_ECANCELED and frees everything (shm segments included). NULL is
+ * allowed. Call odx_fab_barrier first for a clean job end. */
+void odx_fab_close(odx_fab *f);
+int odx_fab_rank(const odx_fab *f);
+int odx_fab_size(const odx_fab *f);
+/* What was picked, e.g. "tcp;ofi_rxm" ("self" for a single rank with no endpoint). */
+const char *odx_fab_provider(const odx_fab *f);
+
+/* status 0 or ODX_E*; msg is NULL on success, else a sentence naming the peer and the cause
+ * (valid during the call). Called on the progress thread. */
+typedef void (*odx_fab_done_fn)(void *arg, int status, const char *msg);
+/* A control message from rank `src`; payload valid during the call. Progress thread. */
+typedef void (*odx_fab_msg_fn)(void *user, int src, uint32_t type, const void *payload, size_t len);
+/* A peer failed: called once per peer, before its pending operations fail. Progress thread. */
+typedef void (*odx_fab_peer_fn)(void *user, int rank, const char *why);
+
+/* Set before traffic is expected; messages that arrive with no handler are dropped (counted). */
+void odx_fab_set_handlers(odx_fab *f, odx_fab_msg_fn on_msg, odx_fab_peer_fn on_peer, void *user);
+/* The largest control-message payload odx_fab_send_msg accepts. */
+size_t odx_fab_max_msg(const odx_fab *f);
+
+/* Control messages: small, eager, per-peer credits; payload copied; delivered unordered. Returns
+ * ODX_EINVAL (bad rank, too long), ODX_EPEER (peer failed), ODX_ECLOSED (closing). May be sent to
+ * oneself (delivered on the progress thread). */
+int odx_fab_send_msg(odx_fab *f, int dst, uint32_t type, const void *payload, size_t len);
+
+/*
+ * Data: the receiver knows in advance and pre-posts; matched by (src rank, 64-bit key). Any size
+ * (0 .. many GiB, unaligned). src/dst memory stays untouched by the caller until done. The
+ * transport picks tagged rendezvous or an fi_read pull from a region the SENDER registered
+ * read-only for that transfer (closed afterwards) when the provider offers FI_RMA and it measured
+ * faster; never registers anything for remote write. A send may be issued before or after the
+ * matching recv is posted. Lengths must match: a mismatch fails both sides with ODX_EINVAL.
+ */
+int odx_fab_send(odx_fab *f, int dst, uint64_t key, const void *src, size_t len, odx_fab_done_fn done,
+		 void *arg);
+int odx_fab_recv(odx_fab *f, int src, uint64_t key, void *dst, size_t len, odx_fab_done_fn done,
+		 void *arg);
+/* Every rank; returns 0, ODX_ETIMEDOUT, ODX_EPEER (a peer failed) or ODX_ECLOSED. timeout_ms <= 0
+ * waits up to peer_timeout_ms. */
+int odx_fab_barrier(odx_fab *f, int timeout_ms);
+
+/* Counters for ODX_STATS: messages/bytes sent/received, dropped bad messages, retries, EAGAINs. */
+typedef struct odx_fab_stats {
+	uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv, bad_msgs, retries, eagain, transfers;
+} odx_fab_stats;
+void odx_fab_get_stats(const odx_fab *f, odx_fab_stats *s);
+
+/* For `odx info`: providers present and which `auto` (or p) would pick; writes lines into buf.
+ * Returns 0 or an ODX_E* code (buf still holds what could be said). */
+int odx_fab_describe(const odx_fab_params *p, char *buf, size_t n);
+
+/* ---- Additions beyond the transport interface of issue 7 ---------------------------------- */
+
+/* Transfers of at least `bytes` use the fi_read pull when the provider allows it; SIZE_MAX turns
+ * the pull off. The default comes from the measured quirk table or ODX_FAB_PULL_MIN. Collective in
+ * effect: only the sender's setting matters for a transfer. */
+void odx_fab_set_pull_min(odx_fab *f, size_t bytes);
+/* The job key this process runs under (64-bit digest of ODX_JOB_KEY or of the PMIx namespace). */
+uint64_t odx_fab_job_key(const odx_fab *f);
+/* The provider's address of rank `rank` as text (fi_av_straddr), e.g. "fi_sockaddr_in://127.0.0.1:4242";
+ * 0 or ODX_EINVAL / ODX_ENOENT. For tests (the garbage sender) and diagnostics. */
+int odx_fab_peer_addr(const odx_fab *f, int rank, char *buf, size_t n);
+
+/* Test hook: sends a deliberately malformed control message to `dst` through the real endpoint,
+ * so the receiver's header checks run on bytes that reached our layer. */
+typedef enum odx_fab_garbage {
+	ODX_FAB_GARBAGE_RANDOM,    /* random bytes, random length */
+	ODX_FAB_GARBAGE_TRUNCATED, /* fewer bytes than a header */
+	ODX_FAB_GARBAGE_MAGIC,     /* wrong magic */
+	ODX_FAB_GARBAGE_VERSION,   /* unknown protocol version */
+	ODX_FAB_GARBAGE_JOB_KEY,   /* another job's key */
+	ODX_FAB_GARBAGE_LENGTH,    /* payload length larger than the bytes sent */
+	ODX_FAB_GARBAGE_SENDER,    /* claims to come from another rank */
+	ODX_FAB_GARBAGE_REPLAY,    /* an exact copy of an earlier valid message */
+	ODX_FAB_GARBAGE_TYPE,      /* valid header, unknown internal type */
+	ODX_FAB_GARBAGE_COUNT
+} odx_fab_garbage;
+int odx__fab_send_garbage(odx_fab *f, int dst, odx_fab_garbage kind, uint64_t seed);
+
+#endif /* ODX_FABRIC_H */

@@ -1,0 +1,390 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * fab_test.c - one rank of the multi-process fabric tests, started by scripts/odx-run (or mpirun).
+ *
+ *   fab_test matrix   transfer matrix: sizes around the inline/chunk thresholds, unaligned, 64 MiB,
+ *                     many in flight, receives posted before and after sends; data checked
+ *   fab_test garbage  the matrix while a raw TCP client and a malformed-message sender hit rank 0
+ *   fab_test kill     the last rank dies mid-job; the others must see ODX_EPEER naming it
+ *   fab_test ue       small transfers only (what the ue profile supports)
+ *
+ * Environment: FAB_TEST_PROVIDER, FAB_TEST_FAULT, FAB_TEST_BIG (largest size, default 64 MiB),
+ * FAB_TEST_TIMEOUT_MS (peer timeout), ODX_FAB_IFACE (pin). Every wait has a deadline; a failure
+ * prints why and exits 1.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fabric.h"
+#include "odx/odx.h"
+
+#define DEADLINE_S 90
+
+struct waiter {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int pending, failed, epeer;
+	char first_error[400];
+};
+
+static struct waiter W = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, "" };
+static int my_rank;
+static volatile int msgs_seen;
+
+#define DIE(...)                                                                                   \
+	do {                                                                                       \
+		fprintf(stderr, "FAIL rank %d: ", my_rank);                                        \
+		fprintf(stderr, __VA_ARGS__);                                                      \
+		fprintf(stderr, "\n");                                                             \
+		exit(1);                                                                           \
+	} while (0)
+
+static void on_done(void *arg, int status, const char *msg)
+{
+	pthread_mutex_lock(&W.lock);
+	W.pending--;
+	if (status) {
+		W.failed++;
+		if (status == ODX_EPEER)
+			W.epeer++;
+		if (!W.first_error[0])
+			snprintf(W.first_error, sizeof(W.first_error), "%s: %s", odx_err_name(status),
+				 msg ? msg : "(no message)");
+	}
+	pthread_cond_broadcast(&W.cond);
+	pthread_mutex_unlock(&W.lock);
+	(void)arg;
+}
+
+static void on_msg(void *user, int src, uint32_t type, const void *payload, size_t len)
+{
+	/* type 7: a counted ping with its own length as payload */
+	if (type == 7 && len == sizeof(uint32_t)) {
+		uint32_t v;
+		memcpy(&v, payload, sizeof(v));
+		if ((int)v == src)
+			__atomic_add_fetch(&msgs_seen, 1, __ATOMIC_SEQ_CST);
+	}
+	(void)user;
+}
+
+static void on_peer(void *user, int rank, const char *why)
+{
+	fprintf(stderr, "rank %d: peer %d failed: %s\n", my_rank, rank, why);
+	(void)user;
+}
+
+/* Waits for every pending transfer; returns 0, or 1 on the deadline. */
+static int wait_all(int seconds)
+{
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += seconds;
+	pthread_mutex_lock(&W.lock);
+	int ret = 0;
+	while (W.pending > 0) {
+		if (pthread_cond_timedwait(&W.cond, &W.lock, &dl) == ETIMEDOUT) {
+			ret = 1;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&W.lock);
+	return ret;
+}
+
+static unsigned char pattern(int src, int dst, uint64_t key, size_t i)
+{
+	return (unsigned char)(i * 131u + key * 7u + (unsigned)src * 13u + (unsigned)dst * 29u + (i >> 12));
+}
+
+struct xfer {
+	int peer;
+	uint64_t key;
+	size_t len, offset;
+	unsigned char *mem;
+	bool is_send;
+};
+
+static struct xfer *xfers;
+static size_t nxfers, cap;
+
+static void add_xfer(int peer, uint64_t key, size_t len, size_t offset, bool is_send)
+{
+	if (nxfers == cap) {
+		cap = cap ? cap * 2 : 256;
+		xfers = realloc(xfers, cap * sizeof(*xfers));
+	}
+	struct xfer *x = &xfers[nxfers++];
+	x->peer = peer;
+	x->key = key;
+	x->len = len;
+	x->offset = offset;
+	x->is_send = is_send;
+	x->mem = malloc(len + offset + 1);
+	if (!x->mem)
+		DIE("out of memory for %zu bytes", len);
+	if (is_send) {
+		for (size_t i = 0; i < len; i++)
+			x->mem[offset + i] = pattern(my_rank, peer, key, i);
+	} else {
+		memset(x->mem, 0xa5, len + offset + 1);
+	}
+}
+
+/* The transfers this rank takes part in: the same plan is built on every rank. */
+static void build_plan(int size, size_t big, bool small_only)
+{
+	static const size_t sizes[] = { 0, 1, 7, 64, 4095, 4096, 8000, 8103, 8104, 8105, 8191, 8192, 8193,
+					65535, 65536, 65537, 1048576 + 13, 4194304 - 3 };
+	uint64_t key = 1;
+	for (int s = 0; s < size; s++) {
+		for (int d = 0; d < size; d++) {
+			if (s == d)
+				continue;
+			for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++, key++) {
+				if (small_only && sizes[i] > 65536)
+					continue;
+				if (s == my_rank)
+					add_xfer(d, key, sizes[i], i % 4, true);
+				if (d == my_rank)
+					add_xfer(s, key, sizes[i], (i + 1) % 4, false);
+			}
+			/* many in flight: 200 small transfers of varying size */
+			for (int k = 0; k < 200; k++, key++) {
+				size_t len = (size_t)(k * 97) % 20000;
+				if (s == my_rank)
+					add_xfer(d, key, len, k % 8, true);
+				if (d == my_rank)
+					add_xfer(s, key, len, (k + 3) % 8, false);
+			}
+			key += 1000;
+		}
+		/* one big transfer per rank, to the next rank, across chunk boundaries */
+		if (!small_only && big) {
+			int d = (s + 1) % size;
+			if (s == my_rank)
+				add_xfer(d, key, big, 1, true);
+			if (d == my_rank)
+				add_xfer(s, key, big, 3, false);
+			key++;
+		}
+		/* a transfer to oneself */
+		if (s == my_rank) {
+			add_xfer(s, key, 5000, 0, true);
+			add_xfer(s, key, 5000, 2, false);
+		}
+		key++;
+	}
+}
+
+static void post(odx_fab *f, struct xfer *x)
+{
+	pthread_mutex_lock(&W.lock);
+	W.pending++;
+	pthread_mutex_unlock(&W.lock);
+	int ret = x->is_send ? odx_fab_send(f, x->peer, x->key, x->mem + x->offset, x->len, on_done, x)
+			     : odx_fab_recv(f, x->peer, x->key, x->mem + x->offset, x->len, on_done, x);
+	if (ret)
+		DIE("%s of key %llu: %s", x->is_send ? "send" : "recv", (unsigned long long)x->key, odx_err_name(ret));
+}
+
+static void run_matrix(odx_fab *f, size_t big, bool small_only)
+{
+	int size = odx_fab_size(f);
+	build_plan(size, big, small_only);
+	/* odd keys: receive first; even keys: send first (the recv comes after the data) */
+	for (size_t i = 0; i < nxfers; i++)
+		if (!xfers[i].is_send && (xfers[i].key & 1))
+			post(f, &xfers[i]);
+	for (size_t i = 0; i < nxfers; i++)
+		if (xfers[i].is_send)
+			post(f, &xfers[i]);
+	for (int d = 0; d < size; d++) {
+		for (int k = 0; k < 50 && d != my_rank; k++) {
+			uint32_t v = (uint32_t)my_rank;
+			int ret;
+			while ((ret = odx_fab_send_msg(f, d, 7, &v, sizeof(v))) == ODX_EAGAIN)
+				usleep(100);
+			if (ret)
+				DIE("send_msg to %d: %s", d, odx_err_name(ret));
+		}
+	}
+	usleep(1000);
+	for (size_t i = 0; i < nxfers; i++)
+		if (!xfers[i].is_send && !(xfers[i].key & 1))
+			post(f, &xfers[i]);
+	if (wait_all(DEADLINE_S))
+		DIE("%d transfers still pending after %d s", W.pending, DEADLINE_S);
+	if (W.failed)
+		DIE("%d transfers failed, first: %s", W.failed, W.first_error);
+	for (size_t i = 0; i < nxfers; i++) {
+		struct xfer *x = &xfers[i];
+		if (x->is_send)
+			continue;
+		for (size_t b = 0; b < x->len; b++)
+			if (x->mem[x->offset + b] != pattern(x->peer, my_rank, x->key, b))
+				DIE("key %llu from rank %d (%zu bytes): byte %zu is %#x, expected %#x",
+				    (unsigned long long)x->key, x->peer, x->len, b, x->mem[x->offset + b],
+				    pattern(x->peer, my_rank, x->key, b));
+		/* nothing written around the destination */
+		for (size_t b = 0; b < x->offset; b++)
+			if (x->mem[b] != 0xa5)
+				DIE("key %llu: byte before the destination overwritten", (unsigned long long)x->key);
+		if (x->mem[x->offset + x->len] != 0xa5)
+			DIE("key %llu: byte after the destination overwritten", (unsigned long long)x->key);
+	}
+	/* control messages are counted by the handler; wait for them with a deadline */
+	for (int t = 0; t < DEADLINE_S * 100 && msgs_seen < 50 * (size - 1); t++)
+		usleep(10000);
+	if (msgs_seen != 50 * (size - 1))
+		DIE("received %d control messages, expected %d", msgs_seen, 50 * (size - 1));
+}
+
+/* Raw TCP client: connects to a rank's provider address and sends junk at it. */
+static void *garbage_client(void *arg)
+{
+	const char *addr = arg; /* "fi_sockaddr_in://127.0.0.1:PORT" */
+	const char *p = strstr(addr, "://");
+	if (!p)
+		return NULL;
+	p += 3;
+	char host[64];
+	const char *colon = strrchr(p, ':');
+	if (!colon || (size_t)(colon - p) >= sizeof(host))
+		return NULL;
+	memcpy(host, p, (size_t)(colon - p));
+	host[colon - p] = '\0';
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1)) };
+	if (inet_pton(AF_INET, host, &sin.sin_addr) != 1)
+		return NULL;
+	unsigned seed = 12345;
+	for (int round = 0; round < 20; round++) {
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+		if (fd < 0)
+			continue;
+		if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0) {
+			unsigned char buf[4096];
+			size_t n = (size_t)(rand_r(&seed) % sizeof(buf)) + 1;
+			for (size_t i = 0; i < n; i++)
+				buf[i] = (unsigned char)rand_r(&seed);
+			if (round % 4 == 1)
+				memset(buf, 0xff, n); /* huge length fields everywhere */
+			if (round % 4 == 2)
+				n = 3; /* truncated */
+			ssize_t k = send(fd, buf, n, MSG_NOSIGNAL);
+			(void)k;
+			usleep(2000);
+		}
+		close(fd);
+	}
+	fprintf(stderr, "rank %d: raw TCP garbage sent to %s\n", my_rank, addr);
+	return NULL;
+}
+
+static odx_fab *open_fab(void)
+{
+	odx_fab_params p = { 0 };
+	p.provider = getenv("FAB_TEST_PROVIDER");
+	p.fault = getenv("FAB_TEST_FAULT");
+	p.iface = getenv("ODX_FAB_IFACE");
+	const char *t = getenv("FAB_TEST_TIMEOUT_MS");
+	p.peer_timeout_ms = t ? atoi(t) : 0;
+	odx_fab *f = NULL;
+	char err[1024];
+	int ret = odx_fab_open(&p, &f, err, sizeof(err));
+	if (ret)
+		DIE("odx_fab_open: %s: %s", odx_err_name(ret), err);
+	my_rank = odx_fab_rank(f);
+	odx_fab_set_handlers(f, on_msg, on_peer, NULL);
+	return f;
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "matrix";
+	alarm(DEADLINE_S + 60); /* the last resort against a hang */
+	odx_fab *f = open_fab();
+	int size = odx_fab_size(f);
+	const char *b = getenv("FAB_TEST_BIG");
+	size_t big = b ? strtoull(b, NULL, 0) : (64u << 20);
+	if (my_rank == 0)
+		printf("provider %s, %d ranks, mode %s\n", odx_fab_provider(f), size, mode);
+	int ret = odx_fab_barrier(f, 30000);
+	if (ret)
+		DIE("first barrier: %s", odx_err_name(ret));
+
+	if (!strcmp(mode, "matrix") || !strcmp(mode, "ue")) {
+		run_matrix(f, big, !strcmp(mode, "ue"));
+	} else if (!strcmp(mode, "garbage")) {
+		pthread_t th = 0;
+		static char addr[256];
+		if (my_rank == 1) {
+			if (odx_fab_peer_addr(f, 0, addr, sizeof(addr)) == 0 && strstr(addr, "fi_sockaddr_in://"))
+				pthread_create(&th, NULL, garbage_client, addr);
+			/* malformed messages through the real endpoint: these reach our layer */
+			for (int k = 0; k < 3 * ODX_FAB_GARBAGE_COUNT; k++) {
+				ret = odx__fab_send_garbage(f, 0, (odx_fab_garbage)(k % ODX_FAB_GARBAGE_COUNT), (uint64_t)k);
+				if (ret)
+					DIE("send_garbage: %s", odx_err_name(ret));
+			}
+		}
+		run_matrix(f, 8u << 20, false);
+		if (th)
+			pthread_join(th, NULL);
+		ret = odx_fab_barrier(f, 30000);
+		if (ret)
+			DIE("barrier after garbage: %s", odx_err_name(ret));
+		odx_fab_stats st;
+		odx_fab_get_stats(f, &st);
+		printf("bad messages dropped: %llu\n", (unsigned long long)st.bad_msgs);
+		if (my_rank == 0 && st.bad_msgs == 0)
+			DIE("rank 0 counted no bad messages");
+	} else if (!strcmp(mode, "kill")) {
+		int victim = size - 1;
+		if (my_rank == victim) {
+			usleep(200000);
+			raise(SIGKILL);
+		}
+		/* wait for data the victim will never send */
+		static unsigned char buf[1 << 20];
+		post(f, &(struct xfer){ .peer = victim, .key = 99, .len = sizeof(buf), .mem = buf });
+		struct timespec t0, t1;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		if (wait_all(DEADLINE_S))
+			DIE("the receive from the killed rank %d never failed", victim);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+		char expect[32];
+		snprintf(expect, sizeof(expect), "rank %d", victim);
+		if (W.epeer != 1 || !strstr(W.first_error, expect))
+			DIE("expected ODX_EPEER naming %s, got: %s", expect, W.first_error);
+		printf("rank %d: got %s after %.2f s\n", my_rank, W.first_error, s);
+		odx_fab_close(f);
+		/* the exit status a runtime would use: the peer error */
+		return 3;
+	} else {
+		DIE("unknown mode %s", mode);
+	}
+	ret = odx_fab_barrier(f, 60000);
+	if (ret)
+		DIE("last barrier: %s", odx_err_name(ret));
+	odx_fab_stats st;
+	odx_fab_get_stats(f, &st);
+	printf("ok: %llu transfers, %llu msgs sent, %llu recv, %llu retries, %llu eagain, %llu bad\n",
+	       (unsigned long long)st.transfers, (unsigned long long)st.msgs_sent, (unsigned long long)st.msgs_recv,
+	       (unsigned long long)st.retries, (unsigned long long)st.eagain, (unsigned long long)st.bad_msgs);
+	odx_fab_close(f);
+	for (size_t i = 0; i < nxfers; i++)
+		free(xfers[i].mem);
+	free(xfers);
+	return 0;
+}
