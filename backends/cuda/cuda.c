@@ -653,6 +653,7 @@ static const gpu_vendor cub_vendor = {
 			[GPU_CALL_MEM_FREE] = "cuMemFree",
 			[GPU_CALL_MEMSET] = "cuMemsetD8Async",
 			[GPU_CALL_HOST_ALLOC] = "cuMemHostAlloc",
+			[GPU_CALL_HOST_FREE] = "cuMemFreeHost",
 			[GPU_CALL_H2D] = "cuMemcpyHtoDAsync",
 			[GPU_CALL_D2H] = "cuMemcpyDtoHAsync",
 			[GPU_CALL_PEER] = "cuMemcpyPeerAsync",

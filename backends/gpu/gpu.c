@@ -603,6 +603,8 @@ int gpu_device_open(void *state, int index, int odx_device, odx_backend_device_p
 	props->host_visible = false;
 	/* One compute stream, its events waited for in order by one thread. */
 	props->ordered_compute = true;
+	/* What cuMemAlloc and hipMalloc guarantee, enough for any vector access of a kernel. */
+	props->mem_align = 256;
 	gpu_log(st, ODX_LOG_INFO,
 		"%s device %d: %s, %.1f GiB usable, PCI %s, arch %d, staging %dx%u MiB per copy "
 		"lane",
@@ -692,6 +694,50 @@ void gpu_mem_free(void *dev, uint64_t handle, size_t size)
 		gpu_fail(st, d, GPU_CALL_MEM_FREE, native, msg, sizeof(msg));
 		gpu_log(st, ODX_LOG_WARN, "%s device %d: freeing %zu bytes: %s", st->v->label,
 			d->index, size, msg);
+	}
+}
+
+/* Pinned host memory for the core's staging pool (ABI 1.2): the kind the lanes stage through. */
+int gpu_host_alloc(void *dev, size_t size, void **ptr)
+{
+	gpu_dev *d = dev;
+	const gpu_state *st = d->st;
+	char msg[GPU_MSG_MAX];
+	void *p = NULL;
+	int rc, native;
+
+	if ((rc = check_lost(d, msg, sizeof(msg))) != 0 || (rc = make_current(d, msg, sizeof(msg))))
+		goto out_log;
+	native = st->v->host_alloc(st->api, &p, size);
+	if (native) {
+		rc = gpu_fail(st, d, GPU_CALL_HOST_ALLOC, native, msg, sizeof(msg));
+		goto out_log;
+	}
+	*ptr = p;
+	return 0;
+
+out_log:
+	gpu_log(st, ODX_LOG_WARN, "%s device %d (%s): %zu bytes of pinned host memory: %s",
+		st->v->label, d->index, d->name, size, msg);
+	if (ODX_BACKEND_HAS_OP(st->env, odx_backend_host, error_detail))
+		st->env->error_detail(st->env->core, msg);
+	return rc;
+}
+
+void gpu_host_free(void *dev, void *ptr, size_t size)
+{
+	gpu_dev *d = dev;
+	const gpu_state *st = d->st;
+	char msg[GPU_MSG_MAX];
+	int native;
+
+	if (!ptr || make_current(d, msg, sizeof(msg)) != 0)
+		return;
+	native = st->v->host_free(st->api, ptr);
+	if (native && atomic_load(&d->lost) == 0) {
+		gpu_fail(st, d, GPU_CALL_HOST_FREE, native, msg, sizeof(msg));
+		gpu_log(st, ODX_LOG_WARN, "%s device %d: freeing %zu bytes of pinned memory: %s",
+			st->v->label, d->index, size, msg);
 	}
 }
 
@@ -918,7 +964,9 @@ int gpu_launch(void *dev, odx_backend_launch *l, odx_backend_done_fn done, void 
 
 		switch (a->kind) {
 		case ODX_ARG_BUFFER:
-			vals[i].ptr = a->mem;
+			/* ABI 1.2: device pointers take arithmetic, so a suballocated argument is
+			 * its chunk's pointer plus the offset. */
+			vals[i].ptr = a->mem + a->v.offset;
 			break;
 		case ODX_ARG_I32:
 			vals[i].i32 = a->v.i32;

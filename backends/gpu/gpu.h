@@ -56,6 +56,7 @@ typedef enum gpu_call {
 	GPU_CALL_MEM_FREE,
 	GPU_CALL_MEMSET,
 	GPU_CALL_HOST_ALLOC,
+	GPU_CALL_HOST_FREE,
 	GPU_CALL_H2D,
 	GPU_CALL_D2H,
 	GPU_CALL_PEER,
@@ -205,6 +206,8 @@ int gpu_device_open(void *state, int index, int odx_device, odx_backend_device_p
 void gpu_device_close(void *dev);
 int gpu_mem_alloc(void *dev, size_t size, bool zero, uint64_t *handle);
 void gpu_mem_free(void *dev, uint64_t handle, size_t size);
+int gpu_host_alloc(void *dev, size_t size, void **ptr);
+void gpu_host_free(void *dev, void *ptr, size_t size);
 int gpu_copy_h2d(void *dev, uint64_t dst, size_t dst_off, const void *src, size_t n,
 		 odx_backend_done_fn done, void *arg);
 int gpu_copy_d2h(void *dev, void *dst, uint64_t src, size_t src_off, size_t n,
@@ -226,6 +229,7 @@ bool gpu_can_run(void *dev, const odx_kernel_variant *variant);
 		.mem_free = gpu_mem_free, .copy_h2d = gpu_copy_h2d, .copy_d2h = gpu_copy_d2h,      \
 		.copy_d2d = gpu_copy_d2d, .module_load = gpu_module_load,                          \
 		.module_unload = gpu_module_unload, .launch = gpu_launch, .can_run = gpu_can_run,  \
+		.host_alloc = gpu_host_alloc, .host_free = gpu_host_free,                          \
 	}
 
 /*

@@ -346,6 +346,7 @@ static const gpu_vendor hipb_vendor = {
 			[GPU_CALL_MEM_FREE] = "hipFree",
 			[GPU_CALL_MEMSET] = "hipMemsetAsync",
 			[GPU_CALL_HOST_ALLOC] = "hipHostMalloc",
+			[GPU_CALL_HOST_FREE] = "hipHostFree",
 			[GPU_CALL_H2D] = "hipMemcpyHtoDAsync",
 			[GPU_CALL_D2H] = "hipMemcpyDtoHAsync",
 			[GPU_CALL_PEER] = "hipMemcpyPeerAsync",

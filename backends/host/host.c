@@ -263,6 +263,7 @@ static int host_device_open(void *state, int index, int odx_device, odx_backend_
 	props->pci_bus_id[0] = '\0';
 	props->host_visible = true;
 	props->ordered_compute = st->async; /* one thread runs launches and reports them in order */
+	props->mem_align = 64; /* what host_mem_alloc aligns to: a cache line */
 	*out = d;
 	return 0;
 
@@ -386,7 +387,8 @@ static int host_run(host_dev *d, const odx_kernel_variant *variant, const odx_ba
 
 		kinds[i] = a->kind;
 		if (a->kind == ODX_ARG_BUFFER) {
-			bufs[nb] = (void *)(uintptr_t)a->mem;
+			/* ABI 1.2: the argument starts v.offset bytes into the allocation. */
+			bufs[nb] = (char *)(uintptr_t)a->mem + a->v.offset;
 			sizes[nb++] = a->size;
 			scalars[i] = NULL;
 		} else {

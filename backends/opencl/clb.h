@@ -38,6 +38,8 @@
 	XX(clFinish, cl_int, (cl_command_queue))                                                   \
 	XX(clCreateBuffer, cl_mem, (cl_context, cl_mem_flags, size_t, void *, cl_int *))           \
 	XX(clReleaseMemObject, cl_int, (cl_mem))                                                   \
+	XX(clCreateSubBuffer, cl_mem,                                                              \
+	   (cl_mem, cl_mem_flags, cl_buffer_create_type, const void *, cl_int *))                  \
 	XX(clEnqueueWriteBuffer, cl_int,                                                           \
 	   (cl_command_queue, cl_mem, cl_bool, size_t, size_t, const void *, cl_uint,              \
 	    const cl_event *, cl_event *))                                                         \
@@ -128,10 +130,25 @@ typedef struct clb_op {
 	/* A copy between devices of different contexts goes through host memory in two hops. */
 	void *bounce;
 	struct clb_dev *hop_dev;
-	cl_mem hop_dst;
+	struct clb_buf *hop_dst;
 	size_t hop_off, hop_n;
 	int hop_stage; /* 0: reading into bounce, 1: writing it out */
 } clb_op;
+
+/* A device memory handle (what mem_alloc returns): the buffer and how many of its regions the
+ * device's sub-buffer table holds (under the device's sub_lock). */
+typedef struct clb_buf {
+	cl_mem mem;
+	size_t size;
+	unsigned nsubs;
+} clb_buf;
+
+/* A slot of the sub-buffer table: the region [origin, origin + size) of `parent`. */
+typedef struct clb_sub {
+	clb_buf *parent; /* NULL: empty */
+	size_t origin, size;
+	cl_mem mem;
+} clb_sub;
 
 typedef struct clb_dev {
 	clb_state *st;
@@ -148,6 +165,11 @@ typedef struct clb_dev {
 	uint64_t global_mem;
 	uint64_t max_alloc;
 	_Atomic uint64_t used;
+	size_t mem_align; /* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: sub-buffer origins */
+
+	/* Sub-buffers of suballocated regions (subbuf.c), allocated on first use. */
+	pthread_mutex_t sub_lock;
+	clb_sub *subs;
 
 	/* Completion thread: event callbacks hand finished commands to it, so that `done` never
 	 * runs inside a driver thread or inside the call that queued the work. */
@@ -197,6 +219,25 @@ int clb_cache_load(const clb_state *st, uint64_t key, uint64_t check, unsigned c
 int clb_cache_store(const clb_state *st, uint64_t key, uint64_t check, const unsigned char *bin,
 		    size_t size);
 void clb_cache_path(const clb_state *st, uint64_t key, char *path, size_t path_size);
+
+/* ---- subbuf.c ---- */
+/* A region to name in a command: `mem` (the buffer or a sub-buffer of it), the offset `off`
+ * inside it, and a sub-buffer evicted from the table to release once the command is queued. */
+typedef struct clb_region_out {
+	cl_mem mem;
+	size_t off;
+	cl_mem evicted;
+} clb_region_out;
+/* The n bytes at offset `off` of `b`: the buffer itself when they are all of it, else a cached
+ * sub-buffer starting at `off` rounded down to mem_align. ODX_ERANGE outside the buffer; a
+ * driver failure is written into msg. Call clb_region_done after queuing (or failing). */
+int clb_region(clb_dev *d, clb_buf *b, size_t off, size_t n, clb_region_out *out, char *msg,
+	       size_t msg_size);
+void clb_region_done(clb_dev *d, clb_region_out *r);
+/* Releases the cached sub-buffers of `b` (before it is freed). */
+void clb_region_forget(clb_dev *d, clb_buf *b);
+/* Releases every cached sub-buffer of the device (at device close). */
+void clb_region_fini(clb_dev *d);
 
 /* ---- program.c ---- */
 int clb_module_load(void *dev, const odx_kernel_variant *variant, void **module, char *error,

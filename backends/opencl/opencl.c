@@ -8,8 +8,10 @@
  * calls the core's `done`. That keeps the core's callbacks (which may queue more copies) out of
  * driver threads and out of the queuing call, as the ABI requires.
  *
- * Memory handles are cl_mem values. All selected devices of one platform share one cl_context,
- * so a buffer of one device is a valid source of clEnqueueCopyBuffer on another.
+ * Memory handles point to a clb_buf (the cl_mem and its size). All selected devices of one
+ * platform share one cl_context, so a buffer of one device is a valid source of
+ * clEnqueueCopyBuffer on another. Launch arguments and copies at an offset (ABI 1.2) name
+ * sub-buffers: see subbuf.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -289,10 +291,12 @@ static void clb_device_close(void *dev)
 		pthread_mutex_unlock(&d->lock);
 		pthread_join(d->thread, NULL);
 	}
+	clb_region_fini(d);
 	if (d->copy)
 		d->st->api.clReleaseCommandQueue(d->copy);
 	if (d->compute)
 		d->st->api.clReleaseCommandQueue(d->compute);
+	pthread_mutex_destroy(&d->sub_lock);
 	pthread_mutex_destroy(&d->lock);
 	pthread_cond_destroy(&d->cond);
 	pthread_cond_destroy(&d->idle_cond);
@@ -334,6 +338,7 @@ static int clb_device_open(void *state, int index, int odx_device, odx_backend_d
 	const clb_api *cl = &st->api;
 	char msg[256];
 	cl_ulong mem = 0, max_alloc = 0;
+	cl_uint align_bits = 0;
 	cl_int err;
 	clb_dev *d;
 	int rc;
@@ -351,12 +356,18 @@ static int clb_device_open(void *state, int index, int odx_device, odx_backend_d
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_cond_init(&d->cond, NULL);
 	pthread_cond_init(&d->idle_cond, NULL);
+	pthread_mutex_init(&d->sub_lock, NULL);
 	cl->clGetDeviceInfo(d->id, CL_DEVICE_NAME, sizeof(d->name) - 1, d->name, NULL);
 	cl->clGetDeviceInfo(d->id, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(mem), &mem, NULL);
 	cl->clGetDeviceInfo(d->id, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof(max_alloc), &max_alloc,
 			    NULL);
 	d->global_mem = mem;
 	d->max_alloc = max_alloc ? max_alloc : mem;
+	/* Sub-buffer origins must be multiples of it (it is given in bits); 16 bytes at least,
+	 * so that no vector access of a region reaches into the one before. */
+	cl->clGetDeviceInfo(d->id, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof(align_bits), &align_bits,
+			    NULL);
+	d->mem_align = align_bits / 8 > 16 ? align_bits / 8 : 16;
 	clb_fill_ident(d);
 
 	d->compute = cl->clCreateCommandQueue(d->context, d->id, 0, &err);
@@ -380,6 +391,7 @@ static int clb_device_open(void *state, int index, int odx_device, odx_backend_d
 	props->threads = 0;
 	props->pci_bus_id[0] = '\0';
 	props->host_visible = false;
+	props->mem_align = (uint32_t)d->mem_align;
 	clb_log(st, ODX_LOG_INFO,
 		"opencl: device %d: %s on %s, %llu MiB (at most %llu MiB per "
 		"buffer)",
@@ -404,6 +416,7 @@ static int clb_mem_alloc(void *dev, size_t size, bool zero, uint64_t *handle)
 	cl_event ev;
 	cl_int err;
 	cl_mem mem;
+	clb_buf *b;
 	int rc;
 
 	/* Drivers allocate lazily and fail later, on first use: refuse what cannot fit now. */
@@ -426,6 +439,11 @@ static int clb_mem_alloc(void *dev, size_t size, bool zero, uint64_t *handle)
 		}
 		return size == 0 ? ODX_EINVAL : ODX_ENOMEM;
 	}
+	b = malloc(sizeof(*b));
+	if (!b) {
+		atomic_fetch_sub(&d->used, size);
+		return ODX_ENOMEM;
+	}
 	mem = cl->clCreateBuffer(d->context, CL_MEM_READ_WRITE, size, NULL, &err);
 	if (err != CL_SUCCESS)
 		goto out_fail;
@@ -441,10 +459,12 @@ static int clb_mem_alloc(void *dev, size_t size, bool zero, uint64_t *handle)
 			goto out_fail;
 		}
 	}
-	*handle = (uint64_t)(uintptr_t)mem;
+	*b = (clb_buf){.mem = mem, .size = size};
+	*handle = (uint64_t)(uintptr_t)b;
 	return 0;
 
 out_fail:
+	free(b);
 	atomic_fetch_sub(&d->used, size);
 	rc = clb_check(err, "clCreateBuffer", d, size, msg, sizeof(msg));
 	clb_log(d->st, ODX_LOG_WARN, "opencl: %s", msg);
@@ -456,9 +476,12 @@ out_fail:
 static void clb_mem_free(void *dev, uint64_t handle, size_t size)
 {
 	clb_dev *d = dev;
+	clb_buf *b = (clb_buf *)(uintptr_t)handle;
 
+	clb_region_forget(d, b);
 	/* The driver keeps the object alive until commands still using it have finished. */
-	d->st->api.clReleaseMemObject((cl_mem)(uintptr_t)handle);
+	d->st->api.clReleaseMemObject(b->mem);
+	free(b);
 	atomic_fetch_sub(&d->used, size);
 }
 
@@ -469,14 +492,24 @@ static int clb_copy_h2d(void *dev, uint64_t dst, size_t dst_off, const void *src
 {
 	clb_dev *d = dev;
 	clb_op *op = clb_op_new(d, done, arg, "copy host to device");
+	clb_region_out r;
+	char msg[256];
 	cl_event ev;
 	cl_int err;
 	int rc;
 
 	if (!op)
 		return ODX_ENOMEM;
-	err = d->st->api.clEnqueueWriteBuffer(d->copy, (cl_mem)(uintptr_t)dst, CL_FALSE, dst_off, n,
-					      src, 0, NULL, &ev);
+	rc = clb_region(d, (clb_buf *)(uintptr_t)dst, dst_off, n, &r, msg, sizeof(msg));
+	if (rc) {
+		clb_log(d->st, ODX_LOG_ERROR, "opencl: device %d: copy to the device: %s",
+			d->odx_device, msg);
+		free(op);
+		return rc;
+	}
+	err = d->st->api.clEnqueueWriteBuffer(d->copy, r.mem, CL_FALSE, r.off, n, src, 0, NULL,
+					      &ev);
+	clb_region_done(d, &r);
 	if (err != CL_SUCCESS) {
 		free(op);
 		return clb_check(err, "clEnqueueWriteBuffer", d, n, NULL, 0);
@@ -492,14 +525,23 @@ static int clb_copy_d2h(void *dev, void *dst, uint64_t src, size_t src_off, size
 {
 	clb_dev *d = dev;
 	clb_op *op = clb_op_new(d, done, arg, "copy device to host");
+	clb_region_out r;
+	char msg[256];
 	cl_event ev;
 	cl_int err;
 	int rc;
 
 	if (!op)
 		return ODX_ENOMEM;
-	err = d->st->api.clEnqueueReadBuffer(d->copy, (cl_mem)(uintptr_t)src, CL_FALSE, src_off, n,
-					     dst, 0, NULL, &ev);
+	rc = clb_region(d, (clb_buf *)(uintptr_t)src, src_off, n, &r, msg, sizeof(msg));
+	if (rc) {
+		clb_log(d->st, ODX_LOG_ERROR, "opencl: device %d: copy from the device: %s",
+			d->odx_device, msg);
+		free(op);
+		return rc;
+	}
+	err = d->st->api.clEnqueueReadBuffer(d->copy, r.mem, CL_FALSE, r.off, n, dst, 0, NULL, &ev);
+	clb_region_done(d, &r);
 	if (err != CL_SUCCESS) {
 		free(op);
 		return clb_check(err, "clEnqueueReadBuffer", d, n, NULL, 0);
@@ -532,7 +574,7 @@ static void clb_hop_done(void *arg, int status, const char *msg)
 }
 
 /* Devices of different platforms share no context: read into host memory, then write. */
-static int clb_copy_staged(clb_dev *d, cl_mem dst, size_t dst_off, clb_dev *s, cl_mem src,
+static int clb_copy_staged(clb_dev *d, clb_buf *dst, size_t dst_off, clb_dev *s, clb_buf *src,
 			   size_t src_off, size_t n, odx_backend_done_fn done, void *arg)
 {
 	clb_op *hop = calloc(1, sizeof(*hop));
@@ -563,21 +605,36 @@ static int clb_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev, 
 			size_t src_off, size_t n, odx_backend_done_fn done, void *arg)
 {
 	clb_dev *d = dev, *s = src_dev;
+	clb_region_out rs, rd;
+	char msg[256];
 	clb_op *op;
 	cl_event ev;
 	cl_int err;
 	int rc;
 
 	if (s->context != d->context)
-		return clb_copy_staged(d, (cl_mem)(uintptr_t)dst, dst_off, s,
-				       (cl_mem)(uintptr_t)src, src_off, n, done, arg);
+		return clb_copy_staged(d, (clb_buf *)(uintptr_t)dst, dst_off, s,
+				       (clb_buf *)(uintptr_t)src, src_off, n, done, arg);
 	op = clb_op_new(d, done, arg, "copy device to device");
 	if (!op)
 		return ODX_ENOMEM;
+	rc = clb_region(s, (clb_buf *)(uintptr_t)src, src_off, n, &rs, msg, sizeof(msg));
+	if (rc == 0) {
+		rc = clb_region(d, (clb_buf *)(uintptr_t)dst, dst_off, n, &rd, msg, sizeof(msg));
+		if (rc)
+			clb_region_done(s, &rs);
+	}
+	if (rc) {
+		clb_log(d->st, ODX_LOG_ERROR, "opencl: device %d: copy between devices: %s",
+			d->odx_device, msg);
+		free(op);
+		return rc;
+	}
 	/* Same context: the runtime moves the bytes between the devices itself. */
-	err = d->st->api.clEnqueueCopyBuffer(d->copy, (cl_mem)(uintptr_t)src,
-					     (cl_mem)(uintptr_t)dst, src_off, dst_off, n, 0, NULL,
+	err = d->st->api.clEnqueueCopyBuffer(d->copy, rs.mem, rd.mem, rs.off, rd.off, n, 0, NULL,
 					     &ev);
+	clb_region_done(s, &rs);
+	clb_region_done(d, &rd);
 	if (err != CL_SUCCESS) {
 		free(op);
 		return clb_check(err, "clEnqueueCopyBuffer", d, n, NULL, 0);
@@ -590,14 +647,16 @@ static int clb_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev, 
 
 /* ---- launch -------------------------------------------------------------------------------- */
 
-/* Sets one argument; refuses a kind the kernel's parameter does not take. */
+/* Sets one argument; refuses a kind the kernel's parameter does not take. A buffer argument
+ * names the region `r` (its evicted sub-buffer is released by the caller after queuing). */
 static int clb_set_arg(clb_dev *d, clb_module *m, cl_uint i, const odx_backend_arg *a,
-		       odx_backend_launch *l)
+		       odx_backend_launch *l, clb_region_out *r)
 {
 	const void *value = &a->v;
+	clb_buf *b;
 	size_t size;
-	cl_mem mem;
 	cl_int err;
+	int rc;
 
 	if (m->arg_kind[i] != 0 && m->arg_kind[i] != a->kind) {
 		snprintf(l->error, l->error_size,
@@ -608,9 +667,28 @@ static int clb_set_arg(clb_dev *d, clb_module *m, cl_uint i, const odx_backend_a
 	}
 	switch (a->kind) {
 	case ODX_ARG_BUFFER:
-		mem = (cl_mem)(uintptr_t)a->mem;
-		value = &mem;
-		size = sizeof(mem);
+		b = (clb_buf *)(uintptr_t)a->mem;
+		if (!b) {
+			snprintf(l->error, l->error_size, "argument %u: no buffer", (unsigned)i);
+			return ODX_EINVAL;
+		}
+		/* ABI 1.2: the region at v.offset, as a sub-buffer unless it is all of b. */
+		rc = clb_region(d, b, a->v.offset,
+				a->size || a->v.offset > b->size ? a->size : b->size - a->v.offset,
+				r, l->error, l->error_size);
+		if (rc == 0 && r->off != 0) {
+			snprintf(l->error, l->error_size,
+				 "argument %u: offset %llu is not a multiple of %zu bytes",
+				 (unsigned)i, (unsigned long long)a->v.offset, d->mem_align);
+			rc = ODX_EINVAL;
+		}
+		if (rc) {
+			if (rc == ODX_ERANGE)
+				rc = ODX_EINVAL;
+			return rc;
+		}
+		value = &r->mem;
+		size = sizeof(r->mem);
 		break;
 	case ODX_ARG_I32:
 	case ODX_ARG_F32:
@@ -638,6 +716,7 @@ static int clb_launch(void *dev, odx_backend_launch *l, odx_backend_done_fn done
 	clb_dev *d = dev;
 	clb_module *m = l->module;
 	size_t global[3], local[3], group = 1;
+	clb_region_out regions[CLB_MAX_ARGS] = {0};
 	char what[96];
 	cl_event ev;
 	cl_int err;
@@ -657,10 +736,15 @@ static int clb_launch(void *dev, odx_backend_launch *l, odx_backend_done_fn done
 			m->entry, (unsigned)m->nargs, l->nargs);
 		return ODX_EINVAL;
 	}
+	if (l->nargs > CLB_MAX_ARGS) {
+		snprintf(l->error, l->error_size, "%d arguments (at most %d)", l->nargs,
+			 CLB_MAX_ARGS);
+		return ODX_EINVAL;
+	}
 	for (i = 0; i < l->nargs; i++) {
-		rc = clb_set_arg(d, m, (cl_uint)i, &l->args[i], l);
+		rc = clb_set_arg(d, m, (cl_uint)i, &l->args[i], l, &regions[i]);
 		if (rc)
-			return rc;
+			goto out_regions;
 	}
 	for (i = 0; i < 3; i++) {
 		global[i] = (size_t)l->grid[i] * l->block[i];
@@ -671,26 +755,36 @@ static int clb_launch(void *dev, odx_backend_launch *l, odx_backend_done_fn done
 		snprintf(l->error, l->error_size,
 			 "kernel '%s': work-groups of %zu items, the device takes at most %zu",
 			 m->entry, group, m->max_group);
-		return ODX_EINVAL;
+		rc = ODX_EINVAL;
+		goto out_regions;
 	}
 	snprintf(what, sizeof(what), "kernel '%s'", m->entry);
 	op = clb_op_new(d, done, arg, what);
-	if (!op)
-		return ODX_ENOMEM;
+	if (!op) {
+		rc = ODX_ENOMEM;
+		goto out_regions;
+	}
 	err = d->st->api.clEnqueueNDRangeKernel(d->compute, m->kernel, 3, NULL, global, local, 0,
 						NULL, &ev);
 	if (err != CL_SUCCESS) {
 		free(op);
 		l->native = err;
-		return clb_check(err, "clEnqueueNDRangeKernel", d, 0, l->error, l->error_size);
+		rc = clb_check(err, "clEnqueueNDRangeKernel", d, 0, l->error, l->error_size);
+		goto out_regions;
 	}
 	rc = clb_op_watch(d, d->compute, op, ev);
 	if (rc) {
 		free(op);
 		snprintf(l->error, l->error_size, "cannot watch the launch's completion");
-		return rc;
+		goto out_regions;
 	}
-	return ODX_BACKEND_PENDING;
+	rc = ODX_BACKEND_PENDING;
+
+out_regions:
+	/* Sub-buffers evicted while setting the arguments: the command holds its own now. */
+	for (i = 0; i < l->nargs; i++)
+		clb_region_done(d, &regions[i]);
+	return rc;
 }
 
 static bool clb_can_run(void *dev, const odx_kernel_variant *v)

@@ -198,6 +198,7 @@ struct vkb_dev {
 		VKB_DEVICE_FNS(VKB_DECLARE)
 	} fn;
 	VkPhysicalDeviceLimits limits;
+	uint32_t mem_align; /* what device props say: offsets of suballocated arguments */
 	uint32_t max_push_descriptors;
 	VkPhysicalDeviceMemoryProperties memprops;
 	uint32_t device_type_bits;  /* memory types usable for device buffers */
@@ -1185,6 +1186,12 @@ static void vkb_fill_props(vkb_dev *d, odx_backend_device_props *props)
 	/* One compute queue, a barrier before every launch, one completion thread reporting the
 	 * launches in timeline order: both orders of ABI 1.1 hold. */
 	props->ordered_compute = true;
+	/* A descriptor's offset must be a multiple of minStorageBufferOffsetAlignment; 16 keeps
+	 * vkCmdFillBuffer (4) and the 16-byte rounding of ranges whole. */
+	d->mem_align = d->limits.minStorageBufferOffsetAlignment > 16
+			       ? (uint32_t)d->limits.minStorageBufferOffsetAlignment
+			       : 16;
+	props->mem_align = d->mem_align;
 	props->pci_bus_id[0] = '\0';
 	if (push.pNext == &pci)
 		snprintf(props->pci_bus_id, sizeof(props->pci_bus_id), "%04x:%02x:%02x.%x",
@@ -1817,6 +1824,25 @@ static int vkb_check_geometry(vkb_dev *d, odx_backend_launch *l)
 	return 0;
 }
 
+/*
+ * The bytes a descriptor at `off` covers for an argument of `size` bytes: rounded up to 16 (the
+ * buffer itself is, see vkb_buffer_create) but never past the buffer's end, and at most
+ * maxStorageBufferRange.
+ */
+static VkDeviceSize vkb_arg_range(const vkb_dev *d, const vkb_mem *bm, VkDeviceSize off,
+				  VkDeviceSize size)
+{
+	/* size 0 (a core that does not say): the rest of the buffer. */
+	VkDeviceSize end = ((VkDeviceSize)bm->size + 15) & ~(VkDeviceSize)15;
+	VkDeviceSize range = (size + 15) & ~(VkDeviceSize)15;
+
+	if (range == 0 || range > end - off)
+		range = end - off;
+	if (range > d->limits.maxStorageBufferRange)
+		range = d->limits.maxStorageBufferRange;
+	return range;
+}
+
 static int vkb_launch(void *dev, odx_backend_launch *l, odx_backend_done_fn done, void *arg)
 {
 	vkb_dev *d = dev;
@@ -1844,15 +1870,26 @@ static int vkb_launch(void *dev, odx_backend_launch *l, odx_backend_done_fn done
 		return rc;
 	nb = 0;
 	for (i = 0; i < l->nargs; i++) {
-		const vkb_mem *bm = (const vkb_mem *)(uintptr_t)l->args[i].mem;
-		VkDeviceSize range;
+		const odx_backend_arg *a = &l->args[i];
+		const vkb_mem *bm = (const vkb_mem *)(uintptr_t)a->mem;
+		VkDeviceSize off, range;
 
-		if (l->args[i].kind != ODX_ARG_BUFFER)
+		if (a->kind != ODX_ARG_BUFFER)
 			continue;
-		/* A descriptor covers at most maxStorageBufferRange; kernels index from 0. */
-		range = bm->size < d->limits.maxStorageBufferRange ? (bm->size + 15) & ~15ull
-								   : d->limits.maxStorageBufferRange;
-		infos[nb] = (VkDescriptorBufferInfo){.buffer = bm->buf, .offset = 0, .range = range};
+		off = a->v.offset;
+		if (off != 0 && (off % d->mem_align != 0 || off > bm->size ||
+				 a->size > bm->size - off)) {
+			snprintf(l->error, l->error_size,
+				 "argument %d: %zu bytes at offset %llu of a %zu-byte allocation "
+				 "(offsets are multiples of %u, inside the allocation)",
+				 i, a->size, (unsigned long long)off, bm->size,
+				 (unsigned)d->mem_align);
+			return ODX_EINVAL;
+		}
+		range = vkb_arg_range(d, bm, off, a->size);
+		/* ABI 1.2: a suballocated argument is a descriptor at its offset, so the kernel
+		 * still indexes from 0. */
+		infos[nb] = (VkDescriptorBufferInfo){.buffer = bm->buf, .offset = off, .range = range};
 		writes[nb] = (VkWriteDescriptorSet){
 			.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
 			.dstBinding = (uint32_t)nb,

@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define ODX_BACKEND_ABI_MAJOR 1
-#define ODX_BACKEND_ABI_MINOR 1
+#define ODX_BACKEND_ABI_MINOR 2
 #define ODX_BACKEND_ABI_VERSION ((ODX_BACKEND_ABI_MAJOR << 16) | ODX_BACKEND_ABI_MINOR)
 
 /** True if table `t` (whose first member is its size) was built with member `op` in it. */
@@ -97,10 +97,24 @@ typedef struct odx_backend_device_props {
 	 * may then launch a task right behind the unfinished predecessor it depends on, instead of
 	 * waiting for it to complete. Leave false unless both orders are guaranteed. */
 	bool ordered_compute;
-	uint8_t reserved[63];
+	uint8_t reserved_pad[2]; /* zero; keeps mem_align where the 1.1 reserved bytes were */
+	/* ABI 1.2: the alignment, in bytes (a power of two), that an offset into device memory
+	 * must have when it names the start of a launch argument (odx_backend_arg.v.offset) or of
+	 * a copy into or out of suballocated memory. The core carves pooled buffers on these
+	 * boundaries. 0 means 256. A 1.0/1.1 backend leaves it 0 and never sees an offset. */
+	uint32_t mem_align;
+	uint8_t reserved[60];
 } odx_backend_device_props;
 
-/** One argument of a launch, in the kernel's signature order. */
+/**
+ * One argument of a launch, in the kernel's signature order.
+ *
+ * A buffer argument is the `size` bytes at byte `v.offset` of the memory `mem` (ABI 1.2): the
+ * core suballocates buffers from a few large mem_alloc allocations. The kernel sees those bytes
+ * as its whole buffer, starting at its index 0. The offset is a multiple of the device's
+ * mem_align and offset + size never exceeds the allocation. The core passes a nonzero offset
+ * only to backends whose descriptor says abi_version >= 1.2; for older ones v.offset is 0.
+ */
 typedef struct odx_backend_arg {
 	odx_arg_kind kind;
 	uint64_t mem;            /* buffers: the device memory handle (from mem_alloc) */
@@ -110,7 +124,8 @@ typedef struct odx_backend_arg {
 		int64_t i64;
 		float f32;
 		double f64;
-	} v;                     /* scalars */
+		uint64_t offset; /* buffers (ABI 1.2): byte offset into mem */
+	} v;                     /* scalars; buffers: the offset */
 } odx_backend_arg;
 
 typedef struct odx_backend_launch {
@@ -197,6 +212,17 @@ typedef struct odx_backend_ops {
 
 	/** Optional: can this device run this variant? NULL means variant.backend == kind. */
 	bool (*can_run)(void *dev, const odx_kernel_variant *variant);
+
+	/* ---- ABI 1.2 ------------------------------------------------------------------------ */
+
+	/** Optional: `size` bytes of page-locked host memory that this device copies from and to
+	 * fastest (what cuMemHostAlloc or hipHostMalloc give), for the core's pinned staging
+	 * pool; *ptr is not touched on failure. Without it the core stages through ordinary
+	 * memory. Called from the thread opening the context or from the device's worker. The
+	 * memory stays valid until host_free, which the core calls before device_close. */
+	int (*host_alloc)(void *dev, size_t size, void **ptr);
+	/** Returns what host_alloc gave (same `size`). */
+	void (*host_free)(void *dev, void *ptr, size_t size);
 } odx_backend_ops;
 
 /** What a backend module describes itself with. Static storage in the module. */
@@ -233,6 +259,24 @@ typedef int (*odx_backend_entry_fn)(uint32_t core_abi_version,
 		*out = &(descriptor);                                                              \
 		return 0;                                                                          \
 	}
+
+/* Fields taken from the reserved bytes must not change the struct's size or move a field that
+ * backends built against an older minor write (248 bytes on LP64 since ABI 1.0). */
+#ifdef __cplusplus
+#define ODX__BACKEND_STATIC_ASSERT static_assert
+#else
+#define ODX__BACKEND_STATIC_ASSERT _Static_assert
+#endif
+ODX__BACKEND_STATIC_ASSERT(offsetof(odx_backend_device_props, reserved) +
+				   sizeof(((odx_backend_device_props *)0)->reserved) ==
+			   sizeof(odx_backend_device_props),
+			   "odx_backend_device_props ends with its reserved bytes");
+ODX__BACKEND_STATIC_ASSERT(sizeof(void *) != 8 || sizeof(odx_backend_device_props) == 248,
+			   "odx_backend_device_props keeps its ABI 1.0 size");
+ODX__BACKEND_STATIC_ASSERT(sizeof(void *) != 8 ||
+				   offsetof(odx_backend_device_props, mem_align) == 184,
+			   "mem_align sits in the ABI 1.1 reserved bytes");
+#undef ODX__BACKEND_STATIC_ASSERT
 
 #ifdef __cplusplus
 }
