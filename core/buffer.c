@@ -24,10 +24,11 @@ int odx__task_memnode(const odx__task *t)
 
 /* ---- replica memory ------------------------------------------------------------------------- */
 
-static int replica_alloc(odx_context *ctx, odx_buffer *b, int m, bool zero)
+int odx__replica_alloc(odx_context *ctx, odx_buffer *b, int m, bool zero)
 {
 	odx__replica *r = &b->replicas[m];
 	odx__memnode *node = &ctx->memnodes[m];
+	uint64_t used;
 	int rc;
 
 	if (m == 0) {
@@ -44,12 +45,15 @@ static int replica_alloc(odx_context *ctx, odx_buffer *b, int m, bool zero)
 		if (rc)
 			return rc;
 	}
+	r->off = 0;
 	r->allocated = true;
-	atomic_fetch_add(&node->used, b->size);
+	used = atomic_fetch_add(&node->used, b->size) + b->size;
+	if (used > node->peak)
+		node->peak = used;
 	return 0;
 }
 
-static void replica_free(odx_context *ctx, odx_buffer *b, int m)
+void odx__replica_free(odx_context *ctx, odx_buffer *b, int m)
 {
 	odx__replica *r = &b->replicas[m];
 	odx__memnode *node = &ctx->memnodes[m];
@@ -63,6 +67,7 @@ static void replica_free(odx_context *ctx, odx_buffer *b, int m)
 		node->device->ops->mem_free(node->device->bdev, r->mem, b->size);
 	}
 	r->allocated = false;
+	r->holds = 0;
 	atomic_store(&r->state, ODX__INVALID);
 	atomic_fetch_sub(&node->used, b->size);
 }
@@ -72,52 +77,145 @@ void odx__replica_set_state(odx_buffer *b, int m, int state)
 	atomic_store_explicit(&b->replicas[m].state, (uint8_t)state, memory_order_relaxed);
 }
 
+int odx__valid_copies(const odx_buffer *b)
+{
+	int m, n = atomic_load(&b->disk_state) != ODX__INVALID;
+
+	for (m = 0; m < b->ctx->nmemnodes; m++)
+		n += atomic_load(&b->replicas[m].state) != ODX__INVALID;
+	return n;
+}
+
 /* ---- copies between memory nodes ------------------------------------------------------------ */
 
-typedef struct copy_job {
-	odx_buffer *buf;
-	int src, dst;
-	void *bounce;      /* host staging between devices of different backends */
-	odx__device *lane; /* whose copy lane runs it, for the trace */
-	uint64_t t_issue;
-} copy_job;
+#define SRC_DISK (-2) /* a copy's source is the buffer's disk-tier copy */
+
+enum copy_kind {
+	COPY_FETCH = 0,     /* for tasks waiting on the destination replica */
+	COPY_WRITEBACK = 1, /* eviction: a dirty device copy to host RAM, then free the source */
+};
+
+static odx__copy_job *job_new(odx_buffer *b, int src, int dst, int kind)
+{
+	odx__copy_job *job = calloc(1, sizeof(*job));
+
+	if (!job)
+		return NULL;
+	*job = (odx__copy_job){
+		.buf = b, .src = src, .dst = dst, .kind = kind, .wversion = b->wversion};
+	return job;
+}
+
+/* The memory node to copy from: host RAM first (every lane can reach it), then any device, then
+ * the disk tier; -1 if no valid copy exists. */
+static int pick_source(const odx_context *ctx, const odx_buffer *b, int dst)
+{
+	int m;
+
+	for (m = 0; m < ctx->nmemnodes; m++)
+		if (m != dst && atomic_load(&b->replicas[m].state) != ODX__INVALID)
+			return m;
+	if (atomic_load(&b->disk_state) != ODX__INVALID)
+		return SRC_DISK;
+	return -1;
+}
+
+static void copy_start(odx_context *ctx, odx__copy_job *job);
+
+static void source_release(odx_buffer *b, int src)
+{
+	if (src == SRC_DISK)
+		b->disk_readers--;
+	else
+		b->replicas[src].pins--;
+}
 
 static void copy_done(void *arg, int status, const char *msg)
 {
-	copy_job *job = arg;
+	odx__copy_job *job = arg;
 	odx_buffer *b = job->buf;
 	odx_context *ctx = b->ctx;
-	odx__replica *dst = &b->replicas[job->dst], *src = &b->replicas[job->src];
+	odx__replica *dst = &b->replicas[job->dst];
+	odx__memnode *snode = job->src >= 0 ? &ctx->memnodes[job->src] : NULL;
 	odx__fetch_waiter *w, *next;
+	odx__copy_job *refetch = NULL;
+	bool stale = job->wversion != b->wversion;
+	bool freed = false;
 
 	free(job->bounce);
+	job->bounce = NULL;
+	/* A write-back frees its source: that is the source node's business (its lock first). */
+	if (job->kind == COPY_WRITEBACK)
+		pthread_mutex_lock(&snode->lock);
 	pthread_mutex_lock(&b->lock);
+	stale = job->wversion != b->wversion; /* read under the lock */
 	dst->fetching = false;
-	if (status == 0) {
+	if (status == 0 && !stale) {
 		odx__replica_set_state(b, job->dst, ODX__SHARED);
 		/* Two valid copies now: neither is the only one. */
-		if (atomic_load(&src->state) == ODX__MODIFIED)
+		if (job->src >= 0 && atomic_load(&b->replicas[job->src].state) == ODX__MODIFIED)
 			odx__replica_set_state(b, job->src, ODX__SHARED);
 	}
-	src->pins--;
+	source_release(b, job->src);
+	if (job->kind == COPY_WRITEBACK) {
+		odx__replica *src = &b->replicas[job->src];
+
+		src->evicting = false;
+		snode->evicting -= b->size;
+		/* Freed only if the host copy is now valid and nobody started using the source. */
+		if (status == 0 && !stale && src->pins == 0 && src->holds == 0 && src->allocated) {
+			odx__replica_free(ctx, b, job->src);
+			freed = true;
+			atomic_fetch_add(&snode->writebacks, 1);
+			atomic_fetch_add(&snode->evicted_bytes, b->size);
+		}
+	}
 	w = dst->waiters;
 	dst->waiters = NULL;
+	/* A write landed while this copy ran, so it carries old bytes: tasks waiting for the
+	 * destination get a new copy of the current data instead. */
+	if (w && status == 0 && stale) {
+		int src = pick_source(ctx, b, job->dst);
+
+		if (src != -1 && (refetch = job_new(b, src, job->dst, COPY_FETCH)) != NULL) {
+			if (src == SRC_DISK)
+				b->disk_readers++;
+			else
+				b->replicas[src].pins++;
+			dst->fetching = true;
+			dst->waiters = w;
+			w = NULL;
+		} else {
+			status = ODX_EIO;
+			msg = "the buffer changed during the copy and no valid copy is left";
+		}
+	}
 	pthread_mutex_unlock(&b->lock);
+	if (job->kind == COPY_WRITEBACK)
+		pthread_mutex_unlock(&snode->lock);
 
 	if (status == 0) {
-		atomic_fetch_add(&ctx->bytes_copied[job->src * ctx->nmemnodes + job->dst], b->size);
+		int s = job->src >= 0 ? job->src : job->dst; /* reloads count on their node */
+
+		atomic_fetch_add(&ctx->bytes_copied[s * ctx->nmemnodes + job->dst], b->size);
 		atomic_fetch_add(&ctx->copies, 1);
 	} else {
-		odx__log(ctx, ODX_LOG_ERROR, "copy of buffer %llu from memory node %d to %d failed: %s",
-			 (unsigned long long)b->id, job->src, job->dst, msg ? msg : "");
+		odx__log(ctx, ODX_LOG_ERROR, "copy of buffer %llu from %s %d to memory node %d failed: %s",
+			 (unsigned long long)b->id, job->src == SRC_DISK ? "disk tier" : "memory node",
+			 job->src, job->dst, msg ? msg : "");
 	}
-	if (ctx->tracing) {
+	odx__tier_progress(ctx);
+	if (ctx->tracing && job->lane) {
 		uint64_t now = odx__now_ns();
 		uint64_t t0 = job->t_issue > job->lane->copy_lane_free_ns
 				      ? job->t_issue
 				      : job->lane->copy_lane_free_ns;
 
-		odx__trace_span(job->lane->copy_trace, "copy", "copy", t0, now, b->id);
+		odx__trace_span(job->lane->copy_trace,
+				job->kind == COPY_WRITEBACK ? "write-back"
+				: job->src == SRC_DISK	    ? "reload"
+							    : "copy",
+				"copy", t0, now, b->id);
 		job->lane->copy_lane_free_ns = now;
 	}
 	for (; w; w = next) {
@@ -129,68 +227,93 @@ static void copy_done(void *arg, int status, const char *msg)
 		    atomic_compare_exchange_strong(&w->task->fetch_error, &expected, status)) {
 			char why[ODX__MSG_MAX];
 
-			snprintf(why, sizeof(why), "copy of buffer %llu from memory node %d to %d: %s",
-				 (unsigned long long)b->id, job->src, job->dst,
-				 msg ? msg : odx_strerror(status));
+			snprintf(why, sizeof(why), "copy of buffer %llu from %s %d to memory node %d: %s",
+				 (unsigned long long)b->id,
+				 job->src == SRC_DISK ? "the disk tier" : "memory node", job->src,
+				 job->dst, msg ? msg : odx_strerror(status));
 			w->task->fetch_msg = strdup(why);
 		}
 		/* Decide before the last decrement: a caller-run task may be finished and reused
 		 * by its thread as soon as the count reaches zero. */
 		caller = odx__task_caller_runs(w->task);
 		if (atomic_fetch_sub(&w->task->fetches, 1) == 1) {
-			if (caller)
+			if (caller) {
 				odx__wake_waiters(ctx); /* the thread in odx_buffer_read/write */
-			else
-				odx__device_push_staged(&ctx->devices[w->task->device], w->task);
+			} else {
+				odx__device *dev = &ctx->devices[w->task->device];
+
+				atomic_fetch_sub(&dev->demand_fetches, 1);
+				odx__device_push_staged(dev, w->task);
+			}
 		}
 		free(w);
 	}
+	if (job->kind == COPY_WRITEBACK)
+		odx__tier_changed(ctx, job->src);
+	if (freed || job->dst == 0)
+		odx__tier_changed(ctx, 0);
 	free(job);
+	if (refetch)
+		copy_start(ctx, refetch);
 }
 
 /* Second hop of a copy staged through host memory: the bounce buffer to the destination. */
 static void bounce_done(void *arg, int status, const char *msg)
 {
-	copy_job *job = arg;
+	odx__copy_job *job = arg;
 	odx__device *ddev = job->buf->ctx->memnodes[job->dst].device;
+	odx__replica *dst = &job->buf->replicas[job->dst];
 	int rc;
 
 	if (status) {
 		copy_done(job, status, msg);
 		return;
 	}
-	rc = ddev->ops->copy_h2d(ddev->bdev, job->buf->replicas[job->dst].mem, 0, job->bounce,
-				 job->buf->size, copy_done, job);
+	rc = ddev->ops->copy_h2d(ddev->bdev, dst->mem, dst->off, job->bounce, job->buf->size,
+				 copy_done, job);
 	if (rc)
 		copy_done(job, rc, "could not queue the second hop of a staged copy");
 }
 
-static void copy_start(odx_context *ctx, copy_job *job)
+static void copy_start(odx_context *ctx, odx__copy_job *job)
 {
 	odx_buffer *b = job->buf;
-	odx__replica *src = &b->replicas[job->src], *dst = &b->replicas[job->dst];
-	odx__device *sdev = ctx->memnodes[job->src].device, *ddev = ctx->memnodes[job->dst].device;
+	odx__replica *dst = &b->replicas[job->dst];
+	odx__replica *src = job->src >= 0 ? &b->replicas[job->src] : NULL;
+	odx__device *sdev = job->src >= 0 ? ctx->memnodes[job->src].device : NULL;
+	odx__device *ddev = ctx->memnodes[job->dst].device;
 	int rc;
 
 	job->t_issue = ctx->tracing ? odx__now_ns() : 0;
-	if (!sdev) {
+	if (job->src == SRC_DISK) {
+		/* From the disk tier: straight into host RAM, or through a bounce buffer. */
 		job->lane = ddev;
-		rc = ddev->ops->copy_h2d(ddev->bdev, dst->mem, 0, (const void *)(uintptr_t)src->mem,
-					 b->size, copy_done, job);
+		if (!ddev) {
+			rc = odx__tier_reload(ctx, b, (void *)(uintptr_t)dst->mem, copy_done, job);
+		} else {
+			job->bounce = malloc(b->size);
+			rc = job->bounce ? odx__tier_reload(ctx, b, job->bounce, bounce_done, job)
+					 : ODX_ENOMEM;
+		}
+	} else if (!sdev) {
+		job->lane = ddev;
+		rc = ddev->ops->copy_h2d(ddev->bdev, dst->mem, dst->off,
+					 (const char *)(uintptr_t)src->mem + src->off, b->size,
+					 copy_done, job);
 	} else if (!ddev) {
 		job->lane = sdev;
-		rc = sdev->ops->copy_d2h(sdev->bdev, (void *)(uintptr_t)dst->mem, src->mem, 0,
-					 b->size, copy_done, job);
+		rc = sdev->ops->copy_d2h(sdev->bdev, (char *)(uintptr_t)dst->mem + dst->off, src->mem,
+					 src->off, b->size, copy_done, job);
 	} else if (sdev->ops == ddev->ops &&
 		   ODX_BACKEND_HAS_OP(ddev->ops, odx_backend_ops, copy_d2d)) {
 		job->lane = ddev;
-		rc = ddev->ops->copy_d2d(ddev->bdev, dst->mem, 0, sdev->bdev, src->mem, 0, b->size,
-					 copy_done, job);
+		rc = ddev->ops->copy_d2d(ddev->bdev, dst->mem, dst->off, sdev->bdev, src->mem,
+					 src->off, b->size, copy_done, job);
 	} else {
 		/* Different backends (or no direct path): through a host bounce buffer. */
 		job->lane = sdev;
 		job->bounce = malloc(b->size);
-		rc = job->bounce ? sdev->ops->copy_d2h(sdev->bdev, job->bounce, src->mem, 0,
+		rc = job->bounce ? sdev->ops->copy_d2h(sdev->bdev, job->bounce, src->mem, src->off,
 						       b->size, bounce_done, job)
 				 : ODX_ENOMEM;
 	}
@@ -198,20 +321,38 @@ static void copy_start(odx_context *ctx, copy_job *job)
 		copy_done(job, rc, "could not queue the copy");
 }
 
-/* The memory node to copy from: host RAM first (every lane can reach it), else any valid copy. */
-static int pick_source(const odx_context *ctx, const odx_buffer *b, int dst)
+void odx__copy_start_all(odx_context *ctx, odx__copy_job *jobs)
 {
-	int m;
+	while (jobs) {
+		odx__copy_job *next = jobs->next;
 
-	for (m = 0; m < ctx->nmemnodes; m++)
-		if (m != dst && atomic_load(&b->replicas[m].state) != ODX__INVALID)
-			return m;
-	return -1;
+		jobs->next = NULL;
+		copy_start(ctx, jobs);
+		jobs = next;
+	}
+}
+
+/* With the source node's lock, node 0's lock and the buffer's lock held, and the host replica
+ * allocated: the dirty copy on `src` goes to host RAM; the source is freed when that landed. */
+odx__copy_job *odx__copy_writeback(odx_buffer *b, int src)
+{
+	odx__copy_job *job = job_new(b, src, 0, COPY_WRITEBACK);
+
+	if (!job)
+		return NULL;
+	b->replicas[src].pins++;
+	b->replicas[src].evicting = true;
+	b->replicas[0].fetching = true;
+	b->ctx->memnodes[src].evicting += b->size;
+	return job;
 }
 
 /* ---- staging -------------------------------------------------------------------------------- */
 
-static int stage_one(odx__task *t, odx_buffer *b, int m, bool reads, copy_job **job)
+/* Node m's lock held. Allocates (reserved room) and pins b's replica on m for t, and queues a
+ * fetch if t reads it and it is not valid there. */
+static int stage_one(odx__task *t, odx_buffer *b, int m, bool reads, odx__copy_job **job,
+		     uint64_t clock)
 {
 	odx_context *ctx = t->ctx;
 	odx__replica *r = &b->replicas[m];
@@ -222,13 +363,16 @@ static int stage_one(odx__task *t, odx_buffer *b, int m, bool reads, copy_job **
 	pthread_mutex_lock(&b->lock);
 	if (reads && b->zero && atomic_load(&r->state) == ODX__INVALID && r->allocated &&
 	    !r->fetching)
-		replica_free(ctx, b, m); /* holds bytes of a failed writer: reallocate zeroed */
+		odx__replica_free(ctx, b, m); /* holds bytes of a failed writer: reallocate zeroed */
 	/* Zero-filled while the buffer was never written, so bytes a first W task leaves alone
 	 * read as zeros, like the rest of a new buffer. */
-	if (!r->allocated && (rc = replica_alloc(ctx, b, m, b->zero)) != 0)
+	if (!r->allocated && (rc = odx__replica_alloc(ctx, b, m, b->zero)) != 0)
 		goto out_unlock;
 	r->pins++;
-	if (!reads || atomic_load(&r->state) != ODX__INVALID)
+	r->last_use = b->wont_use ? 0 : clock;
+	/* A copy landing in this replica (a write-back, a prefetch) is waited for even by a task
+	 * that only writes it: its bytes would otherwise be overwritten by old ones. */
+	if (!r->fetching && (!reads || atomic_load(&r->state) != ODX__INVALID))
 		goto out_unlock;
 	if (b->zero && !r->fetching) {
 		odx__replica_set_state(b, m, ODX__SHARED);
@@ -241,19 +385,23 @@ static int stage_one(odx__task *t, odx_buffer *b, int m, bool reads, copy_job **
 	}
 	if (!r->fetching) {
 		src = pick_source(ctx, b, m);
-		if (src < 0 || !(*job = malloc(sizeof(**job)))) {
+		if (src == -1 || !(*job = job_new(b, src, m, COPY_FETCH))) {
 			free(w);
-			rc = src < 0 ? ODX_EIO : ODX_ENOMEM;
+			rc = src == -1 ? ODX_EIO : ODX_ENOMEM;
 			goto out_unlock;
 		}
-		**job = (copy_job){.buf = b, .src = src, .dst = m};
-		b->replicas[src].pins++;
+		if (src == SRC_DISK)
+			b->disk_readers++;
+		else
+			b->replicas[src].pins++;
 		r->fetching = true;
 	}
 	w->task = t;
 	w->next = r->waiters;
 	r->waiters = w;
 	atomic_fetch_add(&t->fetches, 1);
+	if (!odx__task_caller_runs(t) && atomic_load(&t->fetches) == 2)
+		atomic_fetch_add(&ctx->devices[t->device].demand_fetches, 1);
 out_unlock:
 	pthread_mutex_unlock(&b->lock);
 	return rc;
@@ -288,34 +436,157 @@ bool odx__can_stage_behind(const odx__task *t, const odx__task *producer, int m)
 	return true;
 }
 
-bool odx__stage(odx__task *t, const odx__task *producer)
+/* Is argument i a buffer that staging places on the task's node? */
+static bool stages_arg(const odx__task *t, int i)
+{
+	if (t->args[i].kind != ODX_ARG_BUFFER || !odx__task_dep_access(t, i))
+		return false;
+	/* Releasing a runtime-owned buffer needs no copy anywhere: nothing to stage. */
+	return !(t->kind == ODX__TASK_DESTROY && !t->args[i].v.buffer->registered);
+}
+
+/* Is argument i the first occurrence of its buffer among the task's arguments? */
+static bool first_use(const odx__task *t, int i)
+{
+	int j;
+
+	for (j = 0; j < i; j++)
+		if (t->args[j].kind == ODX_ARG_BUFFER && t->args[j].v.buffer == t->args[i].v.buffer)
+			return false;
+	return true;
+}
+
+static const char *task_label(const odx__task *t)
+{
+	if (t->kind == ODX__TASK_KERNEL)
+		return t->kernel->name;
+	return t->kind == ODX__TASK_READ ? "buffer read" : t->kind == ODX__TASK_WRITE ? "buffer write"
+										    : "buffer destroy";
+}
+
+static void stage_fail(odx__task *t, int rc, const char *why)
+{
+	int expected = 0;
+
+	if (atomic_compare_exchange_strong(&t->fetch_error, &expected, rc))
+		t->fetch_msg = strdup(why);
+	odx__log(t->ctx, ODX_LOG_ERROR, "task #%llu: %s", (unsigned long long)t->id, why);
+}
+
+/* Node m's lock held: the task's working set on m, and what of it is not allocated there yet. */
+static void working_set(const odx__task *t, int m, uint64_t *total, uint64_t *missing)
+{
+	int i;
+
+	*total = *missing = 0;
+	for (i = 0; i < t->nargs; i++) {
+		odx_buffer *b = t->args[i].v.buffer;
+
+		if (!stages_arg(t, i) || !first_use(t, i))
+			continue;
+		*total += b->size;
+		if (!b->replicas[m].allocated)
+			*missing += b->size;
+	}
+}
+
+/* Releases the prefetch holds the task took (node m's lock held). */
+static void release_holds(odx__task *t, int m)
+{
+	odx__device *dev = t->kind == ODX__TASK_KERNEL ? &t->ctx->devices[t->device] : NULL;
+	int i;
+
+	for (i = 0; t->hold_mask && i < t->nargs && i < 64; i++) {
+		odx_buffer *b;
+
+		if (!(t->hold_mask & (1ull << i)))
+			continue;
+		t->hold_mask &= ~(1ull << i);
+		b = t->args[i].v.buffer;
+		pthread_mutex_lock(&b->lock);
+		if (b->replicas[m].holds > 0) {
+			b->replicas[m].holds--;
+			if (dev)
+				atomic_fetch_add(&dev->prefetch_hits, 1);
+		}
+		pthread_mutex_unlock(&b->lock);
+	}
+	t->hold_mask = 0;
+}
+
+int odx__stage(odx__task *t, const odx__task *producer)
 {
 	odx_context *ctx = t->ctx;
 	int m = odx__task_memnode(t);
-	int i, rc = 0, njobs = 0;
-	copy_job *jobs[64];
+	odx__memnode *node = &ctx->memnodes[m];
+	int i, rc = 0, room;
+	odx__copy_job *jobs = NULL, *evictions = NULL;
+	uint64_t total, missing, clock;
+	char why[ODX__MSG_MAX];
 
+	if (t->nargs == 0) {
+		t->staged = true;
+		return ODX__STAGE_READY;
+	}
+	clock = atomic_fetch_add_explicit(&ctx->lru_clock, 1, memory_order_relaxed) + 1;
+	pthread_mutex_lock(&node->lock);
+	/* Reserve before allocating, admit before running: all of the working set or nothing,
+	 * so two tasks can never each hold part of what the other needs. */
+	working_set(t, m, &total, &missing);
+	if (total > node->capacity) {
+		pthread_mutex_unlock(&node->lock);
+		snprintf(why, sizeof(why),
+			 "task #%llu '%s' (%s) needs %llu bytes on memory node %d%s%s, whose tier "
+			 "holds %llu bytes (%s)",
+			 (unsigned long long)t->id, t->tag, task_label(t), (unsigned long long)total,
+			 m, node->device ? ", " : "", node->device ? node->device->name : "",
+			 (unsigned long long)node->capacity,
+			 m ? "tier.device.limit" : "tier.host.limit");
+		stage_fail(t, ODX_ENOSPC, why);
+		t->staged = true;
+		return ODX__STAGE_READY;
+	}
+	if (missing > 0 && atomic_load(&node->used) + missing > node->capacity) {
+		why[0] = '\0';
+		room = odx__tier_make_room(ctx, m, missing, t, &evictions, why, sizeof(why));
+		if (room != ODX__ROOM) {
+			pthread_mutex_unlock(&node->lock);
+			odx__copy_start_all(ctx, evictions);
+			if (room == ODX__ROOM_WAIT) {
+				atomic_fetch_add(&node->noroom, 1);
+				return ODX__STAGE_NOROOM;
+			}
+			{
+				char msg[ODX__MSG_MAX];
+
+				snprintf(msg, sizeof(msg),
+					 "task #%llu '%s' (%s) cannot get %llu bytes on memory node "
+					 "%d%s%s: %s",
+					 (unsigned long long)t->id, t->tag, task_label(t),
+					 (unsigned long long)missing, m, node->device ? ", " : "",
+					 node->device ? node->device->name : "", why);
+				stage_fail(t, ODX_ENOSPC, msg);
+			}
+			t->staged = true;
+			return ODX__STAGE_READY;
+		}
+	}
+	release_holds(t, m);
 	t->staged = true;
-	if (t->nargs == 0)
-		return true;
 	atomic_store(&t->fetches, 1);
 	for (i = 0; i < t->nargs; i++) {
 		odx_buffer *b = t->args[i].v.buffer;
-		copy_job *job;
+		odx__copy_job *job;
 
-		if (t->args[i].kind != ODX_ARG_BUFFER || !odx__task_dep_access(t, i))
-			continue;
-		/* Releasing a runtime-owned buffer needs no copy anywhere: nothing to stage. */
-		if (t->kind == ODX__TASK_DESTROY && !b->registered)
+		if (!stages_arg(t, i))
 			continue;
 		/* What the producer ahead on the same in-order lane writes will be there when t
 		 * runs: no fetch (its replica's state changes when the producer completes). */
 		rc = stage_one(t, b, m,
 			       odx__task_stage_reads(t, i) && !(producer && task_writes(producer, b)),
-			       &job);
+			       &job, clock);
 		if (rc) {
-			char detail[ODX__MSG_MAX], why[ODX__MSG_MAX];
-			int expected = 0;
+			char detail[ODX__MSG_MAX];
 
 			odx__backend_detail_take(detail, sizeof(detail));
 			snprintf(why, sizeof(why),
@@ -324,55 +595,116 @@ bool odx__stage(odx__task *t, const odx__task *producer)
 				 ctx->memnodes[m].device ? ", " : "",
 				 ctx->memnodes[m].device ? ctx->memnodes[m].device->name : "",
 				 odx_strerror(rc), detail[0] ? ": " : "", detail);
-			if (atomic_compare_exchange_strong(&t->fetch_error, &expected, rc))
-				t->fetch_msg = strdup(why);
-			odx__log(ctx, ODX_LOG_ERROR, "task #%llu: %s", (unsigned long long)t->id,
-				 why);
+			stage_fail(t, rc, why);
 			break;
 		}
-		if (job)
-			jobs[njobs++] = job;
+		if (job) {
+			job->next = jobs;
+			jobs = job;
+		}
 	}
+	pthread_mutex_unlock(&node->lock);
 	/* Arguments 0..i-1 are pinned; unstaging walks exactly those. */
-	t->staged = true;
 	t->nstaged = rc ? i : t->nargs;
-	for (i = 0; i < njobs; i++)
-		copy_start(ctx, jobs[i]);
-	return atomic_fetch_sub(&t->fetches, 1) == 1;
+	odx__copy_start_all(ctx, evictions);
+	odx__copy_start_all(ctx, jobs);
+	return atomic_fetch_sub(&t->fetches, 1) == 1 ? ODX__STAGE_READY : ODX__STAGE_FETCHING;
+}
+
+int odx__prefetch(odx__task *t)
+{
+	odx_context *ctx = t->ctx;
+	int m = odx__task_memnode(t);
+	odx__memnode *node = &ctx->memnodes[m];
+	odx__device *dev = &ctx->devices[t->device];
+	odx__copy_job *jobs = NULL;
+	uint64_t limit = node->capacity / 100 * ctx->monitor_start;
+	int i, n = 0;
+
+	pthread_mutex_lock(&node->lock);
+	for (i = 0; i < t->nargs && i < 64; i++) {
+		odx_buffer *b = t->args[i].v.buffer;
+		odx__replica *r = &b->replicas[m];
+		int src;
+
+		if (!stages_arg(t, i) || !odx__task_stage_reads(t, i) || !first_use(t, i) ||
+		    (t->hold_mask & (1ull << i)))
+			continue;
+		pthread_mutex_lock(&b->lock);
+		if (r->allocated || b->zero || atomic_load(&node->used) + b->size > limit ||
+		    (src = pick_source(ctx, b, m)) == -1) {
+			pthread_mutex_unlock(&b->lock);
+			continue;
+		}
+		{
+			odx__copy_job *job = job_new(b, src, m, COPY_FETCH);
+
+			if (!job || odx__replica_alloc(ctx, b, m, false) != 0) {
+				free(job);
+				pthread_mutex_unlock(&b->lock);
+				break;
+			}
+			if (src == SRC_DISK)
+				b->disk_readers++;
+			else
+				b->replicas[src].pins++;
+			r->fetching = true;
+			r->holds++;
+			r->last_use = atomic_load_explicit(&ctx->lru_clock, memory_order_relaxed);
+			t->hold_mask |= 1ull << i;
+			job->next = jobs;
+			jobs = job;
+			n++;
+		}
+		pthread_mutex_unlock(&b->lock);
+	}
+	pthread_mutex_unlock(&node->lock);
+	if (n)
+		atomic_fetch_add(&dev->prefetches, (uint64_t)n);
+	odx__copy_start_all(ctx, jobs);
+	return n;
 }
 
 void odx__unstage(odx__task *t, int status)
 {
+	odx_context *ctx = t->ctx;
 	int m = odx__task_memnode(t);
 	int i, k;
+	bool idle = false;
 
 	for (i = 0; i < t->nstaged; i++) {
 		odx_buffer *b = t->args[i].v.buffer;
 		odx_access mode;
 		bool writes;
 
-		if (t->args[i].kind != ODX_ARG_BUFFER || !(mode = odx__task_dep_access(t, i)))
+		if (!stages_arg(t, i))
 			continue;
-		if (t->kind == ODX__TASK_DESTROY && !b->registered)
-			continue; /* not staged, see odx__stage */
+		mode = odx__task_dep_access(t, i);
 		writes = !t->no_effect && ((t->kind == ODX__TASK_KERNEL && (mode & ODX_W)) ||
 					   t->kind == ODX__TASK_WRITE);
 		pthread_mutex_lock(&b->lock);
 		if (writes && status == 0) {
-			for (k = 0; k < t->ctx->nmemnodes; k++)
+			for (k = 0; k < ctx->nmemnodes; k++)
 				if (k != m)
 					odx__replica_set_state(b, k, ODX__INVALID);
 			odx__replica_set_state(b, m, ODX__MODIFIED);
 			b->zero = false;
+			b->wversion++;
+			b->spill_failed = false;
+			if (atomic_load(&b->disk_state) != ODX__INVALID)
+				odx__tier_disk_free(ctx, b);
 		} else if (writes && (status == ODX_EKERNEL || (t->chained && t->launched))) {
 			/* It may have written part of the replica (or, launched behind a producer that
 			 * failed, written garbage): that copy is no longer valid. */
 			odx__replica_set_state(b, m, ODX__INVALID);
 		}
-		b->replicas[m].pins--;
+		if (--b->replicas[m].pins == 0)
+			idle = true;
 		pthread_mutex_unlock(&b->lock);
 	}
 	t->nstaged = 0;
+	if (idle)
+		odx__tier_changed(ctx, m);
 }
 
 /* ---- buffers -------------------------------------------------------------------------------- */
@@ -422,6 +754,21 @@ ODX_API int odx_buffer_create(odx_context *ctx, size_t size, unsigned flags, odx
 	ODX__CHECK_ARG(ctx, size > 0, "size");
 	ODX__CHECK_ARG(ctx, flags == 0, "flags");
 	ODX__CHECK_ARG(ctx, out, "out");
+	{
+		/* Some tier must be able to hold it whole. */
+		uint64_t largest = odx__tier_disk_capacity(ctx);
+		int m;
+
+		for (m = 0; m < ctx->nmemnodes; m++)
+			if (ctx->memnodes[m].capacity > largest)
+				largest = ctx->memnodes[m].capacity;
+		if (size > largest)
+			return odx__fail(ctx, ODX_ENOSPC,
+					 "odx_buffer_create: a buffer of %zu bytes is larger than "
+					 "every memory tier (the largest holds %llu bytes; see "
+					 "tier.device.limit, tier.host.limit, tier.disk.limit)",
+					 size, (unsigned long long)largest);
+	}
 	b = buffer_new(ctx, size);
 	if (!b)
 		return odx__fail(ctx, ODX_ENOMEM, "odx_buffer_create: out of memory (%zu bytes)",
@@ -451,6 +798,7 @@ ODX_API int odx_buffer_register(odx_context *ctx, void *ptr, size_t size, unsign
 	b->replicas[0].allocated = true;
 	b->replicas[0].mem = (uint64_t)(uintptr_t)ptr;
 	odx__replica_set_state(b, 0, ODX__MODIFIED);
+	/* User memory counts against host RAM but is never evicted (it is the user's). */
 	atomic_fetch_add(&ctx->memnodes[0].used, size);
 	*out = b;
 	return 0;
@@ -473,6 +821,19 @@ static bool fetched(void *arg)
 	return atomic_load(&((odx__task *)arg)->fetches) == 0;
 }
 
+typedef struct epoch_wait {
+	odx_context *ctx;
+	uint64_t seen;
+} epoch_wait;
+
+/* Something moved or completed since `seen`: room may have appeared. */
+static bool progressed(void *arg)
+{
+	epoch_wait *e = arg;
+
+	return atomic_load(&e->ctx->progress) != e->seen;
+}
+
 /* Runs a read or write whose predecessors finished, on the calling thread: stage the host copy
  * (waiting for a copy back from a device if needed), copy the bytes, complete. */
 static int host_access_run(odx__task *t)
@@ -481,7 +842,17 @@ static int host_access_run(odx__task *t)
 	char *replica0;
 	int rc;
 
-	if (!odx__stage(t, NULL))
+	for (;;) {
+		epoch_wait e = {.ctx = t->ctx, .seen = atomic_load(&t->ctx->progress)};
+
+		rc = odx__stage(t, NULL);
+		if (rc != ODX__STAGE_NOROOM)
+			break;
+		/* Host RAM is full: evictions (spills) are under way; retry when something moved.
+		 * The timeout is only a safety net: progress wakes this thread. */
+		odx__wait_until(t->ctx, progressed, &e, 100);
+	}
+	if (rc == ODX__STAGE_FETCHING)
 		odx__wait_until(t->ctx, fetched, t, -1);
 	rc = atomic_load(&t->fetch_error);
 	if (rc == 0) {
@@ -569,15 +940,11 @@ ODX_API int odx_buffer_read(odx_buffer *buf, size_t offset, void *dst, size_t le
 	return host_access(buf, ODX__TASK_READ, dst, offset, len, timeout_ms, "odx_buffer_read");
 }
 
-ODX_API int odx_buffer_destroy(odx_buffer *buf)
+static int buffer_submit_destroy(odx_buffer *buf)
 {
-	odx_context *ctx;
+	odx_context *ctx = buf->ctx;
 	odx__task *t;
 
-	if (!buf)
-		return ODX_EINVAL;
-	ctx = buf->ctx;
-	buffer_unlist(buf);
 	t = odx__task_new(ctx);
 	if (!t) {
 		/* Cannot defer: wait for the users, then free here. */
@@ -591,12 +958,95 @@ ODX_API int odx_buffer_destroy(odx_buffer *buf)
 	return odx__task_submit(ctx, t, ODX__ADMIT_FORCE);
 }
 
+ODX_API int odx_buffer_destroy(odx_buffer *buf)
+{
+	bool twice;
+
+	if (!buf)
+		return ODX_EINVAL;
+	/* It stays listed until its memory is released, so the tiers still see its copies. */
+	pthread_mutex_lock(&buf->ctx->objects_lock);
+	twice = buf->destroyed;
+	buf->destroyed = true;
+	pthread_mutex_unlock(&buf->ctx->objects_lock);
+	if (twice)
+		return odx__fail(buf->ctx, ODX_EINVAL, "odx_buffer_destroy: buffer %llu was "
+				 "already destroyed", (unsigned long long)buf->id);
+	return buffer_submit_destroy(buf);
+}
+
+void odx__buffers_destroy_all(odx_context *ctx)
+{
+	for (;;) {
+		odx_buffer *b;
+
+		pthread_mutex_lock(&ctx->objects_lock);
+		for (b = ctx->buffers; b && b->destroyed; b = b->next)
+			;
+		if (b)
+			b->destroyed = true;
+		pthread_mutex_unlock(&ctx->objects_lock);
+		if (!b)
+			return;
+		buffer_submit_destroy(b);
+	}
+}
+
+ODX_API int odx_buffer_wont_use(odx_buffer *buf)
+{
+	int m;
+
+	if (!buf)
+		return ODX_EINVAL;
+	/* A hint, not a task: its copies become the first eviction candidates until a task uses
+	 * the buffer again. */
+	pthread_mutex_lock(&buf->lock);
+	buf->wont_use = true;
+	for (m = 0; m < buf->ctx->nmemnodes; m++)
+		buf->replicas[m].last_use = 0;
+	pthread_mutex_unlock(&buf->lock);
+	return 0;
+}
+
+/* Copies the runtime made on its own (write-backs, prefetches, spills, reloads) are not tasks, so
+ * the dependency rules do not order them before a buffer's release: wait for them here. */
+static bool transfers_idle(void *arg)
+{
+	odx_buffer *b = arg;
+	bool busy;
+	int m;
+
+	pthread_mutex_lock(&b->lock);
+	busy = b->disk_busy || b->disk_readers > 0;
+	for (m = 0; !busy && m < b->ctx->nmemnodes; m++)
+		busy = b->replicas[m].fetching || b->replicas[m].evicting;
+	pthread_mutex_unlock(&b->lock);
+	return !busy;
+}
+
 int odx__buffer_release_memory(odx_buffer *b)
 {
+	odx_context *ctx = b->ctx;
 	int m, i;
 
-	for (m = 0; m < b->ctx->nmemnodes; m++)
-		replica_free(b->ctx, b, m);
+	while (!transfers_idle(b))
+		odx__wait_until(ctx, transfers_idle, b, 100);
+	buffer_unlist(b);
+
+	for (m = ctx->nmemnodes - 1; m >= 0; m--) {
+		bool had = b->replicas[m].allocated;
+
+		pthread_mutex_lock(&ctx->memnodes[m].lock);
+		pthread_mutex_lock(&b->lock);
+		odx__replica_free(ctx, b, m);
+		pthread_mutex_unlock(&b->lock);
+		pthread_mutex_unlock(&ctx->memnodes[m].lock);
+		if (had)
+			odx__tier_changed(ctx, m);
+	}
+	pthread_mutex_lock(&b->lock);
+	odx__tier_disk_free(ctx, b);
+	pthread_mutex_unlock(&b->lock);
 	for (i = 0; i < b->nreaders; i++)
 		odx__task_put(b->readers[i]);
 	free(b->readers);
@@ -612,8 +1062,6 @@ void odx__buffers_release_all(odx_context *ctx)
 {
 	odx_buffer *b;
 
-	while ((b = ctx->buffers) != NULL) {
-		buffer_unlist(b);
+	while ((b = ctx->buffers) != NULL)
 		odx__buffer_release_memory(b);
-	}
 }

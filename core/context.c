@@ -324,6 +324,9 @@ ODX_API int odx_open(odx_context **out, const odx_config *cfg)
 	rc = open_devices(ctx, err, sizeof(err));
 	if (rc)
 		goto out_fail;
+	rc = odx__tier_open(ctx, err, sizeof(err));
+	if (rc)
+		goto out_fail;
 	rc = odx__policy_ctx_open(ctx, err, sizeof(err));
 	if (rc)
 		goto out_fail;
@@ -362,9 +365,11 @@ static void context_free(odx_context *ctx)
 {
 	int i;
 
+	odx__tier_stop(ctx);
 	odx__workers_stop(ctx);
 	odx__policy_ctx_close(ctx); /* before kernels go: its last events name them */
 	odx__buffers_release_all(ctx);
+	odx__tier_close(ctx); /* the spill area goes once no buffer has a copy there */
 	odx__kernels_free_all(ctx);
 	for (i = 0; i < ctx->ndevices; i++) {
 		odx__device *dev = &ctx->devices[i];
@@ -419,8 +424,7 @@ ODX_API int odx_close(odx_context *ctx)
 	/* Buffers the user never destroyed are destroyed now, in program order, so registered
 	 * memory gets its latest contents back. Then finish everything: a task failure was already
 	 * reported through its event and the log; close itself succeeded. */
-	while (ctx->buffers)
-		odx_buffer_destroy(ctx->buffers);
+	odx__buffers_destroy_all(ctx);
 	odx_wait_all(ctx, -1);
 	ctx->closing = true;
 	if (ctx->tracing)

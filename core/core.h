@@ -69,20 +69,38 @@ typedef struct odx__fetch_waiter {
 	odx__task *task;
 } odx__fetch_waiter;
 
+/* Replica fields other than `state` are written under the buffer lock; `allocated` also only
+ * under its memory node's lock, so a node's accounting can read it holding that lock alone. */
 typedef struct odx__replica {
 	_Atomic uint8_t state; /* enum odx__replica_state; written under the buffer lock */
 	bool allocated;
 	bool fetching;         /* a copy into this replica is in flight */
+	bool evicting;         /* being written one tier down; freed after that if still idle */
 	uint32_t pins;         /* running or staged tasks using it: never freed or moved then */
+	uint32_t holds;        /* prefetched for queued tasks: evicted only as a last resort */
 	uint64_t mem;          /* backend handle, or the host pointer for memory node 0 */
+	uint64_t off;          /* byte offset in mem (memory carved from a pool) */
+	uint64_t last_use;     /* ctx->lru_clock when a task last staged it (eviction order) */
 	odx__fetch_waiter *waiters;
 } odx__replica;
 
+/* A memory tier (DESIGN section 7): host RAM (node 0) or one device's memory. Its capacity is
+ * enforced by ODX's own accounting, so out-of-core behaviour can be forced with small limits. */
 typedef struct odx__memnode {
 	odx_memnode_kind kind;
 	odx__device *device;   /* NULL for host RAM */
-	uint64_t capacity;
-	_Atomic uint64_t used;
+	uint64_t capacity;     /* enforced limit in bytes */
+	_Atomic uint64_t used; /* bytes of allocated replicas */
+	pthread_mutex_t lock;  /* allocation, reservation and eviction on this node: node locks
+				* come before buffer locks, device nodes before node 0 */
+	uint64_t evicting;     /* bytes being written down, free once that completes */
+	uint64_t peak;         /* highest `used` seen */
+	struct odx__pool *pool; /* device memory suballocator (pooled nodes), else NULL */
+	/* counters (ODX_STATS) */
+	_Atomic uint64_t drops;      /* clean copies freed to make room */
+	_Atomic uint64_t writebacks; /* dirty copies written one tier down to make room */
+	_Atomic uint64_t evicted_bytes;
+	_Atomic uint64_t noroom;     /* admissions that had to wait for room */
 } odx__memnode;
 
 struct odx_buffer {
@@ -98,13 +116,34 @@ struct odx_buffer {
 	int nreaders, capreaders;
 	bool zero;              /* never written: reads as zeros */
 	bool registered;        /* replica 0 is user memory */
+	bool wont_use;          /* odx_buffer_wont_use: evict its copies first */
+	bool destroyed;         /* odx_buffer_destroy was called (under objects_lock) */
+	_Atomic bool dead;      /* its destruction is ready to run: no task reads it any more,
+				 * so its copies can be dropped, dirty or not */
+	/* data version: bumped when a task's write lands; a copy taken for eviction or spilling
+	 * while it changed is discarded, not published */
+	uint64_t wversion;
+	/* the disk tier's copy (tier.c): its state, slot, and transfers using it */
+	_Atomic uint8_t disk_state;  /* enum odx__replica_state */
+	bool disk_busy;         /* a spill write is in flight */
+	bool spill_failed;      /* the last spill of this version failed: don't retry it */
+	uint32_t disk_readers;  /* reloads in flight */
+	uint64_t disk_slot;
 	void *user_ptr;
 	struct odx_buffer *prev, *next; /* ctx->buffers (live buffers) */
 	odx__replica replicas[]; /* one per memory node */
 };
 
 int odx__buffer_release_memory(odx_buffer *buf); /* frees replicas and the struct */
+/* A replica's memory (buffer.c): allocate/free with the node's accounting; the caller holds the
+ * node's lock and the buffer's lock. */
+int odx__replica_alloc(odx_context *ctx, odx_buffer *b, int m, bool zero);
+void odx__replica_free(odx_context *ctx, odx_buffer *b, int m);
+/* How many valid copies the buffer has (memory nodes and disk); buffer lock held. */
+int odx__valid_copies(const odx_buffer *b);
 void odx__buffers_release_all(odx_context *ctx);
+/* odx_buffer_destroy for every buffer the user did not destroy (close). */
+void odx__buffers_destroy_all(odx_context *ctx);
 void odx__replica_set_state(odx_buffer *buf, int memnode, int state);
 
 /* ---- kernels (kernel.c) ------------------------------------------------------------------- */
@@ -205,6 +244,9 @@ struct odx__task {
 	size_t host_off, host_len;
 	uint64_t t_start;           /* when its kernel was launched (stats, trace, models) */
 	odx__task *policy_next;     /* the Lua policy host's pending list (policy.c) */
+	odx__task *mem_next;        /* its device's queue of tasks waiting for room (worker.c) */
+	uint64_t hold_mask;         /* arguments whose replicas it holds as prefetched (bit i) */
+	uint64_t t_noroom;          /* when it first found no room on its device (stall time) */
 };
 
 odx__task *odx__task_new(odx_context *ctx);
@@ -267,6 +309,14 @@ struct odx__device {
 	bool sleeping;
 	bool stop;
 	_Atomic bool lost;          /* the backend reported ODX_EDEVLOST: place nothing more here */
+	/* Tasks placed here that could not be admitted for lack of room, in order (under lock).
+	 * While any waits, the worker takes no new ready task: the head gets the next room. */
+	odx__task *memwait_head, *memwait_tail;
+	_Atomic int memwait_n;
+	bool mem_changed;           /* room may have appeared: retry the head (under lock) */
+	_Atomic uint64_t stall_ns;  /* time tasks waited for room (compute lane stalled) */
+	_Atomic int demand_fetches; /* fetches in flight for tasks being staged here */
+	_Atomic uint64_t prefetches, prefetch_hits, prefetch_waste;
 	_Atomic int load;           /* queued + staging + running tasks */
 	_Atomic uint64_t completed; /* tasks placed here that completed */
 
@@ -297,6 +347,8 @@ bool odx__device_can_run(odx_context *ctx, const odx__device *d, const odx__task
 int odx__workers_start(odx_context *ctx);
 void odx__workers_stop(odx_context *ctx);
 void odx__queue_free(odx__queue *q);
+/* The first n tasks of a queue in pop order, left in it (the queue's lock held). */
+int odx__queue_peek_n(const odx__queue *q, odx__task **out, int n);
 /* Queues a task whose inputs arrived on its device (from copy-completion threads). */
 void odx__device_push_staged(odx__device *d, odx__task *t);
 /* Next task for a device's worker; called with d->lock held. */
@@ -304,9 +356,17 @@ odx__task *odx__sched_next(odx_context *ctx, odx__device *d);
 /* Ends a placed task: updates and unpins its replicas, accounts, completes it (worker.c). */
 void odx__task_finish(odx__task *t, int status, const char *msg);
 
-/* Staging (buffer.c): makes the task's inputs valid on the memory node it runs against and pins
- * them. Returns true if it can run now; otherwise the last fetch queues it as staged. */
-bool odx__stage(odx__task *t, const odx__task *producer);
+/* Staging (buffer.c): reserves the task's whole working set on the memory node it runs against
+ * (evicting idle copies if needed), makes its inputs valid there and pins them. READY: it can
+ * run now; FETCHING: the last fetch queues it as staged; NOROOM: nothing was reserved or pinned,
+ * room is being made: retry when odx__tier_changed says so. A task that can never fit fails
+ * through fetch_error (READY then, so it is finished with that message). */
+enum odx__stage_result { ODX__STAGE_FETCHING = 0, ODX__STAGE_READY = 1, ODX__STAGE_NOROOM = 2 };
+int odx__stage(odx__task *t, const odx__task *producer);
+/* Prefetch: fetches the inputs of queued task t to its device's node when there is room below
+ * the monitor's start watermark, holding them (not evicted before t runs but as a last resort).
+ * Returns the number of fetches started. */
+int odx__prefetch(odx__task *t);
 /* Could t be staged on memory node m right behind `producer` on an in-order lane, with no
  * fetch: is every input either written by the producer or already valid there? */
 bool odx__can_stage_behind(const odx__task *t, const odx__task *producer, int m);
@@ -334,6 +394,56 @@ void odx__trace_span(odx__lane_trace *lt, const char *name, const char *cat, uin
 int odx__trace_write(odx_context *ctx, const char *path);
 void odx__trace_free(odx_context *ctx);
 void odx__stats_print(odx_context *ctx);
+
+/* ---- memory tiers (tier.c) ---------------------------------------------------------------- */
+
+typedef struct odx__tier odx__tier;
+
+/* A copy between tiers, queued under locks and started once they are released (buffer.c). */
+typedef struct odx__copy_job {
+	struct odx__copy_job *next;
+	odx_buffer *buf;
+	int src, dst;        /* memory nodes; src -2: the buffer's disk-tier copy */
+	int kind;            /* fetch for waiting tasks, or write-back for eviction */
+	uint64_t wversion;   /* the buffer's data version when it was issued */
+	void *bounce;        /* host staging between devices of different backends, or disk */
+	odx__device *lane;   /* whose copy lane runs it, for the trace */
+	uint64_t t_issue;
+} odx__copy_job;
+
+/* Capacities from tier.* (after the devices opened), the disk tier, the monitor thread. */
+int odx__tier_open(odx_context *ctx, char *err, size_t errlen);
+void odx__tier_stop(odx_context *ctx);  /* stops the monitor (before the workers stop) */
+void odx__tier_close(odx_context *ctx); /* after every buffer was released */
+enum odx__room {
+	ODX__ROOM = 0,       /* `need` bytes are free now */
+	ODX__ROOM_WAIT = 1,  /* evictions or running tasks will free them: retry later */
+	ODX__ROOM_NEVER = 2, /* nothing running or moving can free them: explained in `why` */
+};
+/* With node m's lock held: frees room for `need` more bytes on m, for task t (NULL: the
+ * background monitor), dropping clean idle copies and writing dirty ones one tier down. Copies
+ * to start once the caller has unlocked are pushed on *jobs. */
+int odx__tier_make_room(odx_context *ctx, int m, uint64_t need, const odx__task *t,
+			odx__copy_job **jobs, char *why, size_t whylen);
+/* Room may have appeared on node m: retry the tasks that wait for it. */
+void odx__tier_changed(odx_context *ctx, int m);
+/* A task completed or bytes moved (the watchdog's notion of progress). */
+void odx__tier_progress(odx_context *ctx);
+/* Disk tier: the buffer's only host copy goes to disk (node 0 lock and buffer lock held);
+ * 0 when the write was queued. */
+int odx__tier_spill(odx_context *ctx, odx_buffer *b);
+/* Disk tier: reads the buffer's disk copy into dst (host memory), then calls done. */
+int odx__tier_reload(odx_context *ctx, odx_buffer *b, void *dst,
+		     void (*done)(void *arg, int status, const char *msg), void *arg);
+void odx__tier_disk_free(odx_context *ctx, odx_buffer *b); /* buffer lock held */
+bool odx__tier_has_disk(const odx_context *ctx);
+uint64_t odx__tier_disk_capacity(const odx_context *ctx);
+void odx__tier_stats_print(odx_context *ctx, void (*emit)(odx_context *, const char *));
+
+/* Copies between tiers (buffer.c). A write-back job copies node `src` to node 0 for eviction and
+ * frees the source afterwards if it is still idle. */
+odx__copy_job *odx__copy_writeback(odx_buffer *b, int src);
+void odx__copy_start_all(odx_context *ctx, odx__copy_job *jobs);
 
 /* ---- topology (topo.c) -------------------------------------------------------------------- */
 
@@ -416,6 +526,13 @@ struct odx_context {
 	_Atomic uint64_t copies;
 	uint64_t t_open;
 	bool closing;
+
+	/* memory tiers (tier.c) */
+	odx__tier *tier;
+	_Atomic uint64_t lru_clock;   /* ticks once per staged task: the replicas' LRU order */
+	_Atomic uint64_t progress;    /* tasks completed + transfers finished (watchdog) */
+	bool prefetch;                /* tier.prefetch */
+	unsigned monitor_start, monitor_stop; /* watermarks, percent */
 };
 
 #endif /* ODX_CORE_CORE_H */

@@ -30,6 +30,8 @@
 #define MAX_SITES 64
 #define EVENTS_MAX 1024
 #define BATCH_MAX 256
+#define DEFER_BATCH 32           /* pending tasks that make a placement batch in any case */
+#define DEFER_MIN_LOAD 2         /* a device with fewer tasks than this wants new ones placed */
 #define HOOK_COUNT_STEP 1000     /* instructions between budget hook calls once armed */
 #define OUTLIER_MIN_SAMPLES 10
 #define OUTLIER_SIGMAS 5.0
@@ -128,6 +130,26 @@ enum table {
 	T_COUNT,
 };
 #define NROWS 4 /* T_FEASIBLE .. T_RESIDENT */
+/* The place inputs filled only once a policy has read them: T_KERNEL .. T_FREE_AT. */
+#define LAZY_FIRST T_KERNEL
+#define LAZY_LAST T_FREE_AT
+#define LAZY_BIT(t) (1u << ((t) - LAZY_FIRST))
+
+struct op_args;
+
+/*
+ * What the Lua copy of each place input holds, so that a batch rewrites only the entries that
+ * changed: shadows of rows [0, valid[t]) are exact copies (policies must not write into their
+ * inputs). Per-device arrays have one row.
+ */
+typedef struct shadow {
+	int valid[T_COUNT];
+	const char **kernel, **tag;
+	int *priority, *queue;
+	uint64_t *bytes, *resident;
+	bool *feasible;
+	double *estimate, *transfer, *free_at;
+} shadow;
 
 typedef struct pstate {
 	lua_State *L;
@@ -136,9 +158,11 @@ typedef struct pstate {
 	int ref_msgh;
 	int ref_hook[HOOK_COUNT]; /* LUA_NOREF where absent */
 	int ref_table[T_COUNT];
-	int last_n;               /* entries filled by the previous batch */
 	int place_line;           /* where `place` is defined, for answer errors */
 	char chunk[256];          /* file name as Lua reports it */
+	unsigned lazy_used;       /* LAZY_BIT of the inputs the policy has read */
+	struct op_args *place_args; /* the running place call, for the lazy inputs */
+	shadow sh;
 } pstate;
 
 typedef struct model_entry {
@@ -206,7 +230,7 @@ struct odx__policy {
 	/* completions, pushed by workers */
 	pthread_mutex_t ev_lock;
 	event ev[EVENTS_MAX], ev_copy[EVENTS_MAX];
-	int nev;
+	_Atomic int nev;          /* written under ev_lock; peeked without it */
 	uint64_t ev_dropped;
 
 	/* context glue */
@@ -533,9 +557,10 @@ static int pcall_budget(pstate *s, int nargs, int msgh, uint64_t budget)
 	uint64_t mine;
 	int rc;
 
-	atomic_store(&h->call_L, s->L);
-	atomic_store(&h->call_budget, budget);
-	atomic_store(&h->call_start, odx__now_ns());
+	/* Relaxed: the seq bump below (a full barrier) publishes them to the watchdog. */
+	atomic_store_explicit(&h->call_L, s->L, memory_order_relaxed);
+	atomic_store_explicit(&h->call_budget, budget, memory_order_relaxed);
+	atomic_store_explicit(&h->call_start, odx__now_ns(), memory_order_relaxed);
 	mine = atomic_fetch_add(&h->seq, 1) + 1;
 	if (atomic_load(&h->wd_idle))
 		wake_watchdog(h);
@@ -822,6 +847,36 @@ static int newref_table(lua_State *L, int narr)
 	return luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
+static const char *const lazy_names[LAZY_LAST - LAZY_FIRST + 1] = {
+	"kernel", "priority", "bytes", "tag", "feasible", "estimate", "transfer", "resident_bytes",
+	"queue", "free_at",
+};
+
+static void fill_lazy(lua_State *L, pstate *s, const struct op_args *a, int t);
+
+/* __index of a place batch: the first read of an input fills it and keeps it in the batch. */
+static int batch_index(lua_State *L)
+{
+	pstate *s = lua_touserdata(L, lua_upvalueindex(1));
+	const char *k = lua_tostring(L, 2);
+	int t;
+
+	if (!k || lua_type(L, 2) != LUA_TSTRING || !s->place_args)
+		return 0;
+	for (t = LAZY_FIRST; t <= LAZY_LAST; t++)
+		if (strcmp(k, lazy_names[t - LAZY_FIRST]) == 0)
+			break;
+	if (t > LAZY_LAST)
+		return 0;
+	s->lazy_used |= LAZY_BIT(t);
+	fill_lazy(L, s, s->place_args, t);
+	lua_rawgeti(L, LUA_REGISTRYINDEX, s->ref_table[t]);
+	lua_pushvalue(L, 2);
+	lua_pushvalue(L, -2);
+	lua_rawset(L, 1);
+	return 1;
+}
+
 static void setup_tables(lua_State *L, pstate *s)
 {
 	static const struct {
@@ -858,7 +913,7 @@ static void setup_tables(lua_State *L, pstate *s)
 	for (t = 0; t < T_COUNT; t++)
 		s->ref_table[t] = newref_table(L, 0);
 	for (t = 0; t < T_COUNT; t++) {
-		if (!fields[t].field)
+		if (!fields[t].field || (t >= LAZY_FIRST && t <= LAZY_LAST))
 			continue;
 		lua_rawgeti(L, LUA_REGISTRYINDEX, s->ref_table[fields[t].parent]);
 		lua_rawgeti(L, LUA_REGISTRYINDEX, s->ref_table[t]);
@@ -873,6 +928,16 @@ static void setup_tables(lua_State *L, pstate *s)
 		lua_setfield(L, -2, "ndevices");
 		lua_pop(L, 1);
 	}
+	/* The place inputs appear on first read (batch_index), then stay and are kept current. */
+	lua_rawgeti(L, LUA_REGISTRYINDEX, s->ref_table[T_BATCH]);
+	lua_createtable(L, 0, 2);
+	lua_pushlightuserdata(L, s);
+	lua_pushcclosure(L, batch_index, 1);
+	lua_setfield(L, -2, "__index");
+	lua_pushliteral(L, "locked");
+	lua_setfield(L, -2, "__metatable");
+	lua_setmetatable(L, -2);
+	lua_pop(L, 1);
 }
 
 static void op_setup(lua_State *L, pstate *s)
@@ -981,61 +1046,155 @@ static int push_row(lua_State *L, int idx, int i, int narr)
 	return lua_gettop(L);
 }
 
+static bool same_string(const char *a, const char *b)
+{
+	return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+/* Rewrites the entries of place input `t` that differ from its shadow (see struct shadow). */
+static void fill_lazy(lua_State *L, pstate *s, const op_args *a, int t)
+{
+	odx__policy *h = s->h;
+	shadow *sh = &s->sh;
+	int nd = h->nd, n = a->n, valid = sh->valid[t], i, d, tab;
+
+	lua_rawgeti(L, LUA_REGISTRYINDEX, s->ref_table[t]);
+	tab = lua_gettop(L);
+	if (t == T_QUEUE || t == T_FREE_AT) {
+		for (d = 0; d < nd; d++) {
+			double f = h->dev_n[d] ? a->queue[d] * h->dev_mean[d] : 0;
+
+			if (t == T_QUEUE && (!valid || sh->queue[d] != a->queue[d])) {
+				lua_pushinteger(L, a->queue[d]);
+				lua_rawseti(L, tab, d + 1);
+				sh->queue[d] = a->queue[d];
+			} else if (t == T_FREE_AT && (!valid || sh->free_at[d] != f)) {
+				lua_pushnumber(L, f);
+				lua_rawseti(L, tab, d + 1);
+				sh->free_at[d] = f;
+			}
+		}
+		sh->valid[t] = 1;
+		lua_settop(L, tab - 1);
+		return;
+	}
+	for (i = 0; i < n; i++) {
+		const odx__policy_task *pt = &a->tasks[i];
+		bool fresh = i >= valid;
+		int row = 0, b;
+		uint32_t hash;
+
+		switch (t) {
+		case T_KERNEL:
+		case T_TAG: {
+			const char **old = t == T_KERNEL ? &sh->kernel[i] : &sh->tag[i];
+			const char *str = t == T_KERNEL ? pt->kernel : pt->tag ? pt->tag : "";
+
+			if (fresh || !same_string(*old, str)) {
+				lua_pushstring(L, str);
+				lua_rawseti(L, tab, i + 1);
+				*old = str;
+			}
+			break;
+		}
+		case T_PRIORITY:
+			if (fresh || sh->priority[i] != pt->priority) {
+				lua_pushinteger(L, pt->priority);
+				lua_rawseti(L, tab, i + 1);
+				sh->priority[i] = pt->priority;
+			}
+			break;
+		case T_BYTES:
+			if (fresh || sh->bytes[i] != pt->bytes) {
+				lua_pushinteger(L, (lua_Integer)pt->bytes);
+				lua_rawseti(L, tab, i + 1);
+				sh->bytes[i] = pt->bytes;
+			}
+			break;
+		default: /* rows: fetched only when an entry changed */
+			hash = t == T_ESTIMATE ? str_hash(pt->kernel) : 0;
+			b = size_bucket(pt->bytes);
+			for (d = 0; d < nd; d++) {
+				size_t k = (size_t)i * (size_t)nd + (size_t)d;
+				model_entry *e;
+				double x;
+
+				switch (t) {
+				case T_FEASIBLE:
+					if (!fresh && sh->feasible[k] == pt->feasible[d])
+						continue;
+					sh->feasible[k] = pt->feasible[d];
+					if (!row)
+						row = push_row(L, tab, i + 1, nd);
+					lua_pushboolean(L, pt->feasible[d]);
+					break;
+				case T_RESIDENT:
+					if (!fresh && sh->resident[k] == pt->resident[d])
+						continue;
+					sh->resident[k] = pt->resident[d];
+					if (!row)
+						row = push_row(L, tab, i + 1, nd);
+					lua_pushinteger(L, (lua_Integer)pt->resident[d]);
+					break;
+				default:
+					if (t == T_ESTIMATE) {
+						e = model_find(h, pt->kernel, hash, d, b, false);
+						x = e && e->n ? e->mean : -1;
+					} else {
+						x = pt->transfer_us ? pt->transfer_us[d]
+								    : (double)pt->missing[d] * 1e6 /
+									      best_in(h, h->device_node[d]);
+					}
+					if (t == T_ESTIMATE) {
+						if (!fresh && sh->estimate[k] == x)
+							continue;
+						sh->estimate[k] = x;
+					} else {
+						if (!fresh && sh->transfer[k] == x)
+							continue;
+						sh->transfer[k] = x;
+					}
+					if (!row)
+						row = push_row(L, tab, i + 1, nd);
+					lua_pushnumber(L, x);
+					break;
+				}
+				lua_rawseti(L, row, d + 1);
+			}
+			if (row)
+				lua_pop(L, 1);
+			break;
+		}
+	}
+	if (t <= T_TAG) {
+		/* Entries left from a larger batch would confuse `#`: clear them. */
+		for (i = n; i < valid; i++) {
+			lua_pushnil(L);
+			lua_rawseti(L, tab, i + 1);
+		}
+		sh->valid[t] = n;
+	} else if (n > valid) {
+		sh->valid[t] = n; /* rows past n keep their (exact) contents */
+	}
+	lua_settop(L, tab - 1);
+}
+
+/* Sets batch.n and refreshes the inputs this policy has read so far; the others wait for their
+ * first read (batch_index). */
 static void fill_batch(lua_State *L, pstate *s, op_args *a)
 {
 	odx__policy *h = s->h;
-	int idx[T_COUNT], t, i, d, nd = h->nd;
+	int t, d, batch;
 
-	for (t = T_BATCH; t <= T_FREE_AT; t++)
-		idx[t] = push_table(L, s, (enum table)t);
-	lua_pushinteger(L, a->n);
-	lua_setfield(L, idx[T_BATCH], "n");
-	for (d = 0; d < nd; d++) {
-		lua_pushinteger(L, a->queue[d]);
-		lua_rawseti(L, idx[T_QUEUE], d + 1);
-		lua_pushnumber(L, h->dev_n[d] ? a->queue[d] * h->dev_mean[d] : 0);
-		lua_rawseti(L, idx[T_FREE_AT], d + 1);
+	for (d = 0; d < h->nd; d++)
 		h->qnow[d] = a->queue[d];
-	}
-	for (i = 0; i < a->n; i++) {
-		const odx__policy_task *pt = &a->tasks[i];
-		uint32_t hash = str_hash(pt->kernel);
-		int b = size_bucket(pt->bytes), row[NROWS], r;
-
-		lua_pushstring(L, pt->kernel);
-		lua_rawseti(L, idx[T_KERNEL], i + 1);
-		lua_pushinteger(L, pt->priority);
-		lua_rawseti(L, idx[T_PRIORITY], i + 1);
-		lua_pushinteger(L, (lua_Integer)pt->bytes);
-		lua_rawseti(L, idx[T_BYTES], i + 1);
-		lua_pushstring(L, pt->tag ? pt->tag : "");
-		lua_rawseti(L, idx[T_TAG], i + 1);
-		for (r = 0; r < NROWS; r++)
-			row[r] = push_row(L, idx[T_FEASIBLE + r], i + 1, nd);
-		for (d = 0; d < nd; d++) {
-			model_entry *e = model_find(h, pt->kernel, hash, d, b, false);
-
-			lua_pushboolean(L, pt->feasible[d]);
-			lua_rawseti(L, row[0], d + 1);
-			lua_pushnumber(L, e && e->n ? e->mean : -1);
-			lua_rawseti(L, row[1], d + 1);
-			lua_pushnumber(L, pt->transfer_us ? pt->transfer_us[d]
-							  : (double)pt->missing[d] * 1e6 /
-								    best_in(h, h->device_node[d]));
-			lua_rawseti(L, row[2], d + 1);
-			lua_pushinteger(L, (lua_Integer)pt->resident[d]);
-			lua_rawseti(L, row[3], d + 1);
-		}
-		lua_pop(L, NROWS);
-	}
-	/* Entries left from a larger batch would confuse `#`: clear them. */
-	for (i = a->n; i < s->last_n; i++)
-		for (t = T_KERNEL; t <= T_TAG; t++) {
-			lua_pushnil(L);
-			lua_rawseti(L, idx[t], i + 1);
-		}
-	s->last_n = a->n;
-	lua_settop(L, idx[T_BATCH]);
+	batch = push_table(L, s, T_BATCH);
+	lua_pushinteger(L, a->n);
+	lua_setfield(L, batch, "n");
+	s->place_args = a;
+	for (t = LAZY_FIRST; t <= LAZY_LAST; t++)
+		if (s->lazy_used & LAZY_BIT(t))
+			fill_lazy(L, s, a, t);
 }
 
 static void bad_answer(op_args *a, int i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -1073,6 +1232,7 @@ static void op_place(lua_State *L, pstate *s, op_args *a)
 	lua_pushvalue(L, batch);
 	lua_pushvalue(L, out);
 	lua_call(L, 2, 1);
+	s->place_args = NULL;
 	/* place may return how many entries it decided; the rest go to the built-in quietly. */
 	if (lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 0 && lua_tointeger(L, -1) < limit)
 		limit = (int)lua_tointeger(L, -1);
@@ -1410,6 +1570,7 @@ static int protected_op(lua_State *L)
 	op_args *a = lua_touserdata(L, 1);
 
 	lua_settop(L, 0);
+	luaL_checkstack(L, 48, "policy host"); /* the fill functions push up to ~20 values */
 	switch (a->op) {
 	case OP_SETUP:
 		op_setup(L, a->s);
@@ -1453,6 +1614,7 @@ static int run_op(pstate *s, op_args *a, uint64_t budget, char *err, size_t errl
 	lua_pushcfunction(L, protected_op);
 	lua_pushlightuserdata(L, a);
 	rc = pcall_budget(s, 1, base + 1, budget);
+	s->place_args = NULL; /* the lazy inputs are readable only during place */
 	if (rc != LUA_OK) {
 		const char *msg = lua_tostring(L, -1);
 
@@ -1477,7 +1639,35 @@ static void state_close(odx__policy *h, pstate *s)
 	if (s->L)
 		lua_close(s->L);
 	pthread_mutex_unlock(&h->wd_lock);
+	free(s->sh.kernel);
+	free(s->sh.tag);
+	free(s->sh.priority);
+	free(s->sh.queue);
+	free(s->sh.bytes);
+	free(s->sh.resident);
+	free(s->sh.feasible);
+	free(s->sh.estimate);
+	free(s->sh.transfer);
+	free(s->sh.free_at);
 	free(s);
+}
+
+static bool shadow_alloc(shadow *sh, int nd)
+{
+	size_t rows = BATCH_MAX, cells = rows * (size_t)(nd > 0 ? nd : 1);
+
+	sh->kernel = calloc(rows, sizeof(*sh->kernel));
+	sh->tag = calloc(rows, sizeof(*sh->tag));
+	sh->priority = calloc(rows, sizeof(*sh->priority));
+	sh->bytes = calloc(rows, sizeof(*sh->bytes));
+	sh->queue = calloc(cells, sizeof(*sh->queue));
+	sh->free_at = calloc(cells, sizeof(*sh->free_at));
+	sh->resident = calloc(cells, sizeof(*sh->resident));
+	sh->feasible = calloc(cells, sizeof(*sh->feasible));
+	sh->estimate = calloc(cells, sizeof(*sh->estimate));
+	sh->transfer = calloc(cells, sizeof(*sh->transfer));
+	return sh->kernel && sh->tag && sh->priority && sh->bytes && sh->queue && sh->free_at &&
+	       sh->resident && sh->feasible && sh->estimate && sh->transfer;
 }
 
 /* A new state with the policy loaded, initialised and self-tested; NULL with err on failure. */
@@ -1496,11 +1686,16 @@ static pstate *state_open(odx__policy *h, char *err, size_t errlen)
 	s->limit = h->limit;
 	for (i = 0; i < HOOK_COUNT; i++)
 		s->ref_hook[i] = LUA_NOREF;
+	if (!shadow_alloc(&s->sh, h->nd)) {
+		snprintf(err, errlen, "out of memory");
+		state_close(h, s);
+		return NULL;
+	}
 	s->L = lua_newstate(capped_alloc, s);
 	if (!s->L) {
 		snprintf(err, errlen, "%s: cannot create a Lua state within policy.memory_limit",
 			 h->display);
-		free(s);
+		state_close(h, s);
 		return NULL;
 	}
 	*(odx__policy **)lua_getextraspace(s->L) = h;
@@ -1755,15 +1950,17 @@ static void process_events(odx__policy *h)
 	op_args a = {0};
 	int n, i;
 
-	/* One uncontended lock per batch: cheaper than explaining a racy peek to TSan. */
+	/* Workers take ev_lock for every completion: do not compete with them for nothing. */
+	if (atomic_load_explicit(&h->nev, memory_order_relaxed) == 0)
+		return;
 	pthread_mutex_lock(&h->ev_lock);
-	n = h->nev;
+	n = atomic_load_explicit(&h->nev, memory_order_relaxed);
 	if (n == 0) {
 		pthread_mutex_unlock(&h->ev_lock);
 		return;
 	}
 	memcpy(h->ev_copy, h->ev, (size_t)n * sizeof(*h->ev));
-	h->nev = 0;
+	atomic_store_explicit(&h->nev, 0, memory_order_relaxed);
 	pthread_mutex_unlock(&h->ev_lock);
 	for (i = 0; i < n; i++)
 		model_add(h, h->ev_copy[i].kernel, h->ev_copy[i].device, h->ev_copy[i].bytes,
@@ -1785,6 +1982,14 @@ int odx__policy_place(odx__policy *h, const odx__policy_task *tasks, int n, cons
 	op_args a = {0};
 	int i;
 
+	if (n > BATCH_MAX) { /* the reused tables hold BATCH_MAX tasks */
+		int done = 0;
+
+		for (i = 0; i < n; i += BATCH_MAX)
+			done += odx__policy_place(h, tasks + i, n - i < BATCH_MAX ? n - i : BATCH_MAX,
+						  queue, out + i);
+		return done;
+	}
 	odx__policy_check_reload(h, false);
 	process_events(h);
 	for (i = 0; i < n; i++)
@@ -1915,12 +2120,16 @@ void odx__policy_host_set_bandwidth(odx__policy *h, int src_node, int dst_node,
 void odx__policy_feedback(odx__policy *h, const char *kernel, int device, uint64_t bytes,
 			  uint64_t ns)
 {
+	int n;
+
 	pthread_mutex_lock(&h->ev_lock);
-	if (h->nev < EVENTS_MAX)
-		h->ev[h->nev++] = (event){.kernel = kernel, .device = device, .bytes = bytes,
-					  .ns = ns};
-	else
+	n = atomic_load_explicit(&h->nev, memory_order_relaxed);
+	if (n < EVENTS_MAX) {
+		h->ev[n] = (event){.kernel = kernel, .device = device, .bytes = bytes, .ns = ns};
+		atomic_store_explicit(&h->nev, n + 1, memory_order_relaxed);
+	} else {
 		h->ev_dropped++;
+	}
 	pthread_mutex_unlock(&h->ev_lock);
 }
 
@@ -2045,6 +2254,7 @@ static void *ticker(void *arg)
 		}
 		next = now + h->tick_ns;
 		pthread_mutex_unlock(&h->tick_lock);
+		place_pending(ctx, h); /* deferred tasks wait at most one tick */
 		if (hook_enter(ctx) == h) {
 			odx__policy_check_reload(h, false);
 			if (odx__policy_enabled(h) && h->cur->ref_hook[HOOK_ON_TICK] != LUA_NOREF) {
@@ -2294,6 +2504,17 @@ static void drain(odx_context *ctx, odx__policy *h)
 	}
 }
 
+static bool all_busy(odx_context *ctx)
+{
+	int d;
+
+	for (d = 0; d < ctx->ndevices; d++)
+		if (atomic_load_explicit(&ctx->devices[d].load, memory_order_relaxed) <
+		    DEFER_MIN_LOAD)
+			return false;
+	return true;
+}
+
 void odx__policy_push(odx_context *ctx, odx__task *t)
 {
 	odx__policy *h = ctx->policy;
@@ -2312,6 +2533,14 @@ void odx__policy_push(odx_context *ctx, odx__task *t)
 	h->pend_tail = t;
 	atomic_fetch_add(&h->npending, 1);
 	pthread_mutex_unlock(&h->pend_lock);
+	/* While every device has work, placing later costs nothing and makes bigger batches (one
+	 * Lua call for many tasks): the task waits until a device runs low (odx__policy_task_done),
+	 * the batch is full, or the next tick (no deferring without a tick thread as a backstop,
+	 * policy.tick_ms = 0). The fence pairs with the one in task_done: either
+	 * we see a device run low, or its worker sees our task. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (h->tick_started && atomic_load(&h->npending) < DEFER_BATCH && all_busy(ctx))
+		return;
 	/* Flat combining: whoever holds the lock places everything pending, ours included; a
 	 * task appended while the holder was finishing is seen by the re-check after unlock. */
 	place_pending(ctx, h);
@@ -2319,8 +2548,17 @@ void odx__policy_push(odx_context *ctx, odx__task *t)
 
 void odx__policy_task_done(odx__task *t, int status)
 {
+	odx_context *ctx = t->ctx;
+	odx__policy *h = ctx->policy;
 	uint64_t bytes = 0;
 	int a;
+
+	/* The device runs low (its load was decremented before this call): place what waits. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load(&h->npending) > 0 &&
+	    atomic_load_explicit(&ctx->devices[t->device].load, memory_order_relaxed) <
+		    DEFER_MIN_LOAD)
+		place_pending(ctx, h);
 
 	if (status || !t->launched || !t->t_start || t->kind != ODX__TASK_KERNEL)
 		return;

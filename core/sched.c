@@ -80,6 +80,19 @@ static odx__task *queue_peek(const odx__queue *q)
 	return NULL;
 }
 
+int odx__queue_peek_n(const odx__queue *q, odx__task **out, int n)
+{
+	int i, j, k = 0;
+
+	for (i = 0; i < q->nlevels && k < n; i++) {
+		const odx__level *l = &q->levels[i];
+
+		for (j = 0; j < l->n && k < n; j++)
+			out[k++] = l->ring[(l->head + j) % l->cap];
+	}
+	return k;
+}
+
 static odx__task *queue_pop(odx__queue *q)
 {
 	int i;

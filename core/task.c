@@ -237,6 +237,10 @@ void odx__task_ready(odx__task *t)
 		odx__task_complete(t, atomic_load(&t->cancel), NULL);
 		return;
 	}
+	/* Every user of the buffer finished: the memory tiers may drop its copies at once, even
+	 * before this task gets its turn on a device. */
+	if (t->kind == ODX__TASK_DESTROY && !t->args[0].v.buffer->registered)
+		atomic_store(&t->args[0].v.buffer->dead, true);
 	if (odx__task_caller_runs(t)) {
 		/* Hand it to the thread waiting in odx_buffer_read/write, unless it gave up. From
 		 * the exchange on, that thread owns t: read nothing of it afterwards. */

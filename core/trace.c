@@ -175,6 +175,11 @@ static void emit(odx_context *ctx, FILE *f, const char *line)
 		fprintf(f, "%s\n", line);
 }
 
+static void emit_line(odx_context *ctx, const char *line)
+{
+	emit(ctx, stderr, line);
+}
+
 void odx__stats_print(odx_context *ctx)
 {
 	double wall = (double)(odx__now_ns() - ctx->t_open) / 1e9;
@@ -213,4 +218,5 @@ void odx__stats_print(odx_context *ctx)
 				 (double)b / (1 << 20));
 			emit(ctx, stderr, line);
 		}
+	odx__tier_stats_print(ctx, emit_line);
 }

@@ -121,8 +121,12 @@ static int run_kernel(odx__task *t, odx__device *dev, char *err, size_t errlen, 
 
 		largs[i].kind = a->kind;
 		if (a->kind == ODX_ARG_BUFFER) {
-			largs[i].mem = a->v.buffer->replicas[m].mem;
+			const odx__replica *r = &a->v.buffer->replicas[m];
+
+			largs[i].mem = r->mem;
 			largs[i].size = a->v.buffer->size;
+			/* Nonzero only on pooled nodes, whose backends speak ABI 1.2. */
+			largs[i].v.offset = r->off;
 		} else {
 			largs[i].mem = 0;
 			largs[i].size = 0;
@@ -190,6 +194,73 @@ static void launch_done(void *arg, int status, const char *msg)
 		kernel_failed(t, dev, status, msg, 0);
 }
 
+/* Tasks that found no room on the device wait, in order, at the head of its memory-wait queue;
+ * `seen` is ctx->progress read before they were staged: if room appeared since, retry at once. */
+static void wait_for_room(odx__device *dev, odx__task **ts, int n, uint64_t seen)
+{
+	odx_context *ctx = ts[0]->ctx;
+	uint64_t now = odx__now_ns();
+	int i;
+
+	pthread_mutex_lock(&dev->lock);
+	for (i = n - 1; i >= 0; i--) {
+		odx__task *t = ts[i];
+
+		if (!t->t_noroom)
+			t->t_noroom = now;
+		t->mem_next = dev->memwait_head;
+		dev->memwait_head = t;
+		if (!dev->memwait_tail)
+			dev->memwait_tail = t;
+	}
+	atomic_fetch_add(&dev->memwait_n, n);
+	if (atomic_load(&ctx->progress) != seen)
+		dev->mem_changed = true;
+	pthread_mutex_unlock(&dev->lock);
+}
+
+/* With dev->lock held: the next task for the worker. Tasks whose inputs arrived come first; then,
+ * while tasks wait for room, only the head of that queue and only when room may have appeared
+ * (no new task is taken meanwhile: the head gets the next room). */
+static odx__task *next_task(odx_context *ctx, odx__device *dev)
+{
+	odx__task *t = dev->memwait_head;
+
+	if (!t || dev->staged_n > 0)
+		return odx__sched_next(ctx, dev);
+	/* A chained task is staged again only after its producer completed (see above). */
+	if (!dev->mem_changed || (t->chained && atomic_load(&t->pending) > 0))
+		return NULL;
+	dev->mem_changed = false;
+	dev->memwait_head = t->mem_next;
+	if (!dev->memwait_head)
+		dev->memwait_tail = NULL;
+	t->mem_next = NULL;
+	atomic_fetch_sub(&dev->memwait_n, 1);
+	return t;
+}
+
+/* Prefetch: while data is moving for this device, the inputs of the next tasks queued here
+ * start moving too, if the device's tier has room below its start watermark. */
+#define PREFETCH_WINDOW 4
+
+static void prefetch_queued(odx_context *ctx, odx__device *dev)
+{
+	odx__task *w[PREFETCH_WINDOW];
+	int n, i;
+
+	pthread_mutex_lock(&dev->lock);
+	n = dev->memwait_head ? 0 : odx__queue_peek_n(&dev->ready, w, PREFETCH_WINDOW);
+	for (i = 0; i < n; i++)
+		atomic_fetch_add(&w[i]->refs, 1);
+	pthread_mutex_unlock(&dev->lock);
+	for (i = 0; i < n; i++) {
+		if (w[i]->kind == ODX__TASK_KERNEL && !w[i]->staged && w[i]->device == dev->index)
+			odx__prefetch(w[i]);
+		odx__task_put(w[i]);
+	}
+}
+
 #define CHAIN_MAX 8
 
 /*
@@ -229,14 +300,21 @@ static void chain_successors(odx__task *p, odx__device *dev)
 		odx__task *s = cand[i];
 		int expected = ODX__CHAIN_FREE;
 
-		if (odx__can_stage_behind(s, p, dev->memnode) &&
+		/* Not while tasks wait for room here: they come first, and a chained task that
+		 * found none could only be staged again once its producer completed. */
+		if (atomic_load(&dev->memwait_n) == 0 && odx__can_stage_behind(s, p, dev->memnode) &&
 		    atomic_compare_exchange_strong(&s->chain, &expected, ODX__CHAIN_CLAIMED)) {
+			int st;
+
 			s->chained = true;
 			s->device = dev->index;
 			atomic_fetch_add_explicit(&dev->chained, 1, memory_order_relaxed);
 			atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
-			if (odx__stage(s, p))
+			st = odx__stage(s, p);
+			if (st == ODX__STAGE_READY)
 				odx__device_push_staged(dev, s);
+			else if (st == ODX__STAGE_NOROOM)
+				wait_for_room(dev, &s, 1, 0);
 		}
 		odx__task_put(s);
 	}
@@ -324,6 +402,7 @@ static void *worker_loop(void *p)
 	odx__device *dev = wa.dev;
 	odx__task *t, *batch[WORKER_BATCH];
 	int i, nbatch;
+	bool fetching;
 	char name[16];
 
 	free(p);
@@ -336,12 +415,12 @@ static void *worker_loop(void *p)
 								  : 1));
 	pthread_mutex_lock(&dev->lock);
 	for (;;) {
-		t = odx__sched_next(ctx, dev);
-		if (!t && !dev->stop) {
+		t = next_task(ctx, dev);
+		if (!t && !dev->stop && !dev->memwait_head) {
 			pthread_mutex_unlock(&dev->lock);
 			poll_for_work(ctx, dev);
 			pthread_mutex_lock(&dev->lock);
-			t = odx__sched_next(ctx, dev);
+			t = next_task(ctx, dev);
 		}
 		if (!t) {
 			if (dev->stop)
@@ -349,7 +428,7 @@ static void *worker_loop(void *p)
 			dev->sleeping = true;
 			atomic_fetch_add(&ctx->nsleeping, 1);
 			/* Re-check the shared queue after announcing sleep (see wake_one_sleeper). */
-			t = odx__sched_next(ctx, dev);
+			t = next_task(ctx, dev);
 			if (!t)
 				pthread_cond_wait(&dev->cond, &dev->lock);
 			atomic_fetch_sub(&ctx->nsleeping, 1);
@@ -362,12 +441,30 @@ static void *worker_loop(void *p)
 		batch[0] = t;
 		nbatch = 1;
 		while (!ctx->use_shared && nbatch < WORKER_BATCH &&
-		       (t = odx__sched_next(ctx, dev)) != NULL)
+		       (t = next_task(ctx, dev)) != NULL)
 			batch[nbatch++] = t;
 		pthread_mutex_unlock(&dev->lock);
-		for (i = 0; i < nbatch; i++)
-			if (batch[i]->staged || odx__stage(batch[i], NULL))
-				run(batch[i], dev);
+		fetching = false;
+		for (i = 0; i < nbatch; i++) {
+			odx__task *bt = batch[i];
+			uint64_t seen = atomic_load(&ctx->progress);
+			int st = bt->staged ? ODX__STAGE_READY : odx__stage(bt, NULL);
+
+			if (st == ODX__STAGE_NOROOM) {
+				wait_for_room(dev, batch + i, nbatch - i, seen);
+				break;
+			}
+			if (bt->t_noroom) {
+				atomic_fetch_add(&dev->stall_ns, odx__now_ns() - bt->t_noroom);
+				bt->t_noroom = 0;
+			}
+			if (st == ODX__STAGE_READY)
+				run(bt, dev);
+			else
+				fetching = true;
+		}
+		if (fetching && ctx->prefetch)
+			prefetch_queued(ctx, dev);
 		pthread_mutex_lock(&dev->lock);
 	}
 	pthread_mutex_unlock(&dev->lock);

@@ -267,6 +267,13 @@ ODX_API int odx_buffer_read(odx_buffer *buf, size_t offset, void *dst, size_t le
 ODX_API size_t odx_buffer_size(const odx_buffer *buf);
 
 /**
+ * Hint: the program will not use `buf` again soon. Its copies become the first candidates when a
+ * memory tier needs room (clean ones are dropped, dirty ones written one tier down), until a task
+ * uses it again. Nothing is lost and nothing moves at the call itself. Returns 0 or ODX_EINVAL.
+ */
+ODX_API int odx_buffer_wont_use(odx_buffer *buf);
+
+/**
  * Destroys the buffer handle now; the memory is released once every task submitted before this
  * call that uses the buffer has finished. Never blocks. The handle must not be used afterwards.
  */

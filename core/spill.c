@@ -1,0 +1,1329 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * spill.c - the disk tier's I/O engine (see spill.h for the contract).
+ *
+ * One spill space = one private directory holding one spill file, one I/O thread, one capacity.
+ *
+ * Allocator: the file is carved into extents by address-ordered first fit over a sorted array of
+ * free extents, coalesced on free, in units of 4 KiB (the O_DIRECT alignment). Spilled objects
+ * are whole buffers: few (hundreds to thousands), large and of any size. First fit in address
+ * order keeps fragmentation low for such a population and keeps the file compact; scanning a
+ * few thousand extents costs nothing next to a disk write of megabytes. A buddy allocator would
+ * waste up to half of every non-power-of-two buffer, and size classes suit many small objects,
+ * which this tier never sees. Freed extents are hole-punched, so the disk space follows what is
+ * live, not the high-water mark.
+ *
+ * I/O: a request (one slot's write or read) is cut into chunks; the I/O thread keeps up to
+ * queue_depth chunks in flight with io_uring (several requests at once), or runs them one by one
+ * with pwrite/pread. Checksums are computed and verified on the I/O thread while other chunks are
+ * in flight. Under O_DIRECT, chunks whose memory or length is not 4 KiB aligned go through
+ * aligned bounce buffers (one per chunk, allocated on first use).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <zlib.h>
+#ifdef ODX_HAVE_LIBURING
+#include <liburing.h>
+#endif
+
+#include "odx/odx.h"
+#include "spill.h"
+
+#define ALIGN 4096u
+#define DEFAULT_BLOCK (1u << 20)
+#define URING_CHUNK (1u << 20) /* many in flight: small enough to overlap checksums with I/O */
+#define SYNC_CHUNK (4u << 20)  /* one at a time: large enough to amortise the system call */
+#define WINDOW 64u             /* chunks of one request in flight at most (a bitmask) */
+#define CRC_STEP (256u << 10) /* checksum work between two looks at the ring */
+#define MSG_MAX 512
+#define MAX_FAULTS 16
+
+static _Thread_local char last_error[MSG_MAX];
+
+enum fault_kind { F_WRITE_EIO, F_WRITE_ENOSPC, F_READ_EIO, F_CORRUPT, F_URING_INIT, F_DIRECT_PROBE };
+static const char *const fault_names[] = {"write_eio", "write_enospc", "read_eio",
+					  "corrupt",   "uring_init",   "direct_probe"};
+
+struct fault {
+	enum fault_kind kind;
+	uint64_t nth;
+};
+
+struct extent {
+	uint64_t off, len;
+};
+
+enum slot_state { SLOT_UNUSED, SLOT_WRITING, SLOT_STORED, SLOT_RELEASING };
+
+struct slot {
+	uint64_t off;      /* in the file */
+	uint64_t alloc;    /* extent length: len rounded up to ALIGN */
+	size_t len;
+	uint32_t *crc;     /* one per block; immutable once stored */
+	uint32_t gen;      /* part of the handle, bumped on free so stale handles miss */
+	uint8_t state;     /* enum slot_state */
+	bool free_pending; /* freed while requests were in flight: release after the last */
+	unsigned busy;     /* requests in flight on this slot */
+	uint32_t next_unused;
+};
+
+enum req_kind { REQ_WRITE, REQ_READ };
+
+struct req {
+	struct req *next;
+	enum req_kind kind;
+	uint32_t index; /* slot index; the slot array may move, so never a pointer */
+	uint64_t handle;
+	uint8_t *user;
+	size_t len;
+	uint64_t off, alloc;
+	uint32_t *crc;
+	odx__spill_done_fn done;
+	void *arg;
+	int fault_errno; /* injected: the last chunk fails with it */
+	bool fault_corrupt;
+	bool reserved; /* a write's blocks were fallocated */
+	/* progress, I/O thread only */
+	size_t issued;   /* bytes covered by issued chunks */
+	size_t prefix;   /* bytes covered by contiguously completed chunks */
+	uint64_t window; /* bit k: chunk prefix/chunk + k completed */
+	unsigned inflight;
+	size_t crc_pos;   /* write: checksummed up to; read: verified up to */
+	uint32_t crc_run; /* crc32 of the block at crc_pos so far */
+	int status;
+	char msg[MSG_MAX];
+};
+
+struct chunk {
+	struct req *r;
+	size_t pos, len; /* user bytes [pos, pos + len) of the request */
+	size_t io_len;   /* bytes on disk: len, or len rounded up to ALIGN when bounced */
+	size_t done;     /* bytes transferred so far (short transfers are reissued) */
+	uint8_t *buf;    /* user memory or bounce */
+	uint8_t *bounce; /* allocated on first need, kept until close */
+	struct chunk *next_free;
+};
+
+struct odx__spill {
+	char dir[256];
+	char file[280];
+	int fd;
+	bool direct, uring;
+	size_t block, chunk;
+	unsigned depth;
+	int close_timeout_ms;
+	struct fault faults[MAX_FAULTS];
+	unsigned nfaults;
+#ifdef ODX_HAVE_LIBURING
+	struct io_uring ring;
+#endif
+	atomic_bool punch; /* the filesystem takes FALLOC_FL_PUNCH_HOLE (any thread may find out) */
+	bool falloc;       /* it takes fallocate (I/O thread only) */
+
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;   /* requests queued or closing */
+	pthread_cond_t exited; /* the I/O thread left its loop (CLOCK_MONOTONIC) */
+
+	/* under lock */
+	struct req *queue_head, *queue_tail;
+	bool closing, thread_done, orphaned;
+	uint64_t capacity, used;
+	uint64_t nwrites_submitted, nreads_submitted;
+	odx__spill_stats stats;
+	struct slot *slots;
+	uint32_t nslots, slots_cap, unused_head; /* unused_head: UINT32_MAX when empty */
+	struct extent *ext;
+	size_t next, ext_cap;
+	uint64_t file_end;
+
+	/* I/O thread only */
+	struct chunk *chunks;
+	struct chunk *free_chunks;
+	struct req *active_head, *active_tail;
+	unsigned kernel_inflight, to_submit;
+};
+
+static void set_error(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void set_error(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+static int fail_sync(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail_sync(int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+const char *odx__spill_last_error(void)
+{
+	return last_error;
+}
+
+static int odx_code(int e)
+{
+	switch (e) {
+	case ENOSPC:
+	case EDQUOT:
+	case EFBIG:
+		return ODX_ENOSPC;
+	case ENOMEM:
+		return ODX_ENOMEM;
+	case EACCES:
+		return ODX_EACCES;
+	case EPERM:
+		return ODX_EPERM;
+	case ENOENT:
+		return ODX_ENOENT;
+	case EINVAL:
+		return ODX_EINVAL;
+	default:
+		return ODX_EIO;
+	}
+}
+
+static size_t round_up(size_t n, size_t a)
+{
+	return (n + a - 1) / a * a;
+}
+
+/* ---- fault injection ------------------------------------------------------------------------ */
+
+static int parse_faults(odx__spill *s, const char *spec, char *err, size_t errlen)
+{
+	const char *p = spec;
+
+	while (p && *p) {
+		const char *end = strchr(p, ',');
+		size_t n = end ? (size_t)(end - p) : strlen(p);
+		const char *eq = memchr(p, '=', n);
+		unsigned k;
+		char *num_end;
+		unsigned long long nth;
+
+		if (!eq)
+			goto bad;
+		for (k = 0; k < sizeof(fault_names) / sizeof(fault_names[0]); k++)
+			if (strlen(fault_names[k]) == (size_t)(eq - p) &&
+			    !strncmp(p, fault_names[k], (size_t)(eq - p)))
+				break;
+		if (k == sizeof(fault_names) / sizeof(fault_names[0]) || s->nfaults == MAX_FAULTS)
+			goto bad;
+		errno = 0;
+		nth = strtoull(eq + 1, &num_end, 10);
+		if (errno || nth == 0 || num_end != p + n)
+			goto bad;
+		s->faults[s->nfaults++] = (struct fault){.kind = (enum fault_kind)k, .nth = nth};
+		p = end ? end + 1 : NULL;
+		continue;
+bad:
+		set_error(err, errlen,
+			  "spill fault spec '%s': '%.*s' is not kind=N with N >= 1 (kinds: write_eio, "
+			  "write_enospc, read_eio, corrupt, uring_init, direct_probe; at most %d)",
+			  spec, (int)n, p, MAX_FAULTS);
+		return ODX_EINVAL;
+	}
+	return 0;
+}
+
+static bool fault_hits(const odx__spill *s, enum fault_kind kind, uint64_t count)
+{
+	for (unsigned i = 0; i < s->nfaults; i++)
+		if (s->faults[i].kind == kind && s->faults[i].nth == count)
+			return true;
+	return false;
+}
+
+/* ---- extent allocator (under lock) ------------------------------------------------------- */
+
+static int extent_alloc(odx__spill *s, uint64_t len, uint64_t *off)
+{
+	for (size_t i = 0; i < s->next; i++) {
+		struct extent *e = &s->ext[i];
+
+		if (e->len < len)
+			continue;
+		*off = e->off;
+		e->off += len;
+		e->len -= len;
+		if (!e->len) {
+			memmove(e, e + 1, (s->next - i - 1) * sizeof(*e));
+			s->next--;
+		}
+		return 0;
+	}
+	/* The last free extent, if it ends the file, is grown past the end instead of leaving it. */
+	if (s->next && s->ext[s->next - 1].off + s->ext[s->next - 1].len == s->file_end) {
+		*off = s->ext[--s->next].off;
+		s->file_end = *off + len;
+		return 0;
+	}
+	*off = s->file_end;
+	s->file_end += len;
+	return 0;
+}
+
+static int extent_free(odx__spill *s, uint64_t off, uint64_t len)
+{
+	size_t lo = 0, hi = s->next;
+
+	while (lo < hi) { /* first extent after off */
+		size_t mid = (lo + hi) / 2;
+
+		if (s->ext[mid].off < off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo > 0 && s->ext[lo - 1].off + s->ext[lo - 1].len == off) {
+		s->ext[lo - 1].len += len;
+		if (lo < s->next && s->ext[lo - 1].off + s->ext[lo - 1].len == s->ext[lo].off) {
+			s->ext[lo - 1].len += s->ext[lo].len;
+			memmove(&s->ext[lo], &s->ext[lo + 1], (s->next - lo - 1) * sizeof(s->ext[0]));
+			s->next--;
+		}
+		lo--;
+	} else if (lo < s->next && off + len == s->ext[lo].off) {
+		s->ext[lo].off = off;
+		s->ext[lo].len += len;
+	} else {
+		if (s->next == s->ext_cap) {
+			size_t cap = s->ext_cap ? 2 * s->ext_cap : 64;
+			struct extent *n = realloc(s->ext, cap * sizeof(*n));
+
+			if (!n)
+				return ODX_ENOMEM; /* the extent is lost to reuse, not to correctness */
+			s->ext = n;
+			s->ext_cap = cap;
+		}
+		memmove(&s->ext[lo + 1], &s->ext[lo], (s->next - lo) * sizeof(s->ext[0]));
+		s->ext[lo] = (struct extent){off, len};
+		s->next++;
+	}
+	/* A free extent at the end shortens the file's used range. */
+	if (lo == s->next - 1 && s->ext[lo].off + s->ext[lo].len == s->file_end) {
+		s->file_end = s->ext[lo].off;
+		s->next--;
+	}
+	return 0;
+}
+
+/* ---- slots (under lock) ------------------------------------------------------------------- */
+
+static uint64_t slot_handle(const odx__spill *s, uint32_t index)
+{
+	return (uint64_t)s->slots[index].gen << 32 | index;
+}
+
+static struct slot *slot_lookup(odx__spill *s, uint64_t handle, uint32_t *index)
+{
+	uint32_t i = (uint32_t)handle;
+
+	if (i >= s->nslots || s->slots[i].gen != (uint32_t)(handle >> 32))
+		return NULL;
+	if (s->slots[i].state != SLOT_WRITING && s->slots[i].state != SLOT_STORED)
+		return NULL;
+	*index = i;
+	return &s->slots[i];
+}
+
+static int slot_new(odx__spill *s, uint32_t *index)
+{
+	if (s->unused_head != UINT32_MAX) {
+		*index = s->unused_head;
+		s->unused_head = s->slots[*index].next_unused;
+		return 0;
+	}
+	if (s->nslots == s->slots_cap) {
+		uint32_t cap = s->slots_cap ? 2 * s->slots_cap : 64;
+		struct slot *n;
+
+		if (cap <= s->slots_cap)
+			return ODX_ENOMEM;
+		n = realloc(s->slots, cap * sizeof(*n));
+		if (!n)
+			return ODX_ENOMEM;
+		s->slots = n;
+		s->slots_cap = cap;
+	}
+	*index = s->nslots++;
+	s->slots[*index] = (struct slot){.gen = 1};
+	return 0;
+}
+
+/* Gives the slot's extent and capacity back. The caller punched the hole first, while the extent
+ * still belonged to the slot, so no new write can land in it before the punch. */
+static void slot_release_locked(odx__spill *s, uint32_t index)
+{
+	struct slot *sl = &s->slots[index];
+
+	if (sl->alloc)
+		extent_free(s, sl->off, sl->alloc);
+	s->used -= sl->len;
+	free(sl->crc);
+	sl->crc = NULL;
+	sl->state = SLOT_UNUSED;
+	sl->free_pending = false;
+	sl->gen++;
+	if (!sl->gen)
+		sl->gen = 1;
+	sl->next_unused = s->unused_head;
+	s->unused_head = index;
+}
+
+static void punch(odx__spill *s, uint64_t off, uint64_t len)
+{
+	if (s->punch && len &&
+	    fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len))
+		s->punch = false; /* not supported here: the space is reused, just not given back */
+}
+
+/* Called with lock held, returns with it held; drops it around the punch. */
+static void slot_release(odx__spill *s, uint32_t index)
+{
+	uint64_t off = s->slots[index].off, alloc = s->slots[index].alloc;
+
+	s->slots[index].state = SLOT_RELEASING;
+	pthread_mutex_unlock(&s->lock);
+	punch(s, off, alloc);
+	pthread_mutex_lock(&s->lock);
+	slot_release_locked(s, index);
+}
+
+/* ---- engines ------------------------------------------------------------------------------ */
+
+static void chunk_complete(odx__spill *s, struct chunk *c, ssize_t res);
+
+static ssize_t sync_io(odx__spill *s, bool write, uint8_t *buf, size_t n, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < n) {
+		ssize_t r = write ? pwrite(s->fd, buf + done, n - done, (off_t)(off + done))
+				  : pread(s->fd, buf + done, n - done, (off_t)(off + done));
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			break; /* end of file: chunk_complete reports it */
+		done += (size_t)r;
+	}
+	return (ssize_t)done;
+}
+
+#ifdef ODX_HAVE_LIBURING
+static int uring_setup(odx__spill *s)
+{
+	return io_uring_queue_init(s->depth, &s->ring, 0);
+}
+
+static void uring_teardown(odx__spill *s)
+{
+	if (s->uring)
+		io_uring_queue_exit(&s->ring);
+}
+
+/* Queues the rest of a chunk; the ring has an entry for every chunk, so get_sqe cannot fail
+ * unless the ring is in a state we never leave it in. */
+static void uring_prep(odx__spill *s, struct chunk *c, bool write, uint64_t off)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+
+	if (!sqe) {
+		chunk_complete(s, c, -EBUSY);
+		return;
+	}
+	if (write)
+		io_uring_prep_write(sqe, s->fd, c->buf + c->done, (unsigned)(c->io_len - c->done),
+				    off);
+	else
+		io_uring_prep_read(sqe, s->fd, c->buf + c->done, (unsigned)(c->io_len - c->done),
+				   off);
+	io_uring_sqe_set_data(sqe, c);
+	s->kernel_inflight++;
+	s->to_submit++;
+}
+
+static void uring_submit(odx__spill *s)
+{
+	if (s->to_submit) {
+		int r;
+
+		do
+			r = io_uring_submit(&s->ring);
+		while (r == -EINTR);
+		s->to_submit = 0;
+	}
+}
+
+/* Waits for one completion (when wait), then takes all that are there. */
+static void uring_reap(odx__spill *s, bool wait)
+{
+	struct io_uring_cqe *cqe;
+	int r;
+
+	if (wait) {
+		do
+			r = io_uring_wait_cqe(&s->ring, &cqe);
+		while (r == -EINTR);
+		if (r < 0)
+			return;
+	}
+	while (io_uring_peek_cqe(&s->ring, &cqe) == 0) {
+		struct chunk *c = io_uring_cqe_get_data(cqe);
+		ssize_t res = cqe->res;
+
+		io_uring_cqe_seen(&s->ring, cqe);
+		s->kernel_inflight--;
+		chunk_complete(s, c, res);
+	}
+}
+#else
+static int uring_setup(odx__spill *s)
+{
+	return -ENOSYS;
+}
+
+static void uring_teardown(odx__spill *s)
+{
+}
+
+static void uring_prep(odx__spill *s, struct chunk *c, bool write, uint64_t off)
+{
+	chunk_complete(s, c, -ENOSYS);
+}
+
+static void uring_submit(odx__spill *s)
+{
+}
+
+static void uring_reap(odx__spill *s, bool wait)
+{
+}
+#endif
+
+/* (Re)issues the untransferred rest of a chunk. */
+static void chunk_issue(odx__spill *s, struct chunk *c)
+{
+	struct req *r = c->r;
+	bool write = r->kind == REQ_WRITE;
+	uint64_t off = r->off + c->pos + c->done;
+
+	if (r->fault_errno && c->pos + c->len == r->len) {
+		chunk_complete(s, c, -r->fault_errno);
+		return;
+	}
+	if (s->uring)
+		uring_prep(s, c, write, off);
+	else
+		chunk_complete(s, c, sync_io(s, write, c->buf + c->done, c->io_len - c->done, off));
+}
+
+/* ---- requests (I/O thread) ---------------------------------------------------------------- */
+
+static void req_fail(odx__spill *s, struct req *r, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void req_fail(odx__spill *s, struct req *r, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (r->status)
+		return; /* the first error is the one reported */
+	r->status = code;
+	va_start(ap, fmt);
+	vsnprintf(r->msg, sizeof(r->msg), fmt, ap);
+	va_end(ap);
+}
+
+/*
+ * One step of checksum work on a request: up to CRC_STEP bytes of the block at crc_pos, within
+ * what is available (a read: the completed prefix; a write: all of it, src is the caller's).
+ * Small steps let the I/O thread reap and reissue chunks between them, so the device never waits
+ * for a whole block's checksum. A read compares at the end of each block; a write stores it.
+ * Returns false when there is nothing to do now.
+ */
+static bool crc_step(odx__spill *s, struct req *r)
+{
+	size_t avail = r->kind == REQ_READ ? r->prefix : r->len;
+	size_t bstart = r->crc_pos / s->block * s->block;
+	size_t bend = bstart + s->block < r->len ? bstart + s->block : r->len;
+	size_t n = (bend < avail ? bend : avail) - r->crc_pos;
+	size_t b = bstart / s->block;
+
+	if (r->status || r->crc_pos >= avail)
+		return false;
+	if (n > CRC_STEP)
+		n = CRC_STEP;
+	r->crc_run = (uint32_t)crc32_z(r->crc_pos == bstart ? 0 : r->crc_run, r->user + r->crc_pos, n);
+	r->crc_pos += n;
+	if (r->crc_pos < bend)
+		return true;
+	if (r->kind == REQ_WRITE)
+		r->crc[b] = r->crc_run;
+	else if (r->crc_run != r->crc[b])
+		req_fail(s, r, ODX_ECORRUPT,
+			 "spill file %s: slot %#" PRIx64 " block %zu (slot offset %zu, file offset "
+			 "%" PRIu64 ", %zu bytes) failed its checksum: stored crc32 %08x, read back "
+			 "%08x",
+			 s->file, r->handle, b, bstart, r->off + bstart, bend - bstart, r->crc[b],
+			 r->crc_run);
+	return true;
+}
+
+static void chunk_complete(odx__spill *s, struct chunk *c, ssize_t res)
+{
+	struct req *r = c->r;
+	const char *what = r->kind == REQ_WRITE ? "write" : "read";
+
+	if (res < 0) {
+		req_fail(s, r, odx_code((int)-res),
+			 "spill file %s: %s of %zu bytes at offset %" PRIu64 " failed: %s", s->file,
+			 what, c->io_len - c->done, r->off + c->pos + c->done, strerror((int)-res));
+	} else if (res == 0 && c->done < c->io_len) {
+		req_fail(s, r, ODX_EIO,
+			 "spill file %s: %s of %zu bytes at offset %" PRIu64
+			 " stopped at the end of the file",
+			 s->file, what, c->io_len - c->done, r->off + c->pos + c->done);
+	} else {
+		c->done += (size_t)res;
+		if (c->done < c->io_len && !r->status) {
+			chunk_issue(s, c); /* short transfer: the rest */
+			return;
+		}
+		if (r->kind == REQ_READ && c->buf == c->bounce && !r->status)
+			memcpy(r->user + c->pos, c->bounce, c->len);
+		r->window |= 1ull << ((c->pos - r->prefix) / s->chunk);
+		while (r->window & 1) {
+			r->window >>= 1;
+			r->prefix = r->prefix + s->chunk < r->len ? r->prefix + s->chunk : r->len;
+		}
+	}
+	r->inflight--;
+	c->r = NULL;
+	c->next_free = s->free_chunks;
+	s->free_chunks = c;
+}
+
+/* Starts as many chunks as there are free ones, oldest request first. */
+static void issue(odx__spill *s)
+{
+	for (struct req *r = s->active_head; r && s->free_chunks; r = r->next) {
+		if (r->kind == REQ_WRITE && !r->reserved && r->len && !r->status && s->falloc &&
+		    (r->reserved = true) && fallocate(s->fd, 0, (off_t)r->off, (off_t)r->alloc)) {
+			/* Reserving the blocks first turns a full disk into one clean error before
+			 * any byte is written, and spares O_DIRECT the extending-write path. */
+			if (errno == EOPNOTSUPP)
+				s->falloc = false;
+			else
+				req_fail(s, r, odx_code(errno),
+					 "spill file %s: reserving %" PRIu64
+					 " bytes at offset %" PRIu64 " failed: %s",
+					 s->file, r->alloc, r->off, strerror(errno));
+		}
+		while (!r->status && r->issued < r->len && s->free_chunks &&
+		       (r->issued - r->prefix) / s->chunk < WINDOW) {
+			struct chunk *c = s->free_chunks;
+			uint8_t *mem;
+
+			s->free_chunks = c->next_free;
+			c->r = r;
+			c->pos = r->issued;
+			c->len = r->len - r->issued < s->chunk ? r->len - r->issued : s->chunk;
+			c->done = 0;
+			c->io_len = c->len;
+			mem = r->user + c->pos;
+			c->buf = mem;
+			if (s->direct && ((uintptr_t)mem % ALIGN || c->len % ALIGN)) {
+				if (!c->bounce &&
+				    posix_memalign((void **)&c->bounce, ALIGN, s->chunk)) {
+					c->bounce = NULL;
+					c->r = NULL;
+					c->next_free = s->free_chunks;
+					s->free_chunks = c;
+					req_fail(s, r, ODX_ENOMEM,
+						 "spill file %s: no memory for a %zu-byte bounce buffer",
+						 s->file, s->chunk);
+					break;
+				}
+				c->io_len = round_up(c->len, ALIGN);
+				c->buf = c->bounce;
+				if (r->kind == REQ_WRITE) {
+					memcpy(c->bounce, mem, c->len);
+					memset(c->bounce + c->len, 0, c->io_len - c->len);
+				}
+			}
+			r->issued += c->len;
+			r->inflight++;
+			chunk_issue(s, c);
+		}
+		/* pread/pwrite ran this request to its end: let its done run before the next. */
+		if (!s->uring && r->issued)
+			break;
+	}
+	if (s->uring)
+		uring_submit(s);
+}
+
+static void flip_byte(odx__spill *s, uint64_t pos, char *err, size_t errlen, int *code);
+
+static void finish(odx__spill *s, struct req *r)
+{
+	struct slot *sl;
+	bool release;
+
+	if (r->kind == REQ_WRITE && !r->status) {
+		if (r->fault_corrupt && r->len) {
+			int code = 0;
+
+			flip_byte(s, r->off + r->len / 2, r->msg, sizeof(r->msg), &code);
+			if (code)
+				r->status = code;
+		}
+	}
+	pthread_mutex_lock(&s->lock);
+	sl = &s->slots[r->index];
+	sl->busy--;
+	if (r->status) {
+		s->stats.errors += r->status != ODX_ECANCELED;
+		s->stats.corrupt += r->status == ODX_ECORRUPT;
+	} else if (r->kind == REQ_WRITE) {
+		s->stats.writes++;
+		s->stats.bytes_written += r->len;
+	} else {
+		s->stats.reads++;
+		s->stats.bytes_read += r->len;
+	}
+	if (r->kind == REQ_WRITE) {
+		sl->state = r->status ? SLOT_RELEASING : SLOT_STORED;
+		if (r->status)
+			sl->gen++; /* the handle dies with the write */
+	}
+	release = !sl->busy && (sl->free_pending || sl->state == SLOT_RELEASING);
+	if (release)
+		slot_release(s, r->index);
+	pthread_mutex_unlock(&s->lock);
+	r->done(r->arg, r->status, r->status ? r->msg : NULL);
+	free(r);
+}
+
+/* Completes finished requests, in order of completion rather than of arrival. */
+static void sweep(odx__spill *s)
+{
+	struct req **pp = &s->active_head, *prev = NULL;
+
+	while (*pp) {
+		struct req *r = *pp;
+
+		if (!r->inflight && (r->status || (r->issued == r->len && r->crc_pos == r->len))) {
+			*pp = r->next;
+			if (s->active_tail == r)
+				s->active_tail = prev;
+			finish(s, r);
+			continue;
+		}
+		prev = r;
+		pp = &r->next;
+	}
+}
+
+static void destroy_orphan(odx__spill *s);
+
+/* One checksum step on the oldest request that has work; false if none has. */
+static bool crc_work(odx__spill *s)
+{
+	for (struct req *r = s->active_head; r; r = r->next)
+		if (crc_step(s, r))
+			return true;
+	return false;
+}
+
+static void *io_thread(void *arg)
+{
+	odx__spill *s = arg;
+	bool orphaned;
+
+	pthread_setname_np(pthread_self(), "odx-spill");
+	for (;;) {
+		struct req *cancel = NULL, *taken;
+
+		pthread_mutex_lock(&s->lock);
+		while (!s->queue_head && !s->closing && !s->active_head)
+			pthread_cond_wait(&s->wake, &s->lock);
+		taken = s->queue_head;
+		s->queue_head = s->queue_tail = NULL;
+		if (s->closing) {
+			cancel = taken;
+			taken = NULL;
+		}
+		pthread_mutex_unlock(&s->lock);
+		if (taken) {
+			if (s->active_tail)
+				s->active_tail->next = taken;
+			else
+				s->active_head = taken;
+			while (taken->next)
+				taken = taken->next;
+			s->active_tail = taken;
+		}
+		while (cancel) {
+			struct req *r = cancel;
+
+			cancel = r->next;
+			req_fail(s, r, ODX_ECANCELED, "spill file %s: %s canceled by close", s->file,
+				 r->kind == REQ_WRITE ? "write" : "read");
+			finish(s, r);
+		}
+		if (!s->active_head) {
+			if (s->closing)
+				break;
+			continue;
+		}
+		/* Keep the device busy first, then checksum in small steps, and sleep only when
+		 * there is nothing to compute. */
+		issue(s);
+		if (s->kernel_inflight)
+			uring_reap(s, false);
+		if (!crc_work(s) && s->kernel_inflight)
+			uring_reap(s, true);
+		sweep(s);
+	}
+	pthread_mutex_lock(&s->lock);
+	s->thread_done = true;
+	orphaned = s->orphaned;
+	pthread_cond_signal(&s->exited);
+	pthread_mutex_unlock(&s->lock);
+	if (orphaned)
+		destroy_orphan(s);
+	return NULL;
+}
+
+/* ---- open / close ------------------------------------------------------------------------- */
+
+void odx__spill_params_init(odx__spill_params *p)
+{
+	*p = (odx__spill_params){.direct = -1, .engine = -1};
+}
+
+/* Writes and reads back one aligned block with O_DIRECT: some filesystems take the flag at open
+ * and refuse the I/O. Returns the direct descriptor, or -errno. */
+static int probe_direct(odx__spill *s)
+{
+	void *buf;
+	int fd, e = 0;
+
+	if (fault_hits(s, F_DIRECT_PROBE, 1))
+		return -EINVAL;
+	fd = open(s->file, O_RDWR | O_DIRECT | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (posix_memalign(&buf, ALIGN, ALIGN)) {
+		close(fd);
+		return -ENOMEM;
+	}
+	memset(buf, 0x5a, ALIGN);
+	errno = 0;
+	if (pwrite(fd, buf, ALIGN, 0) != (ssize_t)ALIGN || pread(fd, buf, ALIGN, 0) != (ssize_t)ALIGN)
+		e = errno ? errno : EIO;
+	free(buf);
+	if (!e && ftruncate(fd, 0))
+		e = errno;
+	if (e) {
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+static void destroy(odx__spill *s)
+{
+	for (unsigned i = 0; s->chunks && i < s->depth; i++)
+		free(s->chunks[i].bounce);
+	free(s->chunks);
+	for (uint32_t i = 0; i < s->nslots; i++)
+		free(s->slots[i].crc);
+	free(s->slots);
+	free(s->ext);
+	pthread_cond_destroy(&s->exited);
+	pthread_cond_destroy(&s->wake);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
+static void destroy_orphan(odx__spill *s)
+{
+	uring_teardown(s);
+	close(s->fd);
+	destroy(s);
+}
+
+int odx__spill_open(const odx__spill_params *p, odx__spill **out, char *err, size_t errlen)
+{
+	const char *base;
+	pthread_condattr_t ca;
+	odx__spill *s;
+	int fd, rc;
+
+	set_error(err, errlen, "%s", "");
+	if (!p || !out) {
+		set_error(err, errlen, "odx__spill_open: invalid argument '%s'", p ? "out" : "p");
+		return ODX_EINVAL;
+	}
+	if ((p->block_size && p->block_size % ALIGN) || p->direct < -1 || p->direct > 1 ||
+	    p->engine < -1 || p->engine > 1 || p->queue_depth > 256 || p->close_timeout_ms < 0) {
+		set_error(err, errlen,
+			  "spill: invalid parameters (block_size %zu must be 0 or a multiple of %u; "
+			  "direct %d and engine %d -1, 0 or 1; queue_depth %u at most 256)",
+			  p->block_size, ALIGN, p->direct, p->engine, p->queue_depth);
+		return ODX_EINVAL;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		set_error(err, errlen, "spill: out of memory");
+		return ODX_ENOMEM;
+	}
+	s->fd = -1;
+	s->block = p->block_size ? p->block_size : DEFAULT_BLOCK;
+	s->capacity = s->stats.capacity = p->capacity;
+	s->close_timeout_ms = p->close_timeout_ms ? p->close_timeout_ms : 10000;
+	s->unused_head = UINT32_MAX;
+	s->punch = s->falloc = true;
+	rc = parse_faults(s, p->fault, err, errlen);
+	if (rc)
+		goto out_free;
+
+	base = p->path && *p->path ? p->path : getenv("TMPDIR");
+	if (!base || !*base)
+		base = "/var/tmp";
+	if ((size_t)snprintf(s->dir, sizeof(s->dir), "%s/odx-spill-XXXXXX", base) >=
+	    sizeof(s->dir)) {
+		set_error(err, errlen, "spill directory under '%s': path too long", base);
+		rc = ODX_EINVAL;
+		goto out_free;
+	}
+	if (!mkdtemp(s->dir)) {
+		set_error(err, errlen, "spill: cannot create a private directory under '%s': %s", base,
+			  strerror(errno));
+		rc = odx_code(errno);
+		goto out_free;
+	}
+	/* mkdtemp asks for 0700 but the umask may take bits away: set it exactly. */
+	if (chmod(s->dir, 0700)) {
+		set_error(err, errlen, "spill directory %s: chmod 0700: %s", s->dir, strerror(errno));
+		rc = odx_code(errno);
+		goto out_rmdir;
+	}
+	snprintf(s->file, sizeof(s->file), "%s/spill", s->dir);
+	fd = open(s->file, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0 || fchmod(fd, 0600)) {
+		set_error(err, errlen, "spill file %s: cannot create: %s", s->file, strerror(errno));
+		rc = odx_code(errno);
+		if (fd >= 0)
+			close(fd);
+		goto out_rmdir;
+	}
+	s->fd = fd;
+
+	if (p->direct) {
+		int dfd = probe_direct(s);
+
+		if (dfd >= 0) {
+			close(s->fd);
+			s->fd = dfd;
+			s->direct = true;
+		} else if (p->direct == 1) {
+			set_error(err, errlen,
+				  "spill: O_DIRECT was required (tier.disk.direct) but the filesystem "
+				  "of %s refuses it: %s (tmpfs before Linux 6.6 and some network "
+				  "filesystems do; set it to auto or off)",
+				  base, strerror(-dfd));
+			rc = ODX_EUNAVAIL;
+			goto out_unlink;
+		}
+	}
+
+	s->depth = p->queue_depth ? p->queue_depth : 16;
+	if (p->engine) {
+		rc = fault_hits(s, F_URING_INIT, 1) ? -EPERM : uring_setup(s);
+		if (!rc) {
+			s->uring = true;
+		} else if (p->engine == 1) {
+			set_error(err, errlen,
+				  rc == -ENOSYS
+					  ? "spill: io_uring was required but ODX was built without "
+					    "liburing"
+					  : "spill: io_uring was required but io_uring_queue_init failed: "
+					    "%s",
+				  strerror(-rc));
+			rc = ODX_EUNAVAIL;
+			goto out_unlink;
+		}
+	}
+	if (!s->uring)
+		s->depth = 1;
+	s->chunk = s->uring ? URING_CHUNK : SYNC_CHUNK;
+	s->chunks = calloc(s->depth, sizeof(*s->chunks));
+	if (!s->chunks) {
+		set_error(err, errlen, "spill: out of memory");
+		rc = ODX_ENOMEM;
+		goto out_ring;
+	}
+	for (unsigned i = 0; i < s->depth; i++) {
+		s->chunks[i].next_free = s->free_chunks;
+		s->free_chunks = &s->chunks[i];
+	}
+	s->stats.direct = s->direct;
+	s->stats.uring = s->uring;
+	snprintf(s->stats.dir, sizeof(s->stats.dir), "%s", s->dir);
+
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->wake, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->exited, &ca);
+	pthread_condattr_destroy(&ca);
+	rc = pthread_create(&s->thread, NULL, io_thread, s);
+	if (rc) {
+		set_error(err, errlen, "spill: cannot start the I/O thread: %s", strerror(rc));
+		rc = ODX_ENOMEM;
+		pthread_cond_destroy(&s->exited);
+		pthread_cond_destroy(&s->wake);
+		pthread_mutex_destroy(&s->lock);
+		goto out_chunks;
+	}
+	*out = s;
+	return 0;
+
+out_chunks:
+	free(s->chunks);
+out_ring:
+	uring_teardown(s);
+out_unlink:
+	close(s->fd);
+	unlink(s->file);
+out_rmdir:
+	rmdir(s->dir);
+out_free:
+	free(s);
+	return rc;
+}
+
+void odx__spill_close(odx__spill *s)
+{
+	struct timespec deadline;
+	bool done;
+
+	if (!s)
+		return;
+	if (pthread_equal(pthread_self(), s->thread)) {
+		fprintf(stderr, "odx: spill %s: odx__spill_close called from a done callback; "
+				"ignored (it would wait for itself)\n",
+			s->dir);
+		return;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &deadline);
+	deadline.tv_sec += s->close_timeout_ms / 1000;
+	deadline.tv_nsec += (long)(s->close_timeout_ms % 1000) * 1000000;
+	if (deadline.tv_nsec >= 1000000000) {
+		deadline.tv_sec++;
+		deadline.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&s->lock);
+	s->closing = true;
+	pthread_cond_signal(&s->wake);
+	while (!s->thread_done)
+		if (pthread_cond_timedwait(&s->exited, &s->lock, &deadline) == ETIMEDOUT)
+			break;
+	done = s->thread_done;
+	if (!done) {
+		/* A hung device: remove the names now, let the thread free the rest. */
+		s->orphaned = true;
+		pthread_detach(s->thread);
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (unlink(s->file))
+		fprintf(stderr, "odx: spill file %s: cannot remove: %s\n", s->file, strerror(errno));
+	if (rmdir(s->dir))
+		fprintf(stderr, "odx: spill directory %s: cannot remove: %s\n", s->dir,
+			strerror(errno));
+	if (!done) {
+		fprintf(stderr,
+			"odx: spill %s: I/O still in flight after %d ms at close; the I/O thread "
+			"will free the spill space when it returns\n",
+			s->dir, s->close_timeout_ms);
+		return;
+	}
+	pthread_join(s->thread, NULL);
+	uring_teardown(s);
+	close(s->fd);
+	destroy(s);
+}
+
+/* ---- requests ------------------------------------------------------------------------------ */
+
+static void enqueue(odx__spill *s, struct req *r)
+{
+	r->next = NULL;
+	if (s->queue_tail)
+		s->queue_tail->next = r;
+	else
+		s->queue_head = r;
+	s->queue_tail = r;
+	pthread_cond_signal(&s->wake);
+}
+
+int odx__spill_write(odx__spill *s, const void *src, size_t len, uint64_t *slot,
+		     odx__spill_done_fn done, void *arg)
+{
+	size_t nblocks;
+	uint32_t index;
+	struct req *r;
+	uint32_t *crc = NULL;
+	int rc;
+
+	last_error[0] = '\0';
+	if (!s || (!src && len) || !slot || !done)
+		return fail_sync(ODX_EINVAL, "odx__spill_write: invalid argument '%s'",
+				 !s ? "s" : !slot ? "slot" : !done ? "done" : "src");
+	nblocks = (len + s->block - 1) / s->block;
+	r = calloc(1, sizeof(*r));
+	if (nblocks)
+		crc = malloc(nblocks * sizeof(*crc));
+	if (!r || (nblocks && !crc)) {
+		free(r);
+		free(crc);
+		return fail_sync(ODX_ENOMEM, "spill %s: no memory for a %zu-byte write request",
+				 s->dir, len);
+	}
+	pthread_mutex_lock(&s->lock);
+	if (s->closing) {
+		rc = fail_sync(ODX_ECLOSED, "spill %s: closing", s->dir);
+		goto out_unlock;
+	}
+	if (len > s->capacity - s->used) {
+		rc = fail_sync(ODX_ENOSPC,
+			       "spill %s: %zu bytes do not fit: %" PRIu64 " of the capacity of %" PRIu64
+			       " bytes are in use, %" PRIu64 " free",
+			       s->dir, len, s->used, s->capacity, s->capacity - s->used);
+		goto out_unlock;
+	}
+	rc = slot_new(s, &index);
+	if (rc) {
+		fail_sync(rc, "spill %s: no memory for a slot", s->dir);
+		goto out_unlock;
+	}
+	s->used += len;
+	s->slots[index].len = len;
+	s->slots[index].alloc = round_up(len, ALIGN);
+	s->slots[index].off = 0;
+	if (len)
+		extent_alloc(s, s->slots[index].alloc, &s->slots[index].off);
+	s->slots[index].crc = crc;
+	s->slots[index].state = SLOT_WRITING;
+	s->slots[index].busy = 1;
+	s->slots[index].free_pending = false;
+	s->nwrites_submitted++;
+	*r = (struct req){
+		.kind = REQ_WRITE,
+		.index = index,
+		.handle = slot_handle(s, index),
+		.user = (uint8_t *)src,
+		.len = len,
+		.off = s->slots[index].off,
+		.alloc = s->slots[index].alloc,
+		.crc = crc,
+		.done = done,
+		.arg = arg,
+		.fault_errno = fault_hits(s, F_WRITE_EIO, s->nwrites_submitted)      ? EIO
+			       : fault_hits(s, F_WRITE_ENOSPC, s->nwrites_submitted) ? ENOSPC
+										     : 0,
+		.fault_corrupt = fault_hits(s, F_CORRUPT, s->nwrites_submitted),
+	};
+	*slot = r->handle;
+	enqueue(s, r);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+
+out_unlock:
+	pthread_mutex_unlock(&s->lock);
+	free(r);
+	free(crc);
+	return rc;
+}
+
+int odx__spill_read(odx__spill *s, uint64_t slot, void *dst, size_t len, odx__spill_done_fn done,
+		    void *arg)
+{
+	struct slot *sl;
+	uint32_t index;
+	struct req *r;
+	int rc;
+
+	last_error[0] = '\0';
+	if (!s || (!dst && len) || !done)
+		return fail_sync(ODX_EINVAL, "odx__spill_read: invalid argument '%s'",
+				 !s ? "s" : !done ? "done" : "dst");
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return fail_sync(ODX_ENOMEM, "spill %s: no memory for a read request", s->dir);
+	pthread_mutex_lock(&s->lock);
+	if (s->closing) {
+		rc = fail_sync(ODX_ECLOSED, "spill %s: closing", s->dir);
+		goto out_unlock;
+	}
+	sl = slot_lookup(s, slot, &index);
+	if (!sl) {
+		rc = fail_sync(ODX_ENOENT, "spill %s: no slot %#" PRIx64 " (never written or freed)",
+			       s->dir, slot);
+		goto out_unlock;
+	}
+	if (sl->state == SLOT_WRITING) {
+		rc = fail_sync(ODX_EBUSY, "spill %s: slot %#" PRIx64 " is still being written",
+			       s->dir, slot);
+		goto out_unlock;
+	}
+	if (len != sl->len) {
+		rc = fail_sync(ODX_EINVAL,
+			       "spill %s: slot %#" PRIx64 " holds %zu bytes, a read of %zu was asked",
+			       s->dir, slot, sl->len, len);
+		goto out_unlock;
+	}
+	sl->busy++;
+	s->nreads_submitted++;
+	*r = (struct req){
+		.kind = REQ_READ,
+		.index = index,
+		.handle = slot,
+		.user = dst,
+		.len = len,
+		.off = sl->off,
+		.alloc = sl->alloc,
+		.crc = sl->crc,
+		.done = done,
+		.arg = arg,
+		.fault_errno = fault_hits(s, F_READ_EIO, s->nreads_submitted) ? EIO : 0,
+	};
+	enqueue(s, r);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+
+out_unlock:
+	pthread_mutex_unlock(&s->lock);
+	free(r);
+	return rc;
+}
+
+void odx__spill_free(odx__spill *s, uint64_t slot)
+{
+	struct slot *sl;
+	uint32_t index;
+
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->lock);
+	sl = slot_lookup(s, slot, &index);
+	if (sl) {
+		if (sl->busy) {
+			/* The handle dies now; the I/O thread releases after the last request. */
+			sl->free_pending = true;
+			sl->gen++;
+		} else {
+			slot_release(s, index);
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+void odx__spill_get_stats(odx__spill *s, odx__spill_stats *st)
+{
+	pthread_mutex_lock(&s->lock);
+	*st = s->stats;
+	st->used = s->used;
+	pthread_mutex_unlock(&s->lock);
+}
+
+const char *odx__spill_file_path(const odx__spill *s)
+{
+	return s->file;
+}
+
+/* Flips one byte on disk through an aligned page, as O_DIRECT needs. */
+static void flip_byte(odx__spill *s, uint64_t pos, char *err, size_t errlen, int *code)
+{
+	uint64_t page = pos / ALIGN * ALIGN;
+	uint8_t *buf;
+	ssize_t n;
+
+	if (posix_memalign((void **)&buf, ALIGN, ALIGN)) {
+		*code = ODX_ENOMEM;
+		set_error(err, errlen, "spill file %s: no memory to corrupt a byte", s->file);
+		return;
+	}
+	n = pread(s->fd, buf, ALIGN, (off_t)page);
+	if (n <= (ssize_t)(pos - page)) {
+		*code = ODX_EIO;
+		set_error(err, errlen, "spill file %s: read at offset %" PRIu64 " failed: %s",
+			  s->file, page, n < 0 ? strerror(errno) : "end of file");
+		goto out_free_buf;
+	}
+	buf[pos - page] ^= 0xff;
+	if (pwrite(s->fd, buf, (size_t)n, (off_t)page) != n) {
+		*code = ODX_EIO;
+		set_error(err, errlen, "spill file %s: write at offset %" PRIu64 " failed: %s",
+			  s->file, page, strerror(errno));
+	}
+out_free_buf:
+	free(buf);
+}
+
+int odx__spill_corrupt_for_test(odx__spill *s, uint64_t slot, size_t offset)
+{
+	struct slot *sl;
+	uint32_t index;
+	uint64_t pos;
+	int code = 0;
+
+	last_error[0] = '\0';
+	pthread_mutex_lock(&s->lock);
+	sl = slot_lookup(s, slot, &index);
+	if (!sl || sl->state != SLOT_STORED) {
+		pthread_mutex_unlock(&s->lock);
+		return fail_sync(ODX_ENOENT, "spill %s: no stored slot %#" PRIx64, s->dir, slot);
+	}
+	if (offset >= sl->len) {
+		size_t len = sl->len;
+
+		pthread_mutex_unlock(&s->lock);
+		return fail_sync(ODX_ERANGE, "spill %s: offset %zu is past slot %#" PRIx64 " (%zu bytes)",
+				 s->dir, offset, slot, len);
+	}
+	pos = sl->off + offset;
+	pthread_mutex_unlock(&s->lock);
+	flip_byte(s, pos, last_error, sizeof(last_error), &code);
+	return code;
+}

@@ -1,0 +1,813 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * tier.c - the memory-tier manager (DESIGN section 7): capacities, making room, the disk tier,
+ * the background monitor and the no-progress watchdog.
+ *
+ * Every memory node has a capacity enforced by our own accounting (odx__memnode.used counts
+ * allocated replicas). Staging (buffer.c) reserves a task's whole working set on its node under
+ * the node's lock; when it does not fit, odx__tier_make_room picks victims among idle replicas
+ * (no pins, no fetch in flight): copies that another valid copy backs are dropped at once, dirty
+ * ones are written one tier down (device -> host RAM -> disk) and freed when that landed. The
+ * order is: copies the program said it won't use, then clean before dirty, then least recently
+ * staged, and a replica prefetched for a queued task only as a last resort. While room is being
+ * made, the task waits on its device (worker.c) and is retried when odx__tier_changed says room
+ * may have appeared; when nothing running or moving could ever free enough, the task fails with
+ * an explanation instead of hanging.
+ *
+ * The monitor thread keeps headroom (start/stop watermarks, so the demand path rarely waits) and
+ * is the watchdog: no task completed and no byte moved for tier.watchdog_ms while work is pending
+ * prints a state dump.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core.h"
+#include "policy.h"
+#include "spill.h"
+
+struct odx__tier {
+	odx__spill *spill;          /* the disk tier, NULL without one */
+	uint64_t disk_capacity;
+	pthread_t monitor;
+	bool monitor_started;
+	pthread_mutex_t lock;       /* the monitor's sleep */
+	pthread_cond_t cond;
+	bool stop;
+	int watchdog_ms;
+	uint64_t last_progress;     /* the watchdog's view */
+	uint64_t last_change_ns;
+	bool dumped;                /* one dump per stall */
+	_Atomic int room_waiters;   /* caller threads waiting for room on node 0 */
+	odx__lane_trace *disk_trace;
+	/* counters */
+	_Atomic uint64_t spills, spill_bytes, spill_errors;
+	_Atomic uint64_t reloads, reload_bytes, reload_errors;
+	_Atomic uint64_t disk_drops; /* spilled copies freed because the buffer changed or died */
+};
+
+static uint64_t percent(uint64_t cap, unsigned pct)
+{
+	return cap / 100 * pct + cap % 100 * pct / 100;
+}
+
+/* ---- opening and closing --------------------------------------------------------------------- */
+
+static void *monitor_main(void *arg);
+
+int odx__tier_open(odx_context *ctx, char *err, size_t errlen)
+{
+	odx__tier *tier = calloc(1, sizeof(*tier));
+	uint64_t host_ram = ctx->memnodes[0].capacity;
+	uint64_t limit;
+	const char *disk_path;
+	int m;
+
+	if (!tier)
+		return ODX_ENOMEM;
+	ctx->tier = tier;
+	pthread_mutex_init(&tier->lock, NULL);
+	pthread_cond_init(&tier->cond, NULL);
+	ctx->prefetch = odx__config_bool(ctx->config, "tier.prefetch");
+	ctx->monitor_start = (unsigned)odx__config_int(ctx->config, "tier.monitor.start");
+	ctx->monitor_stop = (unsigned)odx__config_int(ctx->config, "tier.monitor.stop");
+	if (ctx->monitor_stop > ctx->monitor_start) {
+		snprintf(err, errlen,
+			 "tier.monitor.stop (%u%%) must not be above tier.monitor.start (%u%%)",
+			 ctx->monitor_stop, ctx->monitor_start);
+		return ODX_ECONFIG;
+	}
+	tier->watchdog_ms = (int)odx__config_int(ctx->config, "tier.watchdog_ms");
+
+	/* Capacities: the limits apply to each node, never above what the node has. */
+	for (m = 0; m < ctx->nmemnodes; m++) {
+		odx__memnode *node = &ctx->memnodes[m];
+		uint64_t have = node->capacity;
+
+		pthread_mutex_init(&node->lock, NULL);
+		limit = odx__config_size(ctx->config, m ? "tier.device.limit" : "tier.host.limit",
+					 have);
+		if (limit > 0 && (limit < have || have == 0))
+			node->capacity = limit;
+	}
+	(void)host_ram;
+
+	/* The disk tier, when it has a capacity. */
+	tier->disk_capacity = odx__config_size(ctx->config, "tier.disk.limit", 0);
+	disk_path = odx__config_str(ctx->config, "tier.disk.path");
+	if (tier->disk_capacity > 0) {
+		odx__spill_params p;
+		const char *direct = odx__config_str(ctx->config, "tier.disk.direct");
+		const char *engine = odx__config_str(ctx->config, "tier.disk.engine");
+		const char *fault = odx__config_str(ctx->config, "tier.disk.fault");
+		char why[512];
+		int rc;
+
+		odx__spill_params_init(&p);
+		p.path = disk_path[0] ? disk_path : NULL;
+		p.capacity = tier->disk_capacity;
+		p.direct = strcmp(direct, "on") == 0 ? 1 : strcmp(direct, "off") == 0 ? 0 : -1;
+		p.engine = strcmp(engine, "io_uring") == 0 ? 1 : strcmp(engine, "pread") == 0 ? 0 : -1;
+		p.fault = fault[0] ? fault : NULL;
+		rc = odx__spill_open(&p, &tier->spill, why, sizeof(why));
+		if (rc) {
+			snprintf(err, errlen, "the disk tier (tier.disk.path = '%s') cannot open: %s",
+				 disk_path, why);
+			return rc;
+		}
+		tier->disk_trace = odx__lane_trace_new(ctx, "disk tier", 0, 2 * ctx->ndevices + 1);
+	}
+	tier->last_change_ns = odx__now_ns();
+	if (pthread_create(&tier->monitor, NULL, monitor_main, ctx) != 0) {
+		snprintf(err, errlen, "cannot start the memory-tier monitor thread");
+		return ODX_ENOMEM;
+	}
+	tier->monitor_started = true;
+	return 0;
+}
+
+void odx__tier_stop(odx_context *ctx)
+{
+	odx__tier *tier = ctx->tier;
+
+	if (!tier || !tier->monitor_started)
+		return;
+	pthread_mutex_lock(&tier->lock);
+	tier->stop = true;
+	pthread_cond_signal(&tier->cond);
+	pthread_mutex_unlock(&tier->lock);
+	pthread_join(tier->monitor, NULL);
+	tier->monitor_started = false;
+}
+
+void odx__tier_close(odx_context *ctx)
+{
+	odx__tier *tier = ctx->tier;
+	int m;
+
+	if (!tier)
+		return;
+	odx__tier_stop(ctx);
+	odx__spill_close(tier->spill); /* removes the spill file and the private directory */
+	for (m = 0; m < ctx->nmemnodes; m++)
+		pthread_mutex_destroy(&ctx->memnodes[m].lock);
+	pthread_mutex_destroy(&tier->lock);
+	pthread_cond_destroy(&tier->cond);
+	free(tier);
+	ctx->tier = NULL;
+}
+
+bool odx__tier_has_disk(const odx_context *ctx)
+{
+	return ctx->tier && ctx->tier->spill;
+}
+
+uint64_t odx__tier_disk_capacity(const odx_context *ctx)
+{
+	return odx__tier_has_disk(ctx) ? ctx->tier->disk_capacity : 0;
+}
+
+/* ---- waking what waits for room ------------------------------------------------------------- */
+
+void odx__tier_progress(odx_context *ctx)
+{
+	atomic_fetch_add_explicit(&ctx->progress, 1, memory_order_relaxed);
+	if (ctx->tier && atomic_load(&ctx->tier->room_waiters) > 0)
+		odx__wake_waiters(ctx);
+}
+
+void odx__tier_changed(odx_context *ctx, int m)
+{
+	int d;
+
+	atomic_fetch_add(&ctx->progress, 1); /* seq_cst: pairs with wait_for_room (worker.c) */
+	for (d = 0; d < ctx->ndevices; d++) {
+		odx__device *dev = &ctx->devices[d];
+
+		/* Room on node 0 also unblocks write-backs from every device. */
+		if ((m != 0 && dev->memnode != m) || atomic_load(&dev->memwait_n) == 0)
+			continue;
+		pthread_mutex_lock(&dev->lock);
+		dev->mem_changed = true;
+		pthread_cond_signal(&dev->cond);
+		pthread_mutex_unlock(&dev->lock);
+	}
+	if (m == 0 && ctx->tier && atomic_load(&ctx->tier->room_waiters) > 0)
+		odx__wake_waiters(ctx);
+}
+
+/* ---- choosing victims ------------------------------------------------------------------------ */
+
+typedef struct victim {
+	odx_buffer *b;
+	uint64_t last_use;
+	int rank; /* -1 dead, 0 won't use, 1 clean, 2 dirty, 3 held for a queued task */
+} victim;
+
+static int victim_cmp(const void *pa, const void *pb)
+{
+	const victim *a = pa, *b = pb;
+
+	if (a->rank != b->rank)
+		return a->rank < b->rank ? -1 : 1;
+	if (a->last_use != b->last_use)
+		return a->last_use < b->last_use ? -1 : 1;
+	return a->b->id < b->b->id ? -1 : a->b->id > b->b->id;
+}
+
+static bool task_uses(const odx__task *t, const odx_buffer *b)
+{
+	int i;
+
+	for (i = 0; t && i < t->nargs; i++)
+		if (t->args[i].kind == ODX_ARG_BUFFER && t->args[i].v.buffer == b)
+			return true;
+	return false;
+}
+
+/* Node m's lock held: idle replicas on m, ordered for eviction; *busy gets the bytes that are
+ * pinned, in flight or being evicted (what will become free without our help). */
+static victim *collect(odx_context *ctx, int m, const odx__task *t, int *n, uint64_t *busy)
+{
+	victim *v = NULL;
+	int cap = 0;
+	odx_buffer *b;
+
+	*n = 0;
+	*busy = 0;
+	pthread_mutex_lock(&ctx->objects_lock);
+	for (b = ctx->buffers; b; b = b->next) {
+		odx__replica *r = &b->replicas[m];
+		int rank;
+
+		if (!r->allocated || (m == 0 && b->registered))
+			continue;
+		pthread_mutex_lock(&b->lock);
+		if (r->pins || r->fetching || r->evicting || b->disk_busy) {
+			*busy += b->size;
+			pthread_mutex_unlock(&b->lock);
+			continue;
+		}
+		if (task_uses(t, b)) {
+			pthread_mutex_unlock(&b->lock);
+			continue;
+		}
+		if (atomic_load(&b->dead))
+			rank = -1;
+		else if (r->holds)
+			rank = 3;
+		else if (b->wont_use)
+			rank = 0;
+		else if (atomic_load(&r->state) == ODX__INVALID || odx__valid_copies(b) > 1)
+			rank = 1;
+		else
+			rank = 2;
+		if (*n == cap) {
+			victim *nv = realloc(v, (size_t)(cap ? 2 * cap : 64) * sizeof(*v));
+
+			if (!nv) {
+				pthread_mutex_unlock(&b->lock);
+				break;
+			}
+			v = nv;
+			cap = cap ? 2 * cap : 64;
+		}
+		v[(*n)++] = (victim){.b = b, .last_use = r->last_use, .rank = rank};
+		pthread_mutex_unlock(&b->lock);
+	}
+	pthread_mutex_unlock(&ctx->objects_lock);
+	if (*n > 1)
+		qsort(v, (size_t)*n, sizeof(*v), victim_cmp);
+	return v;
+}
+
+/* Lets a Lua policy with an `evict` hook reorder the dirty victims (the clean ones cost
+ * nothing to drop and go first anyway). */
+static void policy_order(odx_context *ctx, int m, uint64_t need, victim *v, int n)
+{
+	odx__evict_cand *c;
+	int *order, i, k, first = 0;
+	victim *tmp;
+
+	if (!ctx->policy)
+		return;
+	while (first < n && v[first].rank < 2)
+		first++;
+	if (n - first < 2)
+		return;
+	c = calloc((size_t)(n - first), sizeof(*c));
+	order = calloc((size_t)(n - first), sizeof(*order));
+	tmp = calloc((size_t)(n - first), sizeof(*tmp));
+	if (c && order && tmp) {
+		for (i = first; i < n; i++)
+			c[i - first] = (odx__evict_cand){.buffer_id = v[i].b->id,
+							 .bytes = v[i].b->size,
+							 .last_use_ns = v[i].last_use,
+							 .priority = 0,
+							 .dirty = v[i].rank == 2};
+		k = odx__policy_evict(ctx, m, need, c, n - first, order);
+		if (k > 0) {
+			bool *taken = calloc((size_t)(n - first), sizeof(*taken));
+			int j = 0;
+
+			if (taken) {
+				for (i = 0; i < k; i++)
+					if (order[i] >= 0 && order[i] < n - first && !taken[order[i]]) {
+						taken[order[i]] = true;
+						tmp[j++] = v[first + order[i]];
+					}
+				/* what the policy left out keeps the default order, after */
+				for (i = 0; i < n - first; i++)
+					if (!taken[i])
+						tmp[j++] = v[first + i];
+				memcpy(v + first, tmp, (size_t)(n - first) * sizeof(*v));
+				free(taken);
+			}
+		}
+	}
+	free(c);
+	free(order);
+	free(tmp);
+}
+
+/* Node 0's lock and b's lock held: can host RAM take b's dirty device copy now? Allocates the
+ * host replica if so. */
+static int host_take(odx_context *ctx, odx_buffer *b)
+{
+	odx__memnode *host = &ctx->memnodes[0];
+
+	if (b->replicas[0].allocated)
+		return b->replicas[0].fetching ? ODX_EBUSY : 0;
+	if (atomic_load(&host->used) + b->size > host->capacity)
+		return ODX_ENOSPC;
+	return odx__replica_alloc(ctx, b, 0, false);
+}
+
+/* Makes room for `need` more bytes below `limit` (the capacity, or a watermark). */
+static int make_room_below(odx_context *ctx, int m, uint64_t need, uint64_t limit,
+			   const odx__task *t, odx__copy_job **jobs, char *why, size_t whylen)
+{
+	odx__memnode *node = &ctx->memnodes[m];
+	uint64_t freeing = node->evicting, busy, used = atomic_load(&node->used);
+	uint64_t lower_need = 0;
+	bool lower_full = false, lower_busy = false, disk_failed = false;
+	victim *v;
+	int n, i, rc;
+
+	if (used + need <= limit)
+		return ODX__ROOM;
+	v = collect(ctx, m, t, &n, &busy);
+	policy_order(ctx, m, need, v, n);
+	for (i = 0; i < n && atomic_load(&node->used) - freeing + need > limit; i++) {
+		odx_buffer *b = v[i].b;
+		odx__replica *r = &b->replicas[m];
+
+		pthread_mutex_lock(&b->lock);
+		if (!r->allocated || r->pins || r->fetching || r->evicting || b->disk_busy) {
+			pthread_mutex_unlock(&b->lock);
+			continue;
+		}
+		if (atomic_load(&r->state) == ODX__INVALID || odx__valid_copies(b) > 1 ||
+		    atomic_load(&b->dead)) {
+			/* Clean: another valid copy backs it (or nothing will read it again). */
+			if (r->holds) {
+				odx__device *dev = node->device;
+
+				if (dev)
+					atomic_fetch_add(&dev->prefetch_waste, 1);
+			}
+			odx__replica_free(ctx, b, m);
+			atomic_fetch_add(&node->drops, 1);
+			atomic_fetch_add(&node->evicted_bytes, b->size);
+			pthread_mutex_unlock(&b->lock);
+			continue;
+		}
+		/* Dirty: written one tier down first. */
+		if (m != 0) {
+			odx__copy_job *job;
+
+			pthread_mutex_unlock(&b->lock);
+			pthread_mutex_lock(&ctx->memnodes[0].lock);
+			pthread_mutex_lock(&b->lock);
+			if (!r->allocated || r->pins || r->fetching || r->evicting) {
+				rc = ODX_EBUSY;
+			} else {
+				rc = host_take(ctx, b);
+				if (rc == ODX_ENOSPC) {
+					/* Host RAM makes room (spills) for it; retried later. */
+					char sub[256];
+					odx__copy_job *more = NULL;
+					int r0;
+
+					pthread_mutex_unlock(&b->lock);
+					r0 = odx__tier_make_room(ctx, 0, b->size, NULL, &more, sub,
+								 sizeof(sub));
+					pthread_mutex_lock(&b->lock);
+					if (more) /* host eviction never makes copies; defensive */
+						odx__copy_start_all(ctx, more);
+					lower_need += b->size;
+					if (r0 == ODX__ROOM && r->allocated && !r->pins &&
+					    !r->fetching && !r->evicting)
+						rc = host_take(ctx, b);
+					if (rc == ODX_ENOSPC) {
+						if (r0 == ODX__ROOM_NEVER)
+							lower_full = true;
+						else
+							lower_busy = true;
+					}
+				}
+			}
+			if (rc == 0 && (job = odx__copy_writeback(b, m)) != NULL) {
+				job->next = *jobs;
+				*jobs = job;
+				freeing += b->size;
+			} else if (rc == ODX_EBUSY) {
+				lower_busy = true;
+			}
+			pthread_mutex_unlock(&b->lock);
+			pthread_mutex_unlock(&ctx->memnodes[0].lock);
+			continue;
+		}
+		/* Host RAM: to the disk tier. */
+		if (!odx__tier_has_disk(ctx) || b->spill_failed) {
+			disk_failed |= b->spill_failed;
+			lower_full = true;
+			pthread_mutex_unlock(&b->lock);
+			continue;
+		}
+		rc = odx__tier_spill(ctx, b);
+		if (rc == 0)
+			freeing += b->size;
+		else if (rc == ODX_EBUSY)
+			lower_busy = true;
+		else
+			lower_full = true;
+		pthread_mutex_unlock(&b->lock);
+	}
+	free(v);
+	used = atomic_load(&node->used);
+	if (used + need <= limit)
+		return ODX__ROOM;
+	if (used - (freeing < used ? freeing : used) + need <= limit || busy > 0 ||
+	    node->evicting > 0 || lower_busy)
+		return ODX__ROOM_WAIT;
+	snprintf(why, whylen,
+		 "%llu of %llu bytes are in use there by copies that cannot move: %s%s",
+		 (unsigned long long)used, (unsigned long long)limit,
+		 m != 0 ? (lower_full ? "host RAM (tier.host.limit) cannot take their only copy"
+				      : "every copy there is needed by the task itself")
+		 : !odx__tier_has_disk(ctx) ? "they are the only copies and there is no disk tier "
+					      "(tier.disk.limit = 0)"
+		 : disk_failed		    ? "spilling them to the disk tier failed"
+					    : "the disk tier (tier.disk.limit) is full",
+		 lower_need && m != 0 ? " and host RAM has no room to take them" : "");
+	return ODX__ROOM_NEVER;
+}
+
+int odx__tier_make_room(odx_context *ctx, int m, uint64_t need, const odx__task *t,
+			odx__copy_job **jobs, char *why, size_t whylen)
+{
+	return make_room_below(ctx, m, need, ctx->memnodes[m].capacity, t, jobs, why, whylen);
+}
+
+/* ---- the disk tier ------------------------------------------------------------------------- */
+
+typedef struct spill_job {
+	odx_buffer *b;
+	uint64_t wversion, slot, t0;
+} spill_job;
+
+static void spill_done(void *arg, int status, const char *msg)
+{
+	spill_job *job = arg;
+	odx_buffer *b = job->b;
+	odx_context *ctx = b->ctx;
+	odx__tier *tier = ctx->tier;
+	odx__memnode *host = &ctx->memnodes[0];
+	odx__replica *r = &b->replicas[0];
+	bool freed = false;
+
+	pthread_mutex_lock(&host->lock);
+	pthread_mutex_lock(&b->lock);
+	b->disk_busy = false;
+	r->pins--;
+	r->evicting = false;
+	host->evicting -= b->size;
+	if (status == 0 && job->wversion == b->wversion) {
+		atomic_store(&b->disk_state, ODX__SHARED);
+		b->disk_slot = job->slot;
+		atomic_fetch_add(&tier->spills, 1);
+		atomic_fetch_add(&tier->spill_bytes, b->size);
+		if (r->pins == 0 && r->holds == 0 && r->allocated) {
+			odx__replica_free(ctx, b, 0);
+			freed = true;
+			atomic_fetch_add(&host->writebacks, 1);
+			atomic_fetch_add(&host->evicted_bytes, b->size);
+		}
+	} else {
+		if (status == 0) {
+			/* A write landed meanwhile: the spilled bytes are old. */
+			odx__spill_free(tier->spill, job->slot);
+			atomic_fetch_add(&tier->disk_drops, 1);
+		} else {
+			/* Nothing is lost: the host copy stays where it was. Not retried for this
+			 * version of the data, so a failing disk cannot cause a spill storm. */
+			b->spill_failed = true;
+			atomic_fetch_add(&tier->spill_errors, 1);
+			odx__log(ctx, ODX_LOG_ERROR,
+				 "spilling buffer %llu (%zu bytes) to the disk tier failed: %s; "
+				 "it stays in host RAM",
+				 (unsigned long long)b->id, b->size, msg ? msg : odx_strerror(status));
+		}
+	}
+	pthread_mutex_unlock(&b->lock);
+	pthread_mutex_unlock(&host->lock);
+	if (ctx->tracing && tier->disk_trace)
+		odx__trace_span(tier->disk_trace, status ? "spill (failed)" : "spill", "spill",
+				job->t0, odx__now_ns(), b->id);
+	free(job);
+	odx__tier_progress(ctx);
+	odx__tier_changed(ctx, 0);
+	(void)freed;
+}
+
+int odx__tier_spill(odx_context *ctx, odx_buffer *b)
+{
+	odx__tier *tier = ctx->tier;
+	odx__replica *r = &b->replicas[0];
+	spill_job *job;
+	int rc;
+
+	if (atomic_load(&b->disk_state) != ODX__INVALID) {
+		/* Already on disk and unchanged since: the host copy is clean. */
+		odx__replica_free(ctx, b, 0);
+		return 0;
+	}
+	job = malloc(sizeof(*job));
+	if (!job)
+		return ODX_ENOMEM;
+	*job = (spill_job){.b = b, .wversion = b->wversion, .t0 = odx__now_ns()};
+	/* Pinned while the I/O thread reads it: never freed or moved meanwhile. */
+	r->pins++;
+	r->evicting = true;
+	b->disk_busy = true;
+	ctx->memnodes[0].evicting += b->size;
+	rc = odx__spill_write(tier->spill, (const void *)(uintptr_t)(r->mem + r->off), b->size,
+			      &job->slot, spill_done, job);
+	if (rc) {
+		r->pins--;
+		r->evicting = false;
+		b->disk_busy = false;
+		ctx->memnodes[0].evicting -= b->size;
+		if (rc != ODX_ENOSPC) {
+			b->spill_failed = true;
+			odx__log(ctx, ODX_LOG_ERROR, "cannot spill buffer %llu: %s",
+				 (unsigned long long)b->id, odx__spill_last_error());
+		}
+		free(job);
+	}
+	return rc;
+}
+
+typedef struct reload_job {
+	odx_buffer *b;
+	void (*done)(void *arg, int status, const char *msg);
+	void *arg;
+	uint64_t t0;
+} reload_job;
+
+static void reload_done(void *arg, int status, const char *msg)
+{
+	reload_job *job = arg;
+	odx_context *ctx = job->b->ctx;
+	odx__tier *tier = ctx->tier;
+
+	if (status == 0) {
+		atomic_fetch_add(&tier->reloads, 1);
+		atomic_fetch_add(&tier->reload_bytes, job->b->size);
+	} else {
+		atomic_fetch_add(&tier->reload_errors, 1);
+	}
+	if (ctx->tracing && tier->disk_trace)
+		odx__trace_span(tier->disk_trace, status ? "reload (failed)" : "reload", "spill",
+				job->t0, odx__now_ns(), job->b->id);
+	/* A corrupted block is reported (ODX_ECORRUPT) and never published as data: the copy
+	 * fails, and so do the tasks waiting for it. */
+	job->done(job->arg, status, msg);
+	free(job);
+}
+
+int odx__tier_reload(odx_context *ctx, odx_buffer *b, void *dst,
+		     void (*done)(void *arg, int status, const char *msg), void *arg)
+{
+	reload_job *job = malloc(sizeof(*job));
+	int rc;
+
+	if (!job)
+		return ODX_ENOMEM;
+	*job = (reload_job){.b = b, .done = done, .arg = arg, .t0 = odx__now_ns()};
+	rc = odx__spill_read(ctx->tier->spill, b->disk_slot, dst, b->size, reload_done, job);
+	if (rc)
+		free(job);
+	return rc;
+}
+
+void odx__tier_disk_free(odx_context *ctx, odx_buffer *b)
+{
+	if (atomic_load(&b->disk_state) == ODX__INVALID || !odx__tier_has_disk(ctx))
+		return;
+	/* odx__spill_free defers the release past reads still in flight. */
+	odx__spill_free(ctx->tier->spill, b->disk_slot);
+	atomic_store(&b->disk_state, ODX__INVALID);
+}
+
+/* ---- the monitor: headroom and the watchdog ------------------------------------------------ */
+
+static uint64_t progress_now(odx_context *ctx)
+{
+	uint64_t p = atomic_load(&ctx->progress) + atomic_load(&ctx->copies) +
+		     atomic_load(&ctx->completed_other);
+	int d;
+
+	for (d = 0; d < ctx->ndevices; d++)
+		p += atomic_load(&ctx->devices[d].completed);
+	return p;
+}
+
+static void dump_state(odx_context *ctx, uint64_t stalled_ms)
+{
+	char line[512];
+	int d, m;
+
+	snprintf(line, sizeof(line),
+		 "odx watchdog: no task completed and no byte moved for %llu ms while %ld tasks "
+		 "are pending (tier.watchdog_ms); state:",
+		 (unsigned long long)stalled_ms, odx__inflight(ctx));
+	odx__log(ctx, ODX_LOG_ERROR, "%s", line);
+	if (!odx__log_enabled(ctx, ODX_LOG_ERROR))
+		fprintf(stderr, "%s\n", line);
+	for (d = 0; d < ctx->ndevices; d++) {
+		odx__device *dev = &ctx->devices[d];
+
+		pthread_mutex_lock(&dev->lock);
+		snprintf(line, sizeof(line),
+			 "  device %d (%s): %d ready, %d staged, %d waiting for room (head: task "
+			 "#%llu), %d fetches in flight, load %d",
+			 d, dev->name, dev->ready.n, dev->staged_n, atomic_load(&dev->memwait_n),
+			 dev->memwait_head ? (unsigned long long)dev->memwait_head->id : 0ull,
+			 atomic_load(&dev->demand_fetches), atomic_load(&dev->load));
+		pthread_mutex_unlock(&dev->lock);
+		odx__log(ctx, ODX_LOG_ERROR, "%s", line);
+		if (!odx__log_enabled(ctx, ODX_LOG_ERROR))
+			fprintf(stderr, "%s\n", line);
+	}
+	for (m = 0; m < ctx->nmemnodes; m++) {
+		odx__memnode *node = &ctx->memnodes[m];
+
+		snprintf(line, sizeof(line),
+			 "  memory node %d%s%s: %llu of %llu bytes used, %llu being evicted",
+			 m, node->device ? " " : " (host RAM)", node->device ? node->device->name : "",
+			 (unsigned long long)atomic_load(&node->used),
+			 (unsigned long long)node->capacity, (unsigned long long)node->evicting);
+		odx__log(ctx, ODX_LOG_ERROR, "%s", line);
+		if (!odx__log_enabled(ctx, ODX_LOG_ERROR))
+			fprintf(stderr, "%s\n", line);
+	}
+	if (odx__tier_has_disk(ctx)) {
+		odx__spill_stats st;
+
+		odx__spill_get_stats(ctx->tier->spill, &st);
+		snprintf(line, sizeof(line), "  disk tier %s: %llu of %llu bytes used", st.dir,
+			 (unsigned long long)st.used, (unsigned long long)st.capacity);
+		odx__log(ctx, ODX_LOG_ERROR, "%s", line);
+		if (!odx__log_enabled(ctx, ODX_LOG_ERROR))
+			fprintf(stderr, "%s\n", line);
+	}
+}
+
+/* Keeps each node below its start watermark, evicting down to the stop watermark. */
+static void keep_headroom(odx_context *ctx)
+{
+	int m;
+
+	for (m = 0; m < ctx->nmemnodes; m++) {
+		odx__memnode *node = &ctx->memnodes[m];
+		uint64_t start = percent(node->capacity, ctx->monitor_start);
+		uint64_t stop = percent(node->capacity, ctx->monitor_stop);
+		odx__copy_job *jobs = NULL;
+		char why[256];
+
+		if (atomic_load(&node->used) <= start || (m == 0 && !odx__tier_has_disk(ctx)))
+			continue;
+		pthread_mutex_lock(&node->lock);
+		make_room_below(ctx, m, 0, stop, NULL, &jobs, why, sizeof(why));
+		pthread_mutex_unlock(&node->lock);
+		odx__copy_start_all(ctx, jobs);
+	}
+}
+
+static void *monitor_main(void *arg)
+{
+	odx_context *ctx = arg;
+	odx__tier *tier = ctx->tier;
+	struct timespec ts;
+	int d;
+
+	pthread_setname_np(pthread_self(), "odx-tiers");
+	pthread_mutex_lock(&tier->lock);
+	while (!tier->stop) {
+		uint64_t now, p;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 50 * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&tier->cond, &tier->lock, &ts);
+		if (tier->stop)
+			break;
+		pthread_mutex_unlock(&tier->lock);
+
+		keep_headroom(ctx);
+		/* A safety net for lost wake-ups: tasks waiting for room are retried. */
+		for (d = 0; d < ctx->ndevices; d++)
+			if (atomic_load(&ctx->devices[d].memwait_n) > 0)
+				odx__tier_changed(ctx, ctx->devices[d].memnode);
+
+		now = odx__now_ns();
+		p = progress_now(ctx);
+		if (p != tier->last_progress || odx__inflight(ctx) == 0) {
+			tier->last_progress = p;
+			tier->last_change_ns = now;
+			tier->dumped = false;
+		} else if (tier->watchdog_ms > 0 && !tier->dumped &&
+			   now - tier->last_change_ns >= (uint64_t)tier->watchdog_ms * 1000000u) {
+			tier->dumped = true;
+			dump_state(ctx, (now - tier->last_change_ns) / 1000000u);
+		}
+		pthread_mutex_lock(&tier->lock);
+	}
+	pthread_mutex_unlock(&tier->lock);
+	return NULL;
+}
+
+/* ---- counters ----------------------------------------------------------------------------- */
+
+void odx__tier_stats_print(odx_context *ctx, void (*emit)(odx_context *, const char *))
+{
+	odx__tier *tier = ctx->tier;
+	char line[512];
+	int m, d;
+
+	if (!tier)
+		return;
+	for (m = 0; m < ctx->nmemnodes; m++) {
+		odx__memnode *node = &ctx->memnodes[m];
+
+		snprintf(line, sizeof(line),
+			 "  tier node %d%s%s: capacity %.1f MiB, peak %.1f MiB; evicted %llu clean "
+			 "and %llu dirty copies (%.1f MiB); %llu admissions waited for room",
+			 m, node->device ? " " : " (host RAM)", node->device ? node->device->name : "",
+			 (double)node->capacity / (1 << 20), (double)node->peak / (1 << 20),
+			 (unsigned long long)atomic_load(&node->drops),
+			 (unsigned long long)atomic_load(&node->writebacks),
+			 (double)atomic_load(&node->evicted_bytes) / (1 << 20),
+			 (unsigned long long)atomic_load(&node->noroom));
+		emit(ctx, line);
+	}
+	for (d = 0; d < ctx->ndevices; d++) {
+		odx__device *dev = &ctx->devices[d];
+
+		snprintf(line, sizeof(line),
+			 "  device %d: compute lane stalled %.3f s waiting for room; prefetched %llu "
+			 "copies: %llu used by their task, %llu evicted before use",
+			 d, (double)atomic_load(&dev->stall_ns) / 1e9,
+			 (unsigned long long)atomic_load(&dev->prefetches),
+			 (unsigned long long)atomic_load(&dev->prefetch_hits),
+			 (unsigned long long)atomic_load(&dev->prefetch_waste));
+		emit(ctx, line);
+	}
+	if (odx__tier_has_disk(ctx)) {
+		odx__spill_stats st;
+
+		odx__spill_get_stats(tier->spill, &st);
+		snprintf(line, sizeof(line),
+			 "  disk tier %s (%s, %s): %llu spills (%.1f MiB), %llu reloads (%.1f MiB), "
+			 "%llu spill errors, %llu reload errors (%llu corrupt), peak use %.1f of "
+			 "%.1f MiB",
+			 st.dir, st.direct ? "direct I/O" : "buffered I/O",
+			 st.uring ? "io_uring" : "pread/pwrite",
+			 (unsigned long long)atomic_load(&tier->spills),
+			 (double)atomic_load(&tier->spill_bytes) / (1 << 20),
+			 (unsigned long long)atomic_load(&tier->reloads),
+			 (double)atomic_load(&tier->reload_bytes) / (1 << 20),
+			 (unsigned long long)atomic_load(&tier->spill_errors),
+			 (unsigned long long)atomic_load(&tier->reload_errors),
+			 (unsigned long long)st.corrupt, (double)st.used / (1 << 20),
+			 (double)st.capacity / (1 << 20));
+		emit(ctx, line);
+	}
+}
