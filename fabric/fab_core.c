@@ -815,9 +815,9 @@ static void handle_ctrl(odx_fab *f, const unsigned char *buf, size_t len, fi_add
 		return;
 	}
 	if (f->has_source && from != f->peers[h.src].addr) {
-		fab_bad(f, "claims rank %u but %s", h.src,
+		fab_bad(f, "claims rank %u but %s (%#llx vs %#llx)", h.src,
 			from == FI_ADDR_NOTAVAIL ? "its address is not in the address vector"
-						 : "comes from another rank's address");
+						 : "comes from another rank's address", (unsigned long long)from, (unsigned long long)f->peers[h.src].addr);
 		return;
 	}
 	if ((size_t)h.payload_len != len - sizeof(h)) {
@@ -1069,26 +1069,20 @@ static int post_ready(odx_fab *f)
 		}
 	}
 	while (f->ready_head && posted < 64) {
+		/* unlink first: op_post may free the op or queue it again (retry) */
 		struct fab_op *op = f->ready_head;
+		f->ready_head = op->next;
+		if (!f->ready_head)
+			f->ready_tail = NULL;
+		op->next = NULL;
 		if (op_post(f, op) == -FI_EAGAIN) {
-			/* keep it at the head: the provider (or the fault layer) pushed back */
+			/* back at the head: the provider (or the fault layer) pushed back */
+			op->next = f->ready_head;
+			f->ready_head = op;
+			if (!f->ready_tail)
+				f->ready_tail = op;
 			stat_add(&f->eagain, 1);
 			break;
-		}
-		/* op_post may have queued more (retries): unlink this head only */
-		if (f->ready_head == op) {
-			f->ready_head = op->next;
-			if (!f->ready_head)
-				f->ready_tail = NULL;
-		} else {
-			for (struct fab_op *q = f->ready_head; q; q = q->next) {
-				if (q->next == op) {
-					q->next = op->next;
-					if (f->ready_tail == op)
-						f->ready_tail = q;
-					break;
-				}
-			}
 		}
 		posted++;
 	}
@@ -1393,7 +1387,8 @@ static void *progress_main(void *arg)
 	}
 	/* Closing: drain what the caller started (bounded), say goodbye, then cancel the rest. */
 	int64_t drain = fab_now_ns() + (int64_t)(f->peer_timeout_ms < 5000 ? f->peer_timeout_ms : 5000) * 1000000;
-	while (user_work_pending(f) && fab_now_ns() < drain) {
+	/* a single rank has nobody to wait for: what is pending can never finish */
+	while (f->size > 1 && user_work_pending(f) && fab_now_ns() < drain) {
 		if (!progress_once(f))
 			idle_wait(f, f->spin);
 	}
@@ -1478,7 +1473,7 @@ static int open_endpoint(odx_fab *f, char *err, size_t errlen)
 	f->mr_prov_key = mr & FI_MR_PROV_KEY;
 	f->mr_raw = mr & FI_MR_RAW;
 	f->has_rma = (info->caps & FI_RMA) != 0;
-	f->has_source = (info->caps & FI_SOURCE) != 0;
+	f->has_source = (info->caps & FI_SOURCE) != 0 && !f->prof.source_broken;
 	f->next_mr_key = 1;
 	return 0;
 }

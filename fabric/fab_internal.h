@@ -97,6 +97,7 @@ struct fab_profile {
 	unsigned credits;   /* control messages in flight per peer */
 	size_t max_xfer;    /* the largest transfer allowed (SIZE_MAX: none) */
 	size_t pull_min;    /* transfers this large use fi_read when possible (SIZE_MAX: never) */
+	bool source_broken; /* the provider's FI_SOURCE addresses cannot be trusted (quirk) */
 };
 
 /* Resolves p->provider to a profile and an fi_info (the first usable one; freed by the caller

@@ -76,6 +76,10 @@ int fab_wireup_detect(struct fab_wireup *w, char *err, size_t errlen)
 		return 0;
 	}
 	const char *rank = getenv("ODX_RANK"), *size = getenv("ODX_SIZE");
+	if (rank && !*rank)
+		rank = NULL;
+	if (size && !*size)
+		size = NULL;
 	if (!rank && !size) {
 		w->launcher = FAB_LAUNCH_SINGLE;
 		w->job_key = fab_hash64("single", 6);

@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * fab_unit.c - single-process checks of the transport: provider errors, the fault spec, a single
+ * rank's self transfers and messages, length mismatches, cancellation at close, odx_fab_describe.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fab_internal.h"
+#include "odx/odx.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                                                           \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
+			fprintf(stderr, __VA_ARGS__);                                              \
+			fprintf(stderr, "\n");                                                     \
+			failures++;                                                                \
+		}                                                                                  \
+	} while (0)
+
+struct done_rec {
+	pthread_mutex_t lock;
+	int calls, status;
+	char msg[300];
+};
+
+static void on_done(void *arg, int status, const char *msg)
+{
+	struct done_rec *d = arg;
+	pthread_mutex_lock(&d->lock);
+	d->calls++;
+	d->status = status;
+	snprintf(d->msg, sizeof(d->msg), "%s", msg ? msg : "");
+	pthread_mutex_unlock(&d->lock);
+}
+
+static int wait_calls(struct done_rec *d, int n)
+{
+	for (int i = 0; i < 5000; i++) {
+		pthread_mutex_lock(&d->lock);
+		int c = d->calls;
+		pthread_mutex_unlock(&d->lock);
+		if (c >= n)
+			return c;
+		usleep(1000);
+	}
+	return d->calls;
+}
+
+static int self_msgs;
+static void on_msg(void *user, int src, uint32_t type, const void *payload, size_t len)
+{
+	if (src == 0 && type == 42 && len == 5 && !memcmp(payload, "hello", 5))
+		__atomic_add_fetch(&self_msgs, 1, __ATOMIC_SEQ_CST);
+	(void)user;
+}
+
+static void test_unknown_provider(void)
+{
+	odx_fab_params p = { .provider = "no-such-provider" };
+	odx_fab *f = NULL;
+	char err[1024];
+	int ret = odx_fab_open(&p, &f, err, sizeof(err));
+	CHECK(ret == ODX_EINVAL, "unknown provider: %s", odx_err_name(ret));
+	CHECK(f == NULL, "out touched on failure");
+	CHECK(strstr(err, "no-such-provider") && strstr(err, "available:") && strstr(err, "tcp"),
+	      "error does not list the providers: %s", err);
+}
+
+static void test_fault_spec(void)
+{
+	struct fab_fault ft;
+	char err[256];
+	CHECK(fab_fault_parse(&ft, "delay_us=0-2000,reorder=0.2,eagain=0.3,cqerr=0.01,seed=7", err, sizeof(err)) == 0,
+	      "good spec refused: %s", err);
+	CHECK(ft.on && ft.delay_max_us == 2000 && ft.eagain == 0.3, "spec misparsed");
+	CHECK(fab_fault_parse(&ft, "eagain=2", err, sizeof(err)) == ODX_EINVAL && strstr(err, "eagain"),
+	      "bad probability accepted");
+	CHECK(fab_fault_parse(&ft, "bogus=1", err, sizeof(err)) == ODX_EINVAL && strstr(err, "unknown key"),
+	      "unknown key accepted");
+	CHECK(fab_fault_parse(&ft, NULL, err, sizeof(err)) == 0 && !ft.on, "NULL spec not off");
+	odx_fab_params p = { .fault = "delay_us=5-1" };
+	odx_fab *f = NULL;
+	CHECK(odx_fab_open(&p, &f, err, sizeof(err)) == ODX_EINVAL, "open with a bad fault spec");
+}
+
+static void test_single_rank(void)
+{
+	odx_fab *f = NULL;
+	char err[1024];
+	int ret = odx_fab_open(NULL, &f, err, sizeof(err));
+	CHECK(ret == 0, "single-rank open: %s %s", odx_err_name(ret), err);
+	if (ret)
+		return;
+	CHECK(odx_fab_rank(f) == 0 && odx_fab_size(f) == 1, "rank/size");
+	CHECK(!strcmp(odx_fab_provider(f), "self"), "provider %s", odx_fab_provider(f));
+	odx_fab_set_handlers(f, on_msg, NULL, NULL);
+	CHECK(odx_fab_send_msg(f, 0, 42, "hello", 5) == 0, "self message");
+	CHECK(odx_fab_send_msg(f, 1, 42, "hello", 5) == ODX_EINVAL, "message to rank 1 of 1");
+	CHECK(odx_fab_send_msg(f, 0, 42, "x", odx_fab_max_msg(f) + 1) == ODX_EINVAL, "oversized message");
+
+	static const size_t sizes[] = { 0, 1, 7, 100000 };
+	for (size_t i = 0; i < 4; i++) {
+		struct done_rec d = { PTHREAD_MUTEX_INITIALIZER, 0, 0, "" };
+		unsigned char *src = malloc(sizes[i] + 1), *dst = calloc(1, sizes[i] + 1);
+		for (size_t b = 0; b < sizes[i]; b++)
+			src[b] = (unsigned char)(b * 7 + i);
+		/* send first for even sizes, receive first for odd ones */
+		if (i % 2) {
+			CHECK(odx_fab_recv(f, 0, 100 + i, dst, sizes[i], on_done, &d) == 0, "recv");
+			CHECK(odx_fab_send(f, 0, 100 + i, src, sizes[i], on_done, &d) == 0, "send");
+		} else {
+			CHECK(odx_fab_send(f, 0, 100 + i, src, sizes[i], on_done, &d) == 0, "send");
+			CHECK(odx_fab_recv(f, 0, 100 + i, dst, sizes[i], on_done, &d) == 0, "recv");
+		}
+		CHECK(wait_calls(&d, 2) == 2 && d.status == 0, "self transfer of %zu: %d calls, %s", sizes[i], d.calls,
+		      d.msg);
+		CHECK(!memcmp(src, dst, sizes[i]), "self transfer of %zu: data differs", sizes[i]);
+		free(src);
+		free(dst);
+	}
+	/* a length mismatch fails both sides with a message naming the sizes */
+	struct done_rec d = { PTHREAD_MUTEX_INITIALIZER, 0, 0, "" };
+	char a[16] = "0123456789", b[32];
+	CHECK(odx_fab_send(f, 0, 7, a, 10, on_done, &d) == 0, "send");
+	CHECK(odx_fab_recv(f, 0, 7, b, 20, on_done, &d) == 0, "recv");
+	CHECK(wait_calls(&d, 2) == 2 && d.status == ODX_EINVAL && strstr(d.msg, "expects 20"),
+	      "length mismatch: %s", d.msg);
+	CHECK(odx_fab_barrier(f, 1000) == 0, "barrier of one");
+	for (int i = 0; i < 1000 && __atomic_load_n(&self_msgs, __ATOMIC_SEQ_CST) < 1; i++)
+		usleep(1000);
+	CHECK(self_msgs == 1, "self message delivered %d times", self_msgs);
+	/* a receive nobody sends to: canceled at close, done called once */
+	struct done_rec c = { PTHREAD_MUTEX_INITIALIZER, 0, 0, "" };
+	CHECK(odx_fab_recv(f, 0, 999, b, 4, on_done, &c) == 0, "recv");
+	odx_fab_stats st;
+	odx_fab_get_stats(f, &st);
+	CHECK(st.transfers >= 10, "transfer counter %llu", (unsigned long long)st.transfers);
+	odx_fab_close(f);
+	CHECK(c.calls == 1 && c.status == ODX_ECANCELED, "pending receive at close: %d calls, %s", c.calls,
+	      odx_err_name(c.status));
+}
+
+static void test_describe(void)
+{
+	char buf[2048];
+	odx_fab_params p = { .provider = "shm" };
+	int ret = odx_fab_describe(&p, buf, sizeof(buf));
+	CHECK(ret == 0, "describe: %s", odx_err_name(ret));
+	CHECK(strstr(buf, "RDM providers:") && strstr(buf, "auto -> ") && strstr(buf, "shm -> shm"),
+	      "describe says: %s", buf);
+	fputs(buf, stdout);
+}
+
+int main(void)
+{
+	test_unknown_provider();
+	test_fault_spec();
+	test_single_rank();
+	test_describe();
+	if (failures)
+		fprintf(stderr, "%d checks failed\n", failures);
+	else
+		printf("all fabric unit checks passed\n");
+	return failures ? 1 : 0;
+}

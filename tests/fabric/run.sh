@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+#
+# run.sh - runs one multi-process fabric test and checks it left nothing behind.
+#
+#   run.sh KIND ODX_RUN FAB_TEST NRANKS MODE
+#
+# KIND: plain (all ranks must exit 0), kill (the last rank dies; every survivor must report
+# ODX_EPEER naming it), netns (plain, in network namespaces with a tbf link; 77 without root or
+# ip netns), mpirun (plain, launched by Open MPI's mpirun through PMIx; 77 without mpirun).
+# Afterwards no new libfabric shm segment may remain in /dev/shm and no namespace of ours.
+set -u
+kind=$1 odx_run=$2 fab_test=$3 n=$4 mode=$5
+
+shm_before=$(ls /dev/shm 2>/dev/null | sort)
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+case "$kind" in
+plain)
+	timeout -k 5 150 "$odx_run" -n "$n" --timeout 140 "$fab_test" "$mode" >"$out" 2>&1
+	rc=$?
+	;;
+kill)
+	timeout -k 5 150 "$odx_run" --no-kill -n "$n" --timeout 140 "$fab_test" kill >"$out" 2>&1
+	rc=$?
+	got=$(grep -c "got ODX_EPEER: .* rank $((n - 1)) failed" "$out")
+	if [ "$got" -ne $((n - 1)) ]; then
+		cat "$out"
+		echo "FAIL: $got of $((n - 1)) survivors reported ODX_EPEER naming rank $((n - 1))"
+		exit 1
+	fi
+	# the survivors exit 3 (their peer error), the victim was killed: never 0
+	[ "$rc" -ne 0 ] && rc=0 || rc=1
+	;;
+netns)
+	if [ "$(id -u)" -ne 0 ] || ! ip netns list >/dev/null 2>&1 || ! command -v tc >/dev/null; then
+		echo "SKIP: needs root, ip netns and tc"
+		exit 77
+	fi
+	timeout -k 5 150 "$odx_run" --netns --rate 200mbit -n "$n" --timeout 140 "$fab_test" "$mode" >"$out" 2>&1
+	rc=$?
+	[ $rc -eq 77 ] && { cat "$out"; exit 77; }
+	if ip netns list | grep -q "^odx[0-9]*r"; then
+		echo "FAIL: network namespaces left behind:"; ip netns list
+		rc=1
+	fi
+	;;
+mpirun)
+	if ! command -v mpirun >/dev/null; then
+		echo "SKIP: no mpirun"
+		exit 77
+	fi
+	timeout -k 5 150 mpirun --allow-run-as-root --oversubscribe -n "$n" "$fab_test" "$mode" >"$out" 2>&1
+	rc=$?
+	;;
+*)
+	echo "unknown kind $kind"
+	exit 2
+	;;
+esac
+cat "$out"
+# libfabric 1.17's shm segments are named "PID:N:M"
+leftover=$(comm -13 <(echo "$shm_before") <(ls /dev/shm 2>/dev/null | sort) | grep -E '^[0-9]+:' || true)
+if [ -n "$leftover" ]; then
+	echo "FAIL: shm segments left behind: $leftover"
+	rc=1
+fi
+exit $rc
