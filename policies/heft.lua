@@ -2,19 +2,21 @@
 --   finish = when the device's queue drains + work this batch already gave it
 --            + the model's run-time estimate + the transfer time of the missing inputs.
 -- A device with no estimate yet for the task counts it as free, so every device gets
--- calibrated; after that the models decide.
+-- calibrated; after that the models decide. Equal finish times (nothing measured yet) go to the
+-- shorter queue, counting this batch's placements.
 local P = { api = 1, name = "heft" }
 
-local extra = {}
+local extra, load = {}, {}
 
 function P.place(batch, out)
 	local nd = batch.ndevices
 	for d = 1, nd do
 		extra[d] = 0
+		load[d] = batch.queue[d]
 	end
 	for i = 1, batch.n do
 		local feasible, est, xfer = batch.feasible[i], batch.estimate[i], batch.transfer[i]
-		local best, bestf, bestrun = 0, math.huge, 0
+		local best, bestf, bestrun, bestq = 0, math.huge, 0, math.huge
 		for d = 1, nd do
 			if feasible[d] then
 				local run = est[d]
@@ -22,14 +24,15 @@ function P.place(batch, out)
 					run = 0 -- uncalibrated: try it
 				end
 				local f = batch.free_at[d] + extra[d] + run + xfer[d]
-				if f < bestf then
-					best, bestf, bestrun = d, f, run
+				if f < bestf or (f == bestf and load[d] < bestq) then
+					best, bestf, bestrun, bestq = d, f, run, load[d]
 				end
 			end
 		end
 		out.device[i] = best
 		if best > 0 then
 			extra[best] = extra[best] + bestrun + xfer[best]
+			load[best] = load[best] + 1
 		end
 	end
 end

@@ -27,3 +27,9 @@ assert(on[2] > on[1] and on[1] > 0, string.format("split %d/%d", on[1], on[2]))
 out = t.place({ { kernel = "gemm", bytes = 4096, missing = { 0, 1000000000 } } })
 assert(out[1] == 1, "the transfer outweighs the speed-up")
 assert(t.failures() == 0, "no call failed")
+
+-- Nothing measured for a new kernel and equal queues: ties go to the shorter queue, so a batch
+-- of equal tasks spreads instead of piling onto device 1.
+out = t.place({ { kernel = "fresh" }, { kernel = "fresh" }, { kernel = "fresh" } }, { 0, 0 })
+assert(out[1] == 1 and out[2] == 2 and out[3] == 1, "ties spread: " .. table.concat(out, ","))
+assert(t.failures() == 0, "no call failed")
