@@ -1321,7 +1321,7 @@ static void idle_wait(odx_fab *f, int rounds)
 		if (op->not_before - now < wait_ns)
 			wait_ns = op->not_before - now > 0 ? op->not_before - now : 0;
 	if (f->cq_fd < 0 && f->cq) {
-		int64_t backoff = 50000ll << (rounds - f->spin < 5 ? rounds - f->spin : 5);
+		int64_t backoff = 50000ll << (rounds - f->spin < 4 ? rounds - f->spin : 4);
 		if (backoff < wait_ns)
 			wait_ns = backoff;
 	}
@@ -1434,10 +1434,14 @@ static int open_endpoint(odx_fab *f, char *err, size_t errlen)
 	}
 	if (!ret) {
 		step = "fi_cq_open";
-		struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .size = 4096, .wait_obj = FI_WAIT_FD };
+		/* Idle waiting: polling with a growing sleep (50 us .. 0.8 ms) by default, because the
+		 * shm provider's wait fd is not signalled by data arriving (manual progress) and a
+		 * blocked thread then sleeps its whole timeout; ODX_FAB_WAIT=fd blocks on the CQ's
+		 * fd instead where the provider signals it (tcp). */
+		struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .size = 4096, .wait_obj = FI_WAIT_NONE };
 		const char *w = getenv("ODX_FAB_WAIT");
-		if (w && !strcmp(w, "sleep"))
-			cq_attr.wait_obj = FI_WAIT_NONE;
+		if (w && !strcmp(w, "fd"))
+			cq_attr.wait_obj = FI_WAIT_FD;
 		ret = fi_cq_open(f->domain, &cq_attr, &f->cq, NULL);
 		if (ret && cq_attr.wait_obj != FI_WAIT_NONE) {
 			/* no wait fd from this provider: poll with a growing sleep instead */
