@@ -468,6 +468,17 @@ void odx__pool_trim(odx__pool *p)
 	free(gone);
 }
 
+uint64_t odx__pool_rounded_size(const odx__pool *p, size_t size)
+{
+	uint64_t r = p->min_block;
+
+	if (size > p->chunk_size / 2)
+		return ((uint64_t)size + p->align - 1) & ~((uint64_t)p->align - 1);
+	while (r < size)
+		r <<= 1;
+	return r;
+}
+
 size_t odx__pool_chunk_size(const odx__pool *p)
 {
 	return p->chunk_size;

@@ -10,9 +10,10 @@
  * Algorithm (see pool.c for why): a binary buddy allocator per chunk, metadata in host memory.
  *
  * Threads: every function may be called from any thread; the pool has its own mutex. The chunk
- * ops are called with that mutex held by odx__pool_alloc (a new chunk or a dedicated allocation)
- * and without it by odx__pool_release, odx__pool_trim and odx__pool_free_all; they must not call
- * back into the pool.
+ * ops are called with that mutex held from odx__pool_alloc (a new chunk, a dedicated allocation,
+ * or empty chunks given back to make room) and without it from odx__pool_release (a dedicated
+ * allocation), odx__pool_trim (unless it is out of memory for its list) and odx__pool_free_all;
+ * they must not call back into the pool. Outstanding regions are never moved.
  */
 #ifndef ODX_CORE_POOL_H
 #define ODX_CORE_POOL_H
@@ -82,6 +83,11 @@ void odx__pool_get_stats(const odx__pool *p, odx__pool_stats *s);
 /* Returns chunks with nothing allocated in them to the driver (under memory pressure, at idle).
  * odx__pool_stats.chunk_bytes tells what is still held. */
 void odx__pool_trim(odx__pool *p);
+
+/* What a request of `size` bytes counts against the capacity (and takes): a power-of-two
+ * multiple of the smallest block, or for a dedicated allocation `size` rounded up to the
+ * alignment. Reservations made with this size agree with odx__pool_alloc's ODX_ENOSPC. */
+uint64_t odx__pool_rounded_size(const odx__pool *p, size_t size);
 
 /* The pool's effective parameters: chunk size (a power of two), the smallest block (every
  * request is rounded up to a power-of-two multiple of it) and the alignment of offsets. */

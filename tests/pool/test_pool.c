@@ -216,6 +216,8 @@ static int model_alloc(model *m, size_t size)
 	size_t drv_bytes;
 	int rc = odx__pool_alloc(m->pool, size, &handle, &offset);
 
+	/* What the core reserves with agrees with what the pool counts. */
+	assert_int_equal(odx__pool_rounded_size(m->pool, size), rounded);
 	if (m->used + rounded > m->capacity) {
 		/* Accounting is by the rounded size: exactly then, ENOSPC. */
 		assert_int_equal(rc, ODX_ENOSPC);
