@@ -149,7 +149,7 @@ struct odx_fab {
 	int failed_peer;
 	char failed_why[256];
 	atomic_bool closing;
-	unsigned char last_ctrl[FAB_CTRL_BUF]; /* for the replay test hook (under lock) */
+	unsigned char last_ctrl[128]; /* for the replay test hook (under lock) */
 	size_t last_ctrl_len;
 	int last_ctrl_peer;
 
@@ -1044,7 +1044,8 @@ static int op_post(odx_fab *f, struct fab_op *op)
 	posted_add(f, op);
 	if (p && op->kind != OP_CTRL_RX && op->kind != OP_DATA_RX)
 		p->last_sent = fab_now_ns();
-	if (op->kind == OP_CTRL_TX && !op->raw && op->len <= sizeof(f->last_ctrl)) {
+	/* keep a copy of small messages for the replay test hook (cheap: headers and tiny bodies) */
+	if (op->kind == OP_CTRL_TX && !op->raw && op->len <= 128) {
 		pthread_mutex_lock(&f->lock);
 		memcpy(f->last_ctrl, op->buf, op->len);
 		f->last_ctrl_len = op->len;

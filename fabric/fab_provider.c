@@ -87,13 +87,21 @@ static struct fi_info *getinfo_with(const char *prov, const char *iface, uint64_
 		if (is_ip_address(iface)) {
 			node = iface;
 			flags = FI_SOURCE;
-		} else {
-			hints->domain_attr->name = strdup(iface);
 		}
 	}
 	if (fi_getinfo(FAB_FI_VERSION, node, NULL, flags, hints, &info) != 0)
 		info = NULL;
 	fi_freeinfo(hints);
+	if (info && node == NULL && iface && *iface && strcmp(prov, "shm") != 0) {
+		/* Pin by interface name ourselves: rxm on 1.17 ignores the domain name in hints. */
+		struct fi_info *pick = NULL;
+		for (struct fi_info *i = info; i && !pick; i = i->next)
+			if (i->domain_attr->name && !strcmp(i->domain_attr->name, iface))
+				pick = i;
+		struct fi_info *dup = pick ? fi_dupinfo(pick) : NULL;
+		fi_freeinfo(info);
+		info = dup;
+	}
 	return info;
 }
 
