@@ -72,6 +72,8 @@ struct fab_barrier_msg {
 #define FAB_CTRL_BUF 8192
 #define FAB_CTRL_PAYLOAD_MAX (FAB_CTRL_BUF - sizeof(struct fab_hdr))
 #define FAB_INLINE_MAX (FAB_CTRL_PAYLOAD_MAX - sizeof(struct fab_rts))
+_Static_assert(sizeof(struct fab_hdr) == 40 && sizeof(struct fab_rts) == 56,
+	       "wire structs changed: tests/fabric/fab_test.c straddles the 8096-byte inline limit");
 
 /* Tags: control messages use tag 0; data chunks set the top bit, then 39 bits of the sender's
  * transfer id and 24 bits of chunk index. Data receives are directed at one source address, so
