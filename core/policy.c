@@ -14,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -149,6 +151,7 @@ typedef struct shadow {
 	uint64_t *bytes, *resident;
 	bool *feasible;
 	double *estimate, *transfer, *free_at;
+	double *row;            /* one task's values for all devices, before comparing */
 } shadow;
 
 typedef struct pstate {
@@ -219,6 +222,7 @@ struct odx__policy {
 	_Atomic uint64_t armed_seq;
 	_Atomic uint64_t call_start, call_budget;
 	_Atomic(lua_State *) call_L;
+	_Atomic int call_tid;     /* kernel thread id of the caller: the watchdog reads its CPU time */
 	_Atomic bool wd_idle;
 
 	/* models */
@@ -240,6 +244,7 @@ struct odx__policy {
 	odx__task *pend_head, *pend_tail;
 	_Atomic int npending;
 	_Atomic bool placing;     /* the lock holder drains the pending list (see push) */
+	uint64_t place_calls, placed; /* place calls and the tasks in them, for the close log */
 	odx__task *batch[BATCH_MAX];
 	odx__policy_task tasks[BATCH_MAX];
 	bool *feasible;
@@ -488,10 +493,34 @@ static void budget_hook(lua_State *L, lua_Debug *ar)
 		   (int)(atomic_load(&h->call_budget) / 1000));
 }
 
+/* The calling thread's kernel id, read once per thread (a system call). */
+static int thread_tid(void)
+{
+	static _Thread_local int tid;
+
+	if (!tid)
+		tid = (int)syscall(SYS_gettid);
+	return tid;
+}
+
+/* CPU time of thread `tid` in ns, or 0 if it cannot be read (the thread is gone). The clock id
+ * is Linux's per-thread CPU clock (what pthread_getcpuclockid builds), from the id alone, so a
+ * thread that exited meanwhile only makes the read fail. */
+static uint64_t thread_cpu_ns(int tid)
+{
+	clockid_t id = (clockid_t)((~(unsigned)tid << 3) | 6u);
+	struct timespec ts;
+
+	if (clock_gettime(id, &ts) != 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void *watchdog(void *arg)
 {
 	odx__policy *h = arg;
 	uint64_t period = h->budget_ns / 2, last_seq = 0, quiet_since = odx__now_ns();
+	uint64_t seen_seq = 0, seen_cpu = 0; /* the running call, and its CPU time when first seen */
 
 	if (period < 100000)
 		period = 100000;
@@ -520,8 +549,20 @@ static void *watchdog(void *arg)
 			uint64_t budget = atomic_load(&h->call_budget);
 			lua_State *L = atomic_load(&h->call_L);
 
+			int tid = atomic_load(&h->call_tid);
+			uint64_t cpu = thread_cpu_ns(tid);
+
+			/* The budget is CPU time: a call whose thread was preempted (a loaded machine)
+			 * is not cut. Over its wall-clock budget, a call must also have burnt half a
+			 * budget of CPU since the watchdog first saw it (so a runaway loop is cut
+			 * after one to one and a half budgets). */
+			if (s != seen_seq) {
+				seen_seq = s;
+				seen_cpu = cpu;
+			}
 			/* The state cannot be closed under us: closing takes wd_lock. */
 			if (atomic_load(&h->seq) == s && now > start + budget &&
+			    (cpu == 0 || seen_cpu == 0 || cpu - seen_cpu >= budget / 2) &&
 			    atomic_load(&h->armed_seq) != s) {
 				atomic_store(&h->armed_seq, s);
 				lua_sethook(L, budget_hook, LUA_MASKCOUNT, HOOK_COUNT_STEP);
@@ -559,6 +600,7 @@ static int pcall_budget(pstate *s, int nargs, int msgh, uint64_t budget)
 
 	/* Relaxed: the seq bump below (a full barrier) publishes them to the watchdog. */
 	atomic_store_explicit(&h->call_L, s->L, memory_order_relaxed);
+	atomic_store_explicit(&h->call_tid, thread_tid(), memory_order_relaxed);
 	atomic_store_explicit(&h->call_budget, budget, memory_order_relaxed);
 	atomic_store_explicit(&h->call_start, odx__now_ns(), memory_order_relaxed);
 	mine = atomic_fetch_add(&h->seq, 1) + 1;
@@ -1112,12 +1154,29 @@ static void fill_lazy(lua_State *L, pstate *s, const op_args *a, int t)
 			}
 			break;
 		default: /* rows: fetched only when an entry changed */
-			hash = t == T_ESTIMATE ? str_hash(pt->kernel) : 0;
-			b = size_bucket(pt->bytes);
+			if (t == T_ESTIMATE || t == T_TRANSFER) {
+				/* Tasks of one kernel and size class in a row share their estimates:
+				 * sh->row still holds the previous task's. */
+				b = size_bucket(pt->bytes);
+				if (t == T_TRANSFER) {
+					for (d = 0; d < nd; d++)
+						sh->row[d] = pt->transfer_us
+								     ? pt->transfer_us[d]
+								     : (double)pt->missing[d] * 1e6 /
+									       best_in(h, h->device_node[d]);
+				} else if (i == 0 || !same_string(a->tasks[i - 1].kernel, pt->kernel) ||
+					   size_bucket(a->tasks[i - 1].bytes) != b) {
+					hash = str_hash(pt->kernel);
+					for (d = 0; d < nd; d++) {
+						model_entry *e = model_find(h, pt->kernel, hash, d, b,
+									    false);
+
+						sh->row[d] = e && e->n ? e->mean : -1;
+					}
+				}
+			}
 			for (d = 0; d < nd; d++) {
 				size_t k = (size_t)i * (size_t)nd + (size_t)d;
-				model_entry *e;
-				double x;
 
 				switch (t) {
 				case T_FEASIBLE:
@@ -1136,28 +1195,18 @@ static void fill_lazy(lua_State *L, pstate *s, const op_args *a, int t)
 						row = push_row(L, tab, i + 1, nd);
 					lua_pushinteger(L, (lua_Integer)pt->resident[d]);
 					break;
-				default:
-					if (t == T_ESTIMATE) {
-						e = model_find(h, pt->kernel, hash, d, b, false);
-						x = e && e->n ? e->mean : -1;
-					} else {
-						x = pt->transfer_us ? pt->transfer_us[d]
-								    : (double)pt->missing[d] * 1e6 /
-									      best_in(h, h->device_node[d]);
-					}
-					if (t == T_ESTIMATE) {
-						if (!fresh && sh->estimate[k] == x)
-							continue;
-						sh->estimate[k] = x;
-					} else {
-						if (!fresh && sh->transfer[k] == x)
-							continue;
-						sh->transfer[k] = x;
-					}
+				default: {
+					double *old = t == T_ESTIMATE ? &sh->estimate[k]
+								      : &sh->transfer[k];
+
+					if (!fresh && *old == sh->row[d])
+						continue;
+					*old = sh->row[d];
 					if (!row)
 						row = push_row(L, tab, i + 1, nd);
-					lua_pushnumber(L, x);
+					lua_pushnumber(L, sh->row[d]);
 					break;
+				}
 				}
 				lua_rawseti(L, row, d + 1);
 			}
@@ -1649,6 +1698,7 @@ static void state_close(odx__policy *h, pstate *s)
 	free(s->sh.estimate);
 	free(s->sh.transfer);
 	free(s->sh.free_at);
+	free(s->sh.row);
 	free(s);
 }
 
@@ -1666,7 +1716,8 @@ static bool shadow_alloc(shadow *sh, int nd)
 	sh->feasible = calloc(cells, sizeof(*sh->feasible));
 	sh->estimate = calloc(cells, sizeof(*sh->estimate));
 	sh->transfer = calloc(cells, sizeof(*sh->transfer));
-	return sh->kernel && sh->tag && sh->priority && sh->bytes && sh->queue && sh->free_at &&
+	sh->row = calloc((size_t)(nd > 0 ? nd : 1), sizeof(*sh->row));
+	return sh->row && sh->kernel && sh->tag && sh->priority && sh->bytes && sh->queue && sh->free_at &&
 	       sh->resident && sh->feasible && sh->estimate && sh->transfer;
 }
 
@@ -1996,6 +2047,8 @@ int odx__policy_place(odx__policy *h, const odx__policy_task *tasks, int n, cons
 		out[i] = -1;
 	if (!h->cur || h->disabled || n == 0)
 		return 0;
+	h->place_calls++;
+	h->placed += (uint64_t)n;
 	a.op = OP_PLACE;
 	a.s = h->cur;
 	a.tasks = tasks;
@@ -2395,6 +2448,12 @@ void odx__policy_ctx_close(odx_context *ctx)
 
 	if (!h)
 		return;
+	if (h->place_calls)
+		odx__log(ctx, ODX_LOG_INFO,
+			 "policy %s: %llu place calls for %llu tasks (%.1f a call), %llu failed calls",
+			 h->display, (unsigned long long)h->place_calls,
+			 (unsigned long long)h->placed, (double)h->placed / (double)h->place_calls,
+			 (unsigned long long)atomic_load(&h->failures));
 	if (h->tick_started) {
 		pthread_mutex_lock(&h->tick_lock);
 		h->tick_stop = true;

