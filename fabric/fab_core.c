@@ -71,6 +71,8 @@ struct fab_xfer {
 	struct fab_xfer *hnext;       /* map chain */
 	struct fab_map *map;          /* which map holds it */
 	struct fab_xfer *aprev, *anext; /* active list */
+	struct fab_xfer *tx_next;       /* peer's list of sends waiting for data credits */
+	bool tx_queued;
 	bool is_send, is_record, finished;
 	int peer;
 	uint64_t key, id;
@@ -103,6 +105,8 @@ struct fab_peer {
 	uint64_t win[FAB_REPLAY_WINDOW / 64];
 	int64_t last_heard, last_sent, gone_at;
 	struct fab_op *wait_head, *wait_tail;
+	unsigned tx_inflight;                  /* data chunks posted to it (profile tx_limit) */
+	struct fab_xfer *tx_wait_head, *tx_wait_tail;
 };
 
 struct odx_fab {
@@ -509,7 +513,24 @@ static void xfer_fail_peer(odx_fab *f, struct fab_xfer *x, const char *why)
 static void xfer_feed(odx_fab *f, struct fab_xfer *x)
 {
 	unsigned window = f->prof.window < FAB_WINDOW_MAX ? f->prof.window : FAB_WINDOW_MAX;
+	struct fab_peer *p = &f->peers[x->peer];
 	while (!x->finished && x->inflight < window && x->next_chunk < x->nchunks) {
+		if (x->is_send && f->prof.tx_limit && p->tx_inflight >= f->prof.tx_limit) {
+			/* per-peer data credits: wait for a chunk to this peer to complete */
+			if (!x->tx_queued) {
+				x->tx_queued = true;
+				x->tx_next = NULL;
+				if (p->tx_wait_tail)
+					p->tx_wait_tail->tx_next = x;
+				else
+					p->tx_wait_head = x;
+				p->tx_wait_tail = x;
+				x->ops_out++; /* the queue holds a reference */
+			}
+			return;
+		}
+		if (x->is_send)
+			p->tx_inflight++;
 		enum op_kind kind = x->is_send ? OP_DATA_TX : x->mode == FAB_MODE_PULL ? OP_READ : OP_DATA_RX;
 		struct fab_op *op = op_new(kind, x->peer, 0);
 		if (!op) {
@@ -966,6 +987,7 @@ static void check_barrier(odx_fab *f)
 /* ---- posting and completions ------------------------------------------------------------- */
 
 static void op_complete_error(odx_fab *f, struct fab_op *op, int fi_err, const char *detail);
+static void tx_credit_return(odx_fab *f, int peer);
 
 /* Returns 0 when the op left the queue (posted, dropped or failed), -FI_EAGAIN to keep it. */
 static int op_post(odx_fab *f, struct fab_op *op)
@@ -977,6 +999,8 @@ static int op_post(odx_fab *f, struct fab_op *op)
 			if (op->slot >= 0)
 				x->ops[op->slot] = NULL;
 			x->ops_out--;
+			if (op->kind == OP_DATA_TX)
+				tx_credit_return(f, op->peer);
 			if (x->finished && x->ops_out == 0)
 				xfer_release(f, x);
 		}
@@ -1090,9 +1114,34 @@ static int post_ready(odx_fab *f)
 	return posted;
 }
 
+/* A data chunk to `peer` finished: let sends waiting for its data credits go on. */
+static void tx_credit_return(odx_fab *f, int peer)
+{
+	struct fab_peer *p = &f->peers[peer];
+	if (!f->prof.tx_limit)
+		return;
+	p->tx_inflight--;
+	while (p->tx_wait_head && p->tx_inflight < f->prof.tx_limit) {
+		struct fab_xfer *x = p->tx_wait_head;
+		p->tx_wait_head = x->tx_next;
+		if (!p->tx_wait_head)
+			p->tx_wait_tail = NULL;
+		x->tx_queued = false;
+		x->ops_out--;
+		if (x->finished) {
+			if (x->ops_out == 0)
+				xfer_release(f, x);
+			continue;
+		}
+		xfer_feed(f, x);
+	}
+}
+
 static void data_op_done(odx_fab *f, struct fab_op *op)
 {
 	struct fab_xfer *x = op->xfer;
+	if (op->kind == OP_DATA_TX)
+		tx_credit_return(f, op->peer);
 	if (op->slot >= 0)
 		x->ops[op->slot] = NULL;
 	x->ops_out--;
@@ -1173,6 +1222,8 @@ static void op_complete_error(odx_fab *f, struct fab_op *op, int fi_err, const c
 			x->ops_out--;
 			if (op->kind != OP_CTRL_TX)
 				x->inflight--;
+			if (op->kind == OP_DATA_TX)
+				tx_credit_return(f, op->peer);
 			if (x->finished && x->ops_out == 0)
 				xfer_release(f, x);
 		}

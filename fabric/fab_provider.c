@@ -154,6 +154,7 @@ static void fill_profile(struct fab_profile *prof, const char *prov, const struc
 	prof->chunk = 16u << 20;
 	prof->window = 8;
 	prof->credits = 64;
+	prof->tx_limit = 0;
 	prof->max_xfer = SIZE_MAX;
 	prof->pull_min = SIZE_MAX;
 	prof->source_broken = false;
@@ -163,6 +164,7 @@ static void fill_profile(struct fab_profile *prof, const char *prov, const struc
 		prof->chunk = 64u << 10;
 		prof->window = 2;
 		prof->credits = 16;
+		prof->tx_limit = 4;
 		prof->max_xfer = 64u << 10;
 		/* The one correctness quirk: 1.17's rxd reports source address 0 for every message,
 		 * so the sender check falls back to the header (job key, rank range, sequence). */
