@@ -40,6 +40,21 @@ static void write_policy(char *path, size_t len, const char *name, const char *t
 	assert_int_equal(fclose(f), 0);
 }
 
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[1 << 14];
+
+static void capture_log(void *user, odx_log_level level, const char *msg)
+{
+	size_t n;
+
+	(void)user;
+	(void)level;
+	pthread_mutex_lock(&log_lock);
+	n = strlen(log_text);
+	snprintf(log_text + n, sizeof(log_text) - n, "%s\n", msg);
+	pthread_mutex_unlock(&log_lock);
+}
+
 static odx_context *open_policy(const char *policy, const char *tick_ms)
 {
 	odx_config *cfg = NULL;
@@ -52,6 +67,9 @@ static odx_context *open_policy(const char *policy, const char *tick_ms)
 	assert_ok(odx_config_set(cfg, "policy", policy));
 	assert_ok(odx_config_set(cfg, "policy.budget", "2000"));
 	assert_ok(odx_config_set(cfg, "policy.tick_ms", tick_ms ? tick_ms : "0"));
+	assert_ok(odx_config_set(cfg, "log", "info"));
+	assert_ok(odx_config_set_log(cfg, capture_log, NULL));
+	log_text[0] = '\0';
 	rc = odx_open(&ctx, cfg);
 	if (rc)
 		fail_msg("odx_open(policy = %s): %s: %s", policy, odx_err_name(rc),
@@ -358,6 +376,59 @@ static void test_seams_while_placing(void **state)
 	assert_ok(odx_close(ctx));
 }
 
+/* Ready tasks wait while both devices are busy and are placed in batches (a worker that runs
+ * low, 32 waiting, or the tick): every task still runs, chains stay exact, batches are big. */
+static int spin_kernel(const odx_host_launch *l)
+{
+	volatile uint32_t *a = l->buffers[0];
+	uint64_t until = odx__now_ns() + 2000;
+
+	while (odx__now_ns() < until)
+		;
+	a[0]++;
+	return 0;
+}
+
+static void test_deferred_batches(void **state)
+{
+	static const odx_param params[] = {{ODX_ARG_BUFFER, ODX_RW, "a"}};
+	char path[512];
+	odx_context *ctx;
+	odx_kernel *k;
+	odx_buffer *bufs[16];
+	const char *p;
+	double per_call = 0;
+	uint32_t v;
+	int i, j;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/eager.lua", policies_dir);
+	ctx = open_policy(path, "100");
+	k = test_host_kernel(ctx, "spin", params, 1, spin_kernel);
+	for (j = 0; j < 16; j++)
+		assert_ok(odx_buffer_create(ctx, sizeof(uint32_t), 0, &bufs[j]));
+	/* 16 chains of 200, interleaved: plenty of ready tasks while both devices are busy. */
+	for (i = 0; i < 3200; i++) {
+		odx_arg arg = ODX_BUF(bufs[i % 16], ODX_RW);
+
+		assert_ok(odx_submit(ctx, k, &arg, 1, NULL, NULL));
+	}
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	for (j = 0; j < 16; j++) {
+		assert_ok(odx_buffer_read(bufs[j], 0, &v, sizeof(v), TEST_TIMEOUT_MS));
+		assert_int_equal(v, 200);
+		assert_ok(odx_buffer_destroy(bufs[j]));
+	}
+	assert_ok(odx_close(ctx));
+	p = strstr(log_text, " place calls for ");
+	assert_non_null(p);
+	p = strstr(p, "tasks (");
+	assert_non_null(p);
+	assert_int_equal(sscanf(p, "tasks (%lf a call)", &per_call), 1);
+	print_message("deferred placement: %.1f tasks a place call\n", per_call);
+	assert_true(per_call > 1.5);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -368,6 +439,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_place_rank_deterministic),
 		cmocka_unit_test(test_on_tick),
 		cmocka_unit_test(test_seams_while_placing),
+		cmocka_unit_test(test_deferred_batches),
 	};
 	int rc;
 
