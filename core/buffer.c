@@ -95,12 +95,41 @@ enum copy_kind {
 	COPY_WRITEBACK = 1, /* eviction: a dirty device copy to host RAM, then free the source */
 };
 
+void odx__transfer_begin(odx_buffer *b)
+{
+	atomic_fetch_add(&b->transfers, 1);
+	atomic_fetch_add(&b->ctx->transfers, 1);
+}
+
+void odx__transfer_end(odx_buffer *b)
+{
+	odx_context *ctx = b->ctx;
+
+	/* b may be released once its count is zero, ctx closed once its count is: touch neither
+	 * after its own decrement. */
+	atomic_fetch_sub(&b->transfers, 1);
+	odx__wake_waiters(ctx);
+	atomic_fetch_sub(&ctx->transfers, 1);
+}
+
+static bool no_transfers(void *arg)
+{
+	return atomic_load(&((odx_context *)arg)->transfers) == 0;
+}
+
+void odx__transfers_drain(odx_context *ctx)
+{
+	while (!no_transfers(ctx))
+		odx__wait_until(ctx, no_transfers, ctx, 10);
+}
+
 static odx__copy_job *job_new(odx_buffer *b, int src, int dst, int kind)
 {
 	odx__copy_job *job = calloc(1, sizeof(*job));
 
 	if (!job)
 		return NULL;
+	odx__transfer_begin(b);
 	*job = (odx__copy_job){
 		.buf = b, .src = src, .dst = dst, .kind = kind, .wversion = b->wversion};
 	return job;
@@ -255,6 +284,7 @@ static void copy_done(void *arg, int status, const char *msg)
 	free(job);
 	if (refetch)
 		copy_start(ctx, refetch);
+	odx__transfer_end(b); /* the last access to b and ctx */
 }
 
 /* Second hop of a copy staged through host memory: the bounce buffer to the destination. */
@@ -530,6 +560,19 @@ int odx__stage(odx__task *t, const odx__task *producer)
 	}
 	clock = atomic_fetch_add_explicit(&ctx->lru_clock, 1, memory_order_relaxed) + 1;
 	pthread_mutex_lock(&node->lock);
+	/* A copy being written one tier down is read by that transfer: a task that writes it waits
+	 * until the write-back landed (node lock held: `evicting` changes only under it). */
+	for (i = 0; i < t->nargs; i++) {
+		odx_buffer *b = t->args[i].v.buffer;
+
+		if (stages_arg(t, i) && b->replicas[m].evicting &&
+		    (t->kind == ODX__TASK_WRITE ||
+		     (t->kind == ODX__TASK_KERNEL && (odx__task_dep_access(t, i) & ODX_W)))) {
+			pthread_mutex_unlock(&node->lock);
+			atomic_fetch_add(&node->noroom, 1);
+			return ODX__STAGE_NOROOM;
+		}
+	}
 	/* Reserve before allocating, admit before running: all of the working set or nothing,
 	 * so two tasks can never each hold part of what the other needs. */
 	working_set(t, m, &total, &missing);
@@ -640,7 +683,10 @@ int odx__prefetch(odx__task *t)
 			odx__copy_job *job = job_new(b, src, m, COPY_FETCH);
 
 			if (!job || odx__replica_alloc(ctx, b, m, false) != 0) {
-				free(job);
+				if (job) {
+					free(job);
+					odx__transfer_end(b);
+				}
 				pthread_mutex_unlock(&b->lock);
 				break;
 			}
@@ -1012,16 +1058,7 @@ ODX_API int odx_buffer_wont_use(odx_buffer *buf)
  * the dependency rules do not order them before a buffer's release: wait for them here. */
 static bool transfers_idle(void *arg)
 {
-	odx_buffer *b = arg;
-	bool busy;
-	int m;
-
-	pthread_mutex_lock(&b->lock);
-	busy = b->disk_busy || b->disk_readers > 0;
-	for (m = 0; !busy && m < b->ctx->nmemnodes; m++)
-		busy = b->replicas[m].fetching || b->replicas[m].evicting;
-	pthread_mutex_unlock(&b->lock);
-	return !busy;
+	return atomic_load(&((odx_buffer *)arg)->transfers) == 0;
 }
 
 int odx__buffer_release_memory(odx_buffer *b)
@@ -1034,10 +1071,11 @@ int odx__buffer_release_memory(odx_buffer *b)
 	buffer_unlist(b);
 
 	for (m = ctx->nmemnodes - 1; m >= 0; m--) {
-		bool had = b->replicas[m].allocated;
+		bool had;
 
 		pthread_mutex_lock(&ctx->memnodes[m].lock);
 		pthread_mutex_lock(&b->lock);
+		had = b->replicas[m].allocated;
 		odx__replica_free(ctx, b, m);
 		pthread_mutex_unlock(&b->lock);
 		pthread_mutex_unlock(&ctx->memnodes[m].lock);

@@ -366,6 +366,9 @@ static void context_free(odx_context *ctx)
 	int i;
 
 	odx__tier_stop(ctx);
+	/* Copies the runtime started on its own (write-backs, prefetches, spills) finish first:
+	 * their callbacks use the devices and the buffers. */
+	odx__transfers_drain(ctx);
 	odx__workers_stop(ctx);
 	odx__policy_ctx_close(ctx); /* before kernels go: its last events name them */
 	odx__buffers_release_all(ctx);

@@ -129,6 +129,7 @@ struct odx_buffer {
 	bool spill_failed;      /* the last spill of this version failed: don't retry it */
 	uint32_t disk_readers;  /* reloads in flight */
 	uint64_t disk_slot;
+	_Atomic int transfers;  /* copies and spills of it in flight, callbacks included */
 	void *user_ptr;
 	struct odx_buffer *prev, *next; /* ctx->buffers (live buffers) */
 	odx__replica replicas[]; /* one per memory node */
@@ -440,6 +441,11 @@ bool odx__tier_has_disk(const odx_context *ctx);
 uint64_t odx__tier_disk_capacity(const odx_context *ctx);
 void odx__tier_stats_print(odx_context *ctx, void (*emit)(odx_context *, const char *));
 
+/* A transfer of b starts / ends (buffer.c): ends is the callback's last access to b and ctx. */
+void odx__transfer_begin(odx_buffer *b);
+void odx__transfer_end(odx_buffer *b);
+void odx__transfers_drain(odx_context *ctx);
+
 /* Copies between tiers (buffer.c). A write-back job copies node `src` to node 0 for eviction and
  * frees the source afterwards if it is still idle. */
 odx__copy_job *odx__copy_writeback(odx_buffer *b, int src);
@@ -531,6 +537,8 @@ struct odx_context {
 	odx__tier *tier;
 	_Atomic uint64_t lru_clock;   /* ticks once per staged task: the replicas' LRU order */
 	_Atomic uint64_t progress;    /* tasks completed + transfers finished (watchdog) */
+	_Atomic int transfers;        /* copies and spills in flight, until their callback's
+				       * last access: close waits for none */
 	bool prefetch;                /* tier.prefetch */
 	unsigned monitor_start, monitor_stop; /* watermarks, percent */
 };

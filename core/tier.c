@@ -531,6 +531,7 @@ static void spill_done(void *arg, int status, const char *msg)
 	odx__tier_progress(ctx);
 	odx__tier_changed(ctx, 0);
 	(void)freed;
+	odx__transfer_end(b); /* the last access to b and ctx */
 }
 
 int odx__tier_spill(odx_context *ctx, odx_buffer *b)
@@ -549,6 +550,7 @@ int odx__tier_spill(odx_context *ctx, odx_buffer *b)
 	if (!job)
 		return ODX_ENOMEM;
 	*job = (spill_job){.b = b, .wversion = b->wversion, .t0 = odx__now_ns()};
+	odx__transfer_begin(b);
 	/* Pinned while the I/O thread reads it: never freed or moved meanwhile. */
 	r->pins++;
 	r->evicting = true;
@@ -567,6 +569,7 @@ int odx__tier_spill(odx_context *ctx, odx_buffer *b)
 				 (unsigned long long)b->id, odx__spill_last_error());
 		}
 		free(job);
+		odx__transfer_end(b);
 	}
 	return rc;
 }

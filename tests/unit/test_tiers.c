@@ -281,10 +281,14 @@ static size_t random_graph(odx_context *ctx, uint64_t seed, int ops, uint32_t *o
 			assert_ok(odx_buffer_write(b[y], 0, host, RWORDS * sizeof(uint32_t),
 						   TEST_TIMEOUT_MS));
 			break;
-		default:
-			assert_ok(odx_buffer_read(b[x], 0, host, RWORDS * sizeof(uint32_t),
-						  TEST_TIMEOUT_MS));
+		default: {
+			int rc = odx_buffer_read(b[x], 0, host, RWORDS * sizeof(uint32_t),
+						 TEST_TIMEOUT_MS);
+
+			if (rc)
+				fail_msg("random graph: op %d: %s", i, odx_last_error(ctx));
 			break;
+		}
 		}
 	}
 	for (i = 0; i < RBUFS; i++) {
