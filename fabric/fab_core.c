@@ -124,6 +124,7 @@ struct odx_fab {
 	bool mr_local, mr_endpoint, mr_virt, mr_prov_key, mr_raw, has_rma, has_source;
 	uint64_t next_mr_key;
 	struct fab_peer *peers;
+	char (*peer_str)[96]; /* fi_av_straddr of each rank, made before the progress thread starts */
 	struct fab_op *rx[FAB_RX_BUFS];
 	int cq_fd, wake_fd, spin;
 	pthread_t thread;
@@ -909,7 +910,10 @@ static void handle_ctrl(odx_fab *f, const unsigned char *buf, size_t len, fi_add
 		if (!x || x->peer != src) {
 			if (x)
 				map_put(&f->sends, bucket(x->id, 0), x);
-			fab_bad(f, "FIN/NACK from rank %d for unknown transfer %llu", src, (unsigned long long)fin.xfer_id);
+			/* a NACK may refuse an inline send that already completed here */
+			if (h.type == FAB_MSG_FIN)
+				fab_bad(f, "FIN from rank %d for unknown transfer %llu", src,
+					(unsigned long long)fin.xfer_id);
 			break;
 		}
 		if (h.type == FAB_MSG_FIN) {
@@ -1066,7 +1070,9 @@ static int op_post(odx_fab *f, struct fab_op *op)
 		return 0;
 	}
 	posted_add(f, op);
-	if (p && op->kind != OP_CTRL_RX && op->kind != OP_DATA_RX)
+	/* Only control messages count as "heard from us": data chunks and one-sided reads may take
+	 * longer than the peer timeout on a slow link, or never reach the peer's layer at all. */
+	if (p && op->kind == OP_CTRL_TX)
 		p->last_sent = fab_now_ns();
 	/* keep a copy of small messages for the replay test hook (cheap: headers and tiny bodies) */
 	if (op->kind == OP_CTRL_TX && !op->raw && op->len <= 128) {
@@ -1545,8 +1551,11 @@ static int exchange_names(odx_fab *f, char *err, size_t errlen)
 		return fab_err(ret);
 	}
 	unsigned char *all = calloc((size_t)f->size, FAB_NAME_MAX);
-	if (!all)
+	f->peer_str = calloc((size_t)f->size, sizeof(*f->peer_str));
+	if (!all || !f->peer_str) {
+		free(all);
 		return ODX_ENOMEM;
+	}
 	ret = fab_wireup_exchange(&f->wu, name, FAB_NAME_MAX, all, FAB_WIREUP_TIMEOUT_MS, err, errlen);
 	for (int r = 0; !ret && r < f->size; r++) {
 		int n = fi_av_insert(f->av, all + (size_t)r * FAB_NAME_MAX, 1, &f->peers[r].addr, 0, NULL);
@@ -1554,6 +1563,9 @@ static int exchange_names(odx_fab *f, char *err, size_t errlen)
 			snprintf(err, errlen, "fi_av_insert of rank %d's address failed (%d)", r, n);
 			ret = ODX_EPEER;
 		}
+		size_t slen = sizeof(f->peer_str[r]);
+		if (f->peer_str)
+			fi_av_straddr(f->av, all + (size_t)r * FAB_NAME_MAX, f->peer_str[r], &slen);
 	}
 	free(all);
 	return ret;
@@ -1718,6 +1730,7 @@ void odx_fab_close(odx_fab *f)
 		close(f->wake_fd);
 	pthread_cond_destroy(&f->cond);
 	pthread_mutex_destroy(&f->lock);
+	free(f->peer_str);
 	free(f->peers);
 	free(f);
 }
@@ -1920,14 +1933,9 @@ int odx_fab_peer_addr(const odx_fab *f, int rank, char *buf, size_t n)
 {
 	if (!f || rank < 0 || rank >= f->size || !buf || !n)
 		return ODX_EINVAL;
-	if (!f->av)
+	if (!f->peer_str || !f->peer_str[rank][0])
 		return ODX_ENOENT;
-	unsigned char addr[FAB_NAME_MAX];
-	size_t len = sizeof(addr);
-	if (fi_av_lookup(f->av, f->peers[rank].addr, addr, &len))
-		return ODX_ENOENT;
-	size_t blen = n;
-	fi_av_straddr(f->av, addr, buf, &blen);
+	snprintf(buf, n, "%s", f->peer_str[rank]);
 	return 0;
 }
 
