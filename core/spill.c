@@ -43,15 +43,22 @@
 #define ALIGN 4096u
 #define DEFAULT_BLOCK (1u << 20)
 #define URING_CHUNK (1u << 20) /* many in flight: small enough to overlap checksums with I/O */
-#define SYNC_CHUNK (4u << 20)  /* one at a time: large enough to amortise the system call */
-#define WINDOW 64u             /* chunks of one request in flight at most (a bitmask) */
-#define CRC_STEP (256u << 10) /* checksum work between two looks at the ring */
+#define SYNC_CHUNK (4u << 20)  /* one at a time: large, as one device request at queue depth 1 */
+#define WINDOW 64u	       /* chunks of one request in flight at most (a bitmask) */
+#define CRC_STEP (256u << 10)  /* checksum work between two looks at the ring */
 #define MSG_MAX 512
 #define MAX_FAULTS 16
 
 static _Thread_local char last_error[MSG_MAX];
 
-enum fault_kind { F_WRITE_EIO, F_WRITE_ENOSPC, F_READ_EIO, F_CORRUPT, F_URING_INIT, F_DIRECT_PROBE };
+enum fault_kind {
+	F_WRITE_EIO,
+	F_WRITE_ENOSPC,
+	F_READ_EIO,
+	F_CORRUPT,
+	F_URING_INIT,
+	F_DIRECT_PROBE
+};
 static const char *const fault_names[] = {"write_eio", "write_enospc", "read_eio",
 					  "corrupt",   "uring_init",   "direct_probe"};
 
@@ -64,21 +71,29 @@ struct extent {
 	uint64_t off, len;
 };
 
-enum slot_state { SLOT_UNUSED, SLOT_WRITING, SLOT_STORED, SLOT_RELEASING };
+enum slot_state {
+	SLOT_UNUSED,
+	SLOT_WRITING,
+	SLOT_STORED,
+	SLOT_RELEASING
+};
 
 struct slot {
-	uint64_t off;      /* in the file */
-	uint64_t alloc;    /* extent length: len rounded up to ALIGN */
+	uint64_t off;	/* in the file */
+	uint64_t alloc; /* extent length: len rounded up to ALIGN */
 	size_t len;
-	uint32_t *crc;     /* one per block; immutable once stored */
-	uint32_t gen;      /* part of the handle, bumped on free so stale handles miss */
-	uint8_t state;     /* enum slot_state */
+	uint32_t *crc;	   /* one per block; immutable once stored */
+	uint32_t gen;	   /* part of the handle, bumped on free so stale handles miss */
+	uint8_t state;	   /* enum slot_state */
 	bool free_pending; /* freed while requests were in flight: release after the last */
-	unsigned busy;     /* requests in flight on this slot */
+	unsigned busy;	   /* requests in flight on this slot */
 	uint32_t next_unused;
 };
 
-enum req_kind { REQ_WRITE, REQ_READ };
+enum req_kind {
+	REQ_WRITE,
+	REQ_READ
+};
 
 struct req {
 	struct req *next;
@@ -95,11 +110,11 @@ struct req {
 	bool fault_corrupt;
 	bool reserved; /* a write's blocks were fallocated */
 	/* progress, I/O thread only */
-	size_t issued;   /* bytes covered by issued chunks */
-	size_t prefix;   /* bytes covered by contiguously completed chunks */
+	size_t issued;	 /* bytes covered by issued chunks */
+	size_t prefix;	 /* bytes covered by contiguously completed chunks */
 	uint64_t window; /* bit k: chunk prefix/chunk + k completed */
 	unsigned inflight;
-	size_t crc_pos;   /* write: checksummed up to; read: verified up to */
+	size_t crc_pos;	  /* write: checksummed up to; read: verified up to */
 	uint32_t crc_run; /* crc32 of the block at crc_pos so far */
 	int status;
 	char msg[MSG_MAX];
@@ -108,9 +123,9 @@ struct req {
 struct chunk {
 	struct req *r;
 	size_t pos, len; /* user bytes [pos, pos + len) of the request */
-	size_t io_len;   /* bytes on disk: len, or len rounded up to ALIGN when bounced */
-	size_t done;     /* bytes transferred so far (short transfers are reissued) */
-	uint8_t *buf;    /* user memory or bounce */
+	size_t io_len;	 /* bytes on disk: len, or len rounded up to ALIGN when bounced */
+	size_t done;	 /* bytes transferred so far (short transfers are reissued) */
+	uint8_t *buf;	 /* user memory or bounce */
 	uint8_t *bounce; /* allocated on first need, kept until close */
 	struct chunk *next_free;
 };
@@ -129,7 +144,7 @@ struct odx__spill {
 	struct io_uring ring;
 #endif
 	atomic_bool punch; /* the filesystem takes FALLOC_FL_PUNCH_HOLE (any thread may find out) */
-	bool falloc;       /* it takes fallocate (I/O thread only) */
+	bool falloc;	   /* it takes fallocate (I/O thread only) */
 
 	pthread_t thread;
 	pthread_mutex_t lock;
@@ -241,10 +256,11 @@ static int parse_faults(odx__spill *s, const char *spec, char *err, size_t errle
 		p = end ? end + 1 : NULL;
 		continue;
 bad:
-		set_error(err, errlen,
-			  "spill fault spec '%s': '%.*s' is not kind=N with N >= 1 (kinds: write_eio, "
-			  "write_enospc, read_eio, corrupt, uring_init, direct_probe; at most %d)",
-			  spec, (int)n, p, MAX_FAULTS);
+		set_error(
+			err, errlen,
+			"spill fault spec '%s': '%.*s' is not kind=N with N >= 1 (kinds: write_eio, "
+			"write_enospc, read_eio, corrupt, uring_init, direct_probe; at most %d)",
+			spec, (int)n, p, MAX_FAULTS);
 		return ODX_EINVAL;
 	}
 	return 0;
@@ -303,7 +319,8 @@ static int extent_free(odx__spill *s, uint64_t off, uint64_t len)
 		s->ext[lo - 1].len += len;
 		if (lo < s->next && s->ext[lo - 1].off + s->ext[lo - 1].len == s->ext[lo].off) {
 			s->ext[lo - 1].len += s->ext[lo].len;
-			memmove(&s->ext[lo], &s->ext[lo + 1], (s->next - lo - 1) * sizeof(s->ext[0]));
+			memmove(&s->ext[lo], &s->ext[lo + 1],
+				(s->next - lo - 1) * sizeof(s->ext[0]));
 			s->next--;
 		}
 		lo--;
@@ -466,6 +483,11 @@ static void uring_prep(odx__spill *s, struct chunk *c, bool write, uint64_t off)
 		io_uring_prep_read(sqe, s->fd, c->buf + c->done, (unsigned)(c->io_len - c->done),
 				   off);
 	io_uring_sqe_set_data(sqe, c);
+	if (!s->direct)
+		/* Buffered I/O that misses the page cache would be retried by the ring after a
+		 * readahead callback; going straight to the kernel's workers keeps each chunk one
+		 * plain blocking read or write with normal readahead, and several in parallel. */
+		io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
 	s->kernel_inflight++;
 	s->to_submit++;
 }
@@ -580,7 +602,8 @@ static bool crc_step(odx__spill *s, struct req *r)
 		return false;
 	if (n > CRC_STEP)
 		n = CRC_STEP;
-	r->crc_run = (uint32_t)crc32_z(r->crc_pos == bstart ? 0 : r->crc_run, r->user + r->crc_pos, n);
+	r->crc_run =
+		(uint32_t)crc32_z(r->crc_pos == bstart ? 0 : r->crc_run, r->user + r->crc_pos, n);
 	r->crc_pos += n;
 	if (r->crc_pos < bend)
 		return true;
@@ -589,7 +612,8 @@ static bool crc_step(odx__spill *s, struct req *r)
 	else if (r->crc_run != r->crc[b])
 		req_fail(s, r, ODX_ECORRUPT,
 			 "spill file %s: slot %#" PRIx64 " block %zu (slot offset %zu, file offset "
-			 "%" PRIu64 ", %zu bytes) failed its checksum: stored crc32 %08x, read back "
+			 "%" PRIu64
+			 ", %zu bytes) failed its checksum: stored crc32 %08x, read back "
 			 "%08x",
 			 s->file, r->handle, b, bstart, r->off + bstart, bend - bstart, r->crc[b],
 			 r->crc_run);
@@ -666,9 +690,10 @@ static void issue(odx__spill *s)
 					c->r = NULL;
 					c->next_free = s->free_chunks;
 					s->free_chunks = c;
-					req_fail(s, r, ODX_ENOMEM,
-						 "spill file %s: no memory for a %zu-byte bounce buffer",
-						 s->file, s->chunk);
+					req_fail(
+						s, r, ODX_ENOMEM,
+						"spill file %s: no memory for a %zu-byte bounce buffer",
+						s->file, s->chunk);
 					break;
 				}
 				c->io_len = round_up(c->len, ALIGN);
@@ -681,10 +706,9 @@ static void issue(odx__spill *s)
 			r->issued += c->len;
 			r->inflight++;
 			chunk_issue(s, c);
+			if (!s->uring)
+				return; /* one blocking chunk, then its checksum (see io_thread) */
 		}
-		/* pread/pwrite ran this request to its end: let its done run before the next. */
-		if (!s->uring && r->issued)
-			break;
 	}
 	if (s->uring)
 		uring_submit(s);
@@ -795,8 +819,8 @@ static void *io_thread(void *arg)
 			struct req *r = cancel;
 
 			cancel = r->next;
-			req_fail(s, r, ODX_ECANCELED, "spill file %s: %s canceled by close", s->file,
-				 r->kind == REQ_WRITE ? "write" : "read");
+			req_fail(s, r, ODX_ECANCELED, "spill file %s: %s canceled by close",
+				 s->file, r->kind == REQ_WRITE ? "write" : "read");
 			finish(s, r);
 		}
 		if (!s->active_head) {
@@ -806,11 +830,16 @@ static void *io_thread(void *arg)
 		}
 		/* Keep the device busy first, then checksum in small steps, and sleep only when
 		 * there is nothing to compute. */
-		issue(s);
-		if (s->kernel_inflight)
-			uring_reap(s, false);
-		if (!crc_work(s) && s->kernel_inflight)
-			uring_reap(s, true);
+		if (s->uring) {
+			issue(s);
+			if (s->kernel_inflight)
+				uring_reap(s, false);
+			if (!crc_work(s) && s->kernel_inflight)
+				uring_reap(s, true);
+		} else if (!crc_work(s)) {
+			/* pread/pwrite block: alternate one chunk and its checksum. */
+			issue(s);
+		}
 		sweep(s);
 	}
 	pthread_mutex_lock(&s->lock);
@@ -848,7 +877,8 @@ static int probe_direct(odx__spill *s)
 	}
 	memset(buf, 0x5a, ALIGN);
 	errno = 0;
-	if (pwrite(fd, buf, ALIGN, 0) != (ssize_t)ALIGN || pread(fd, buf, ALIGN, 0) != (ssize_t)ALIGN)
+	if (pwrite(fd, buf, ALIGN, 0) != (ssize_t)ALIGN ||
+	    pread(fd, buf, ALIGN, 0) != (ssize_t)ALIGN)
 		e = errno ? errno : EIO;
 	free(buf);
 	if (!e && ftruncate(fd, 0))
@@ -896,10 +926,11 @@ int odx__spill_open(const odx__spill_params *p, odx__spill **out, char *err, siz
 	}
 	if ((p->block_size && p->block_size % ALIGN) || p->direct < -1 || p->direct > 1 ||
 	    p->engine < -1 || p->engine > 1 || p->queue_depth > 256 || p->close_timeout_ms < 0) {
-		set_error(err, errlen,
-			  "spill: invalid parameters (block_size %zu must be 0 or a multiple of %u; "
-			  "direct %d and engine %d -1, 0 or 1; queue_depth %u at most 256)",
-			  p->block_size, ALIGN, p->direct, p->engine, p->queue_depth);
+		set_error(
+			err, errlen,
+			"spill: invalid parameters (block_size %zu must be 0 or a multiple of %u; "
+			"direct %d and engine %d -1, 0 or 1; queue_depth %u at most 256)",
+			p->block_size, ALIGN, p->direct, p->engine, p->queue_depth);
 		return ODX_EINVAL;
 	}
 	s = calloc(1, sizeof(*s));
@@ -927,21 +958,23 @@ int odx__spill_open(const odx__spill_params *p, odx__spill **out, char *err, siz
 		goto out_free;
 	}
 	if (!mkdtemp(s->dir)) {
-		set_error(err, errlen, "spill: cannot create a private directory under '%s': %s", base,
-			  strerror(errno));
+		set_error(err, errlen, "spill: cannot create a private directory under '%s': %s",
+			  base, strerror(errno));
 		rc = odx_code(errno);
 		goto out_free;
 	}
 	/* mkdtemp asks for 0700 but the umask may take bits away: set it exactly. */
 	if (chmod(s->dir, 0700)) {
-		set_error(err, errlen, "spill directory %s: chmod 0700: %s", s->dir, strerror(errno));
+		set_error(err, errlen, "spill directory %s: chmod 0700: %s", s->dir,
+			  strerror(errno));
 		rc = odx_code(errno);
 		goto out_rmdir;
 	}
 	snprintf(s->file, sizeof(s->file), "%s/spill", s->dir);
 	fd = open(s->file, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0 || fchmod(fd, 0600)) {
-		set_error(err, errlen, "spill file %s: cannot create: %s", s->file, strerror(errno));
+		set_error(err, errlen, "spill file %s: cannot create: %s", s->file,
+			  strerror(errno));
 		rc = odx_code(errno);
 		if (fd >= 0)
 			close(fd);
@@ -957,11 +990,12 @@ int odx__spill_open(const odx__spill_params *p, odx__spill **out, char *err, siz
 			s->fd = dfd;
 			s->direct = true;
 		} else if (p->direct == 1) {
-			set_error(err, errlen,
-				  "spill: O_DIRECT was required (tier.disk.direct) but the filesystem "
-				  "of %s refuses it: %s (tmpfs before Linux 6.6 and some network "
-				  "filesystems do; set it to auto or off)",
-				  base, strerror(-dfd));
+			set_error(
+				err, errlen,
+				"spill: O_DIRECT was required (tier.disk.direct) but the filesystem "
+				"of %s refuses it: %s (tmpfs before Linux 6.6 and some network "
+				"filesystems do; set it to auto or off)",
+				base, strerror(-dfd));
 			rc = ODX_EUNAVAIL;
 			goto out_unlink;
 		}
@@ -973,13 +1007,14 @@ int odx__spill_open(const odx__spill_params *p, odx__spill **out, char *err, siz
 		if (!rc) {
 			s->uring = true;
 		} else if (p->engine == 1) {
-			set_error(err, errlen,
-				  rc == -ENOSYS
-					  ? "spill: io_uring was required but ODX was built without "
-					    "liburing"
-					  : "spill: io_uring was required but io_uring_queue_init failed: "
-					    "%s",
-				  strerror(-rc));
+			set_error(
+				err, errlen,
+				rc == -ENOSYS
+					? "spill: io_uring was required but ODX was built without "
+					  "liburing"
+					: "spill: io_uring was required but io_uring_queue_init failed: "
+					  "%s",
+				strerror(-rc));
 			rc = ODX_EUNAVAIL;
 			goto out_unlink;
 		}
@@ -1041,8 +1076,9 @@ void odx__spill_close(odx__spill *s)
 	if (!s)
 		return;
 	if (pthread_equal(pthread_self(), s->thread)) {
-		fprintf(stderr, "odx: spill %s: odx__spill_close called from a done callback; "
-				"ignored (it would wait for itself)\n",
+		fprintf(stderr,
+			"odx: spill %s: odx__spill_close called from a done callback; "
+			"ignored (it would wait for itself)\n",
 			s->dir);
 		return;
 	}
@@ -1067,7 +1103,8 @@ void odx__spill_close(odx__spill *s)
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (unlink(s->file))
-		fprintf(stderr, "odx: spill file %s: cannot remove: %s\n", s->file, strerror(errno));
+		fprintf(stderr, "odx: spill file %s: cannot remove: %s\n", s->file,
+			strerror(errno));
 	if (rmdir(s->dir))
 		fprintf(stderr, "odx: spill directory %s: cannot remove: %s\n", s->dir,
 			strerror(errno));
@@ -1109,7 +1146,10 @@ int odx__spill_write(odx__spill *s, const void *src, size_t len, uint64_t *slot,
 	last_error[0] = '\0';
 	if (!s || (!src && len) || !slot || !done)
 		return fail_sync(ODX_EINVAL, "odx__spill_write: invalid argument '%s'",
-				 !s ? "s" : !slot ? "slot" : !done ? "done" : "src");
+				 !s	 ? "s"
+				 : !slot ? "slot"
+				 : !done ? "done"
+					 : "src");
 	nblocks = (len + s->block - 1) / s->block;
 	r = calloc(1, sizeof(*r));
 	if (nblocks)
@@ -1127,8 +1167,8 @@ int odx__spill_write(odx__spill *s, const void *src, size_t len, uint64_t *slot,
 	}
 	if (len > s->capacity - s->used) {
 		rc = fail_sync(ODX_ENOSPC,
-			       "spill %s: %zu bytes do not fit: %" PRIu64 " of the capacity of %" PRIu64
-			       " bytes are in use, %" PRIu64 " free",
+			       "spill %s: %zu bytes do not fit: %" PRIu64
+			       " of the capacity of %" PRIu64 " bytes are in use, %" PRIu64 " free",
 			       s->dir, len, s->used, s->capacity, s->capacity - s->used);
 		goto out_unlock;
 	}
@@ -1159,7 +1199,7 @@ int odx__spill_write(odx__spill *s, const void *src, size_t len, uint64_t *slot,
 		.crc = crc,
 		.done = done,
 		.arg = arg,
-		.fault_errno = fault_hits(s, F_WRITE_EIO, s->nwrites_submitted)      ? EIO
+		.fault_errno = fault_hits(s, F_WRITE_EIO, s->nwrites_submitted)	     ? EIO
 			       : fault_hits(s, F_WRITE_ENOSPC, s->nwrites_submitted) ? ENOSPC
 										     : 0,
 		.fault_corrupt = fault_hits(s, F_CORRUPT, s->nwrites_submitted),
@@ -1187,7 +1227,9 @@ int odx__spill_read(odx__spill *s, uint64_t slot, void *dst, size_t len, odx__sp
 	last_error[0] = '\0';
 	if (!s || (!dst && len) || !done)
 		return fail_sync(ODX_EINVAL, "odx__spill_read: invalid argument '%s'",
-				 !s ? "s" : !done ? "done" : "dst");
+				 !s	 ? "s"
+				 : !done ? "done"
+					 : "dst");
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return fail_sync(ODX_ENOMEM, "spill %s: no memory for a read request", s->dir);
@@ -1198,8 +1240,9 @@ int odx__spill_read(odx__spill *s, uint64_t slot, void *dst, size_t len, odx__sp
 	}
 	sl = slot_lookup(s, slot, &index);
 	if (!sl) {
-		rc = fail_sync(ODX_ENOENT, "spill %s: no slot %#" PRIx64 " (never written or freed)",
-			       s->dir, slot);
+		rc = fail_sync(ODX_ENOENT,
+			       "spill %s: no slot %#" PRIx64 " (never written or freed)", s->dir,
+			       slot);
 		goto out_unlock;
 	}
 	if (sl->state == SLOT_WRITING) {
@@ -1209,7 +1252,8 @@ int odx__spill_read(odx__spill *s, uint64_t slot, void *dst, size_t len, odx__sp
 	}
 	if (len != sl->len) {
 		rc = fail_sync(ODX_EINVAL,
-			       "spill %s: slot %#" PRIx64 " holds %zu bytes, a read of %zu was asked",
+			       "spill %s: slot %#" PRIx64
+			       " holds %zu bytes, a read of %zu was asked",
 			       s->dir, slot, sl->len, len);
 		goto out_unlock;
 	}
@@ -1319,7 +1363,8 @@ int odx__spill_corrupt_for_test(odx__spill *s, uint64_t slot, size_t offset)
 		size_t len = sl->len;
 
 		pthread_mutex_unlock(&s->lock);
-		return fail_sync(ODX_ERANGE, "spill %s: offset %zu is past slot %#" PRIx64 " (%zu bytes)",
+		return fail_sync(ODX_ERANGE,
+				 "spill %s: offset %zu is past slot %#" PRIx64 " (%zu bytes)",
 				 s->dir, offset, slot, len);
 	}
 	pos = sl->off + offset;

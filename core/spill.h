@@ -61,7 +61,8 @@ typedef struct odx__spill_params {
 	const char *fault;
 	/* How long odx__spill_close waits for I/O already issued (0 = 10000 ms). */
 	int close_timeout_ms;
-	/* Requests the I/O thread keeps in flight with io_uring (0 = 32; 1..256). */
+	/* Chunks (1 MiB each) the I/O thread keeps in flight with io_uring (0 = 16; at most 256;
+	 * pread/pwrite runs one at a time). */
 	unsigned queue_depth;
 } odx__spill_params;
 
@@ -122,16 +123,16 @@ int odx__spill_read(odx__spill *s, uint64_t slot, void *dst, size_t len, odx__sp
 void odx__spill_free(odx__spill *s, uint64_t slot);
 
 typedef struct odx__spill_stats {
-	uint64_t capacity;      /* bytes this space may hold */
-	uint64_t used;          /* bytes reserved by live slots and writes in flight */
+	uint64_t capacity;	/* bytes this space may hold */
+	uint64_t used;		/* bytes reserved by live slots and writes in flight */
 	uint64_t bytes_written; /* by completed, successful writes */
-	uint64_t bytes_read;    /* by completed, verified reads */
+	uint64_t bytes_read;	/* by completed, verified reads */
 	uint64_t writes, reads; /* completed successful requests */
-	uint64_t errors;        /* requests that completed with an error (I/O error or corruption) */
-	uint64_t corrupt;       /* reads that failed their checksum */
-	bool direct;            /* O_DIRECT is in use */
-	bool uring;             /* io_uring is in use (false after a fallback to pread/pwrite) */
-	char dir[256];          /* the private directory */
+	uint64_t errors;  /* requests that completed with an error (I/O error or corruption) */
+	uint64_t corrupt; /* reads that failed their checksum */
+	bool direct;	  /* O_DIRECT is in use */
+	bool uring;	  /* io_uring is in use (false after a fallback to pread/pwrite) */
+	char dir[256];	  /* the private directory */
 } odx__spill_stats;
 
 void odx__spill_get_stats(odx__spill *s, odx__spill_stats *st);
