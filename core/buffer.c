@@ -727,7 +727,7 @@ void odx__unstage(odx__task *t, int status)
 			continue;
 		mode = odx__task_dep_access(t, i);
 		writes = !t->no_effect && ((t->kind == ODX__TASK_KERNEL && (mode & ODX_W)) ||
-					   t->kind == ODX__TASK_WRITE);
+					   t->kind == ODX__TASK_WRITE || t->kind == ODX__TASK_RECV);
 		pthread_mutex_lock(&b->lock);
 		if (writes && status == 0) {
 			for (k = 0; k < ctx->nmemnodes; k++)
@@ -974,6 +974,9 @@ ODX_API int odx_buffer_write(odx_buffer *buf, size_t offset, const void *src, si
 	if (!buf)
 		return ODX_EINVAL;
 	ODX__CHECK_ARG(buf->ctx, src || len == 0, "src");
+	/* Several ranks: every rank writes the same bytes (dist.c). */
+	if (buf->ctx->fab && offset <= buf->size && len <= buf->size - offset && len > 0)
+		odx__dist_write(buf, offset == 0 && len == buf->size);
 	return host_access(buf, ODX__TASK_WRITE, (void *)src, offset, len, timeout_ms,
 			   "odx_buffer_write");
 }
@@ -983,6 +986,13 @@ ODX_API int odx_buffer_read(odx_buffer *buf, size_t offset, void *dst, size_t le
 	if (!buf)
 		return ODX_EINVAL;
 	ODX__CHECK_ARG(buf->ctx, dst || len == 0, "dst");
+	/* Several ranks: reads are collective; the latest version goes to every rank (dist.c). */
+	if (buf->ctx->fab && offset <= buf->size && len <= buf->size - offset && len > 0) {
+		int rc = odx__dist_read(buf);
+
+		if (rc)
+			return rc;
+	}
 	return host_access(buf, ODX__TASK_READ, dst, offset, len, timeout_ms, "odx_buffer_read");
 }
 

@@ -327,6 +327,9 @@ ODX_API int odx_open(odx_context **out, const odx_config *cfg)
 	rc = odx__tier_open(ctx, err, sizeof(err));
 	if (rc)
 		goto out_fail;
+	rc = odx__dist_open(ctx, err, sizeof(err));
+	if (rc)
+		goto out_fail;
 	rc = odx__policy_ctx_open(ctx, err, sizeof(err));
 	if (rc)
 		goto out_fail;
@@ -365,6 +368,7 @@ static void context_free(odx_context *ctx)
 {
 	int i;
 
+	odx__dist_close(ctx); /* when odx_open failed after joining */
 	odx__tier_stop(ctx);
 	/* Copies the runtime started on its own (write-backs, prefetches, spills) finish first:
 	 * their callbacks use the devices and the buffers. */
@@ -434,6 +438,7 @@ ODX_API int odx_close(odx_context *ctx)
 		rc = odx__trace_write(ctx, ctx->trace_path);
 	if (ctx->stats)
 		odx__stats_print(ctx);
+	odx__dist_close(ctx); /* after this rank's sends and receives, with a final barrier */
 	context_free(ctx);
 	return rc;
 }

@@ -130,6 +130,9 @@ struct odx_buffer {
 	uint32_t disk_readers;  /* reloads in flight */
 	uint64_t disk_slot;
 	_Atomic int transfers;  /* copies and spills of it in flight, callbacks included */
+	/* distributed execution (dist.c): every rank tracks the same facts, in program order */
+	uint64_t valid_ranks;   /* ranks holding its latest version (bit r) */
+	uint32_t xfer_seq;      /* transfers of it so far: part of each transfer's key */
 	void *user_ptr;
 	struct odx_buffer *prev, *next; /* ctx->buffers (live buffers) */
 	odx__replica replicas[]; /* one per memory node */
@@ -179,6 +182,8 @@ enum odx__task_kind {
 	ODX__TASK_READ,    /* copy out of the host replica into a user pointer */
 	ODX__TASK_WRITE,   /* copy from a user pointer into the host replica */
 	ODX__TASK_DESTROY, /* release a buffer after its last user */
+	ODX__TASK_SEND,    /* send the host replica to rank `peer` (distributed execution) */
+	ODX__TASK_RECV,    /* receive the buffer from rank `peer` into the host replica */
 };
 
 /* Execution state, for the user-side timeout race of reads and writes. */
@@ -248,6 +253,8 @@ struct odx__task {
 	odx__task *mem_next;        /* its device's queue of tasks waiting for room (worker.c) */
 	uint64_t hold_mask;         /* arguments whose replicas it holds as prefetched (bit i) */
 	uint64_t t_noroom;          /* when it first found no room on its device (stall time) */
+	int peer;                   /* sends and receives: the other rank */
+	uint64_t xfer_key;          /* sends and receives: the transfer's key on the fabric */
 };
 
 odx__task *odx__task_new(odx_context *ctx);
@@ -451,6 +458,25 @@ void odx__transfers_drain(odx_context *ctx);
 odx__copy_job *odx__copy_writeback(odx_buffer *b, int src);
 void odx__copy_start_all(odx_context *ctx, odx__copy_job *jobs);
 
+/* ---- distributed execution (dist.c) ------------------------------------------------------ */
+
+/* Joins the job when launched as one of several ranks (odx-run, mpirun, srun). */
+int odx__dist_open(odx_context *ctx, char *err, size_t errlen);
+void odx__dist_close(odx_context *ctx);
+/* Before a kernel task is submitted: which rank runs it, and the transfers its inputs need
+ * (submitted here as send/receive tasks on the ranks concerned). Returns the rank, or < 0. */
+int odx__dist_kernel(odx_context *ctx, const odx_arg *args, int nargs, const odx_kernel *k,
+		     const odx_task_opts *opts);
+/* After it was submitted (or skipped on this rank): the buffers it writes live on `rank`. */
+void odx__dist_written(odx_context *ctx, const odx_arg *args, int nargs, int rank);
+/* Before a read of the whole job (every rank reads): the latest version to every rank. A
+ * partial write needs it too; a full write makes every rank valid. */
+int odx__dist_read(odx_buffer *b);
+void odx__dist_write(odx_buffer *b, bool full);
+/* Runs a send or receive task on a worker (worker.c): 0 when done is to be called. */
+int odx__dist_run(odx__task *t);
+void odx__dist_stats_print(odx_context *ctx, void (*emit)(odx_context *, const char *));
+
 /* ---- topology (topo.c) -------------------------------------------------------------------- */
 
 typedef struct odx__topo odx__topo;
@@ -540,6 +566,11 @@ struct odx_context {
 	_Atomic int transfers;        /* copies and spills in flight, until their callback's
 				       * last access: close waits for none */
 	bool prefetch;                /* tier.prefetch */
+
+	/* distributed execution (dist.c) */
+	struct odx_fab *fab;          /* NULL on a single rank */
+	int rank, size;
+	_Atomic uint64_t sent_bytes, recv_bytes, xfers;
 	unsigned monitor_start, monitor_stop; /* watermarks, percent */
 };
 

@@ -101,6 +101,11 @@ odx__task *odx__task_new(odx_context *ctx)
 	t->host_ptr = NULL;
 	t->host_off = t->host_len = 0;
 	t->t_start = 0;
+	t->mem_next = NULL;
+	t->hold_mask = 0;
+	t->t_noroom = 0;
+	t->peer = -1;
+	t->xfer_key = 0;
 	return t;
 }
 
@@ -159,7 +164,8 @@ bool odx__task_stage_reads(const odx__task *t, int i)
 
 static char *describe(const odx__task *t, char *out, size_t n)
 {
-	static const char *kinds[] = {"task", "buffer read", "buffer write", "buffer destroy"};
+	static const char *kinds[] = {"task",		"buffer read",	 "buffer write",
+				      "buffer destroy", "send to a rank", "receive from a rank"};
 
 	if (t->kind == ODX__TASK_KERNEL)
 		snprintf(out, n, "task #%llu '%s' (kernel '%s')", (unsigned long long)t->id,
@@ -621,6 +627,30 @@ ODX_API int odx_submit(odx_context *ctx, odx_kernel *kernel, const odx_arg *args
 	}
 	if (ctx->closing)
 		return odx__fail(ctx, ODX_ECLOSED, "odx_submit: the context is closing");
+	if (ctx->fab) {
+		/* Several ranks: every rank takes the same decision; this one may only send,
+		 * receive, or note which buffers the task writes. */
+		odx_arg resolved[64];
+		int r;
+
+		if (nargs > 64)
+			return odx__fail(ctx, ODX_EINVAL, "odx_submit: %d arguments (at most 64 with "
+					 "several ranks)", nargs);
+		for (i = 0; i < nargs; i++) {
+			resolved[i] = args[i];
+			if (args[i].kind == ODX_ARG_BUFFER && args[i].access == 0)
+				resolved[i].access = kernel->params[i].access;
+		}
+		r = odx__dist_kernel(ctx, resolved, nargs, kernel, opts);
+		if (r < 0)
+			return r;
+		odx__dist_written(ctx, resolved, nargs, r);
+		if (r != ctx->rank) {
+			if (event)
+				*event = NULL;
+			return 0;
+		}
+	}
 
 	t = odx__task_new(ctx);
 	if (!t)

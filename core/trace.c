@@ -219,4 +219,5 @@ void odx__stats_print(odx_context *ctx)
 			emit(ctx, stderr, line);
 		}
 	odx__tier_stats_print(ctx, emit_line);
+	odx__dist_stats_print(ctx, emit_line);
 }

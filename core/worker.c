@@ -355,6 +355,18 @@ static void run(odx__task *t, odx__device *dev)
 		}
 		odx__task_put(t);
 		break;
+	case ODX__TASK_SEND:
+	case ODX__TASK_RECV:
+		/* Between ranks: the fabric calls back when the bytes moved (dist.c). */
+		rc = odx__dist_run(t);
+		if (rc == 0)
+			return;
+		snprintf(err, sizeof(err), "the fabric refused the transfer: %s",
+			 odx_strerror(rc));
+		snprintf(msg, sizeof(msg), "task #%llu '%s': %s", (unsigned long long)t->id,
+			 t->tag, err);
+		odx__task_finish(t, rc, msg);
+		return;
 	default:
 		/* Buffer destruction: what it needed was done by staging; reads and writes never
 		 * come here (the calling thread runs them). */

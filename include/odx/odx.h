@@ -461,6 +461,47 @@ ODX_API int odx_kernel_builtin(odx_context *ctx, const char *name, odx_kernel **
  */
 ODX_API int odx_kernel_builtin_list(const char *const **names);
 
+/* ------------------------------------------------------------------------------------------ */
+/* Distributed execution (docs/distributed.md)                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * One program, many ranks: launched by scripts/odx-run, mpirun or srun, every rank opens a context
+ * and submits the same tasks, creates the same buffers and makes the same reads and writes, in the
+ * same order. Each task runs on one rank (the owner of the first buffer it writes, by default);
+ * ODX moves the bytes between ranks. Reads are collective: every rank gets the data.
+ */
+
+/** This process's rank in the job (0 when not launched as several ranks). */
+ODX_API int odx_rank(odx_context *ctx);
+/** How many ranks the job has (1 when not launched as several ranks). */
+ODX_API int odx_size(odx_context *ctx);
+/**
+ * Sets the rank that owns `buf`: tasks writing it run there. Call it on every rank, before the
+ * buffer's first use; the default owner is rank 0. ODX_EINVAL for a rank outside [0, size).
+ */
+ODX_API int odx_buffer_set_owner(odx_buffer *buf, int rank);
+ODX_API int odx_buffer_owner(const odx_buffer *buf);
+
+/** Owner of item `index` of `count` in contiguous blocks over `nranks` ranks. */
+static inline int odx_owner_block(long index, long count, int nranks)
+{
+	return count > 0 && nranks > 0 ? (int)(index * nranks / count) : 0;
+}
+
+/** Owner of item `index` dealt round-robin over `nranks` ranks. */
+static inline int odx_owner_cyclic(long index, int nranks)
+{
+	return nranks > 0 ? (int)(index % nranks) : 0;
+}
+
+/**
+ * odx_wait_all on this rank, then a barrier with every rank of the job: when it returns 0, every
+ * task of every rank has finished. ODX_EPEER when a rank failed (the message names it),
+ * ODX_ETIMEDOUT, or the first local task error.
+ */
+ODX_API int odx_wait_all_ranks(odx_context *ctx, int timeout_ms);
+
 #ifdef __cplusplus
 }
 #endif

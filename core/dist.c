@@ -1,0 +1,374 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * dist.c - distributed execution: a replicated sequential task flow over the fabric (DESIGN
+ * section 10).
+ *
+ * Every rank runs the same program and submits the same tasks, buffers, reads and writes in the
+ * same order, so every rank can track, for every buffer, which ranks hold its latest version
+ * (valid_ranks) without a single message. For each kernel task every rank computes the same
+ * answer to "which rank runs it" (the Lua policy's place_rank when it has one, else the owner of
+ * the first buffer it writes), and the same list of transfers its inputs need: for each buffer
+ * the task uses that its rank lacks, one transfer from a rank that has it. The sender submits a
+ * SEND task (it reads the buffer: ordered after its last writer) and the receiver a RECV task (it
+ * writes the buffer: ordered after the local readers of the old bytes); the receive is posted
+ * straight into the host copy when its turn comes, and the send may run earlier: the fabric
+ * matches them by (rank, key), and the key (buffer id, transfer count) is the same on both sides
+ * because both counted the same transfers. A rank that neither runs a task nor sends or receives
+ * for it only updates valid_ranks of the buffers it writes.
+ *
+ * Only fabric/ includes libfabric; this file sees the transport through fabric/fabric.h.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "fabric.h"
+#include "policy.h"
+
+#define MAX_RANKS 64 /* valid_ranks is one 64-bit word */
+
+static uint64_t all_ranks(const odx_context *ctx)
+{
+	return ctx->size >= 64 ? ~0ull : (1ull << ctx->size) - 1;
+}
+
+/* Does rank r hold b's latest version? valid_ranks 0 means every rank: a new buffer reads as
+ * zeros everywhere, a registered one is each rank's own memory. */
+static bool has(const odx_buffer *b, int r)
+{
+	return b->valid_ranks == 0 || ((b->valid_ranks >> r) & 1);
+}
+
+static void on_peer(void *user, int rank, const char *why)
+{
+	odx_context *ctx = user;
+
+	/* The transfers with that rank fail with ODX_EPEER on their own (the fabric fails them);
+	 * this is the one line that says what happened. */
+	odx__log(ctx, ODX_LOG_ERROR, "rank %d failed: %s", rank, why ? why : "");
+	if (!odx__log_enabled(ctx, ODX_LOG_ERROR))
+		fprintf(stderr, "odx rank %d: rank %d failed: %s\n", ctx->rank, rank, why ? why : "");
+}
+
+static void on_msg(void *user, int src, uint32_t type, const void *payload, size_t len)
+{
+	odx_context *ctx = user;
+
+	/* The task flow needs no control messages: everything is known in advance. */
+	odx__log(ctx, ODX_LOG_WARN, "unexpected control message of type %u (%zu bytes) from rank %d",
+		 type, len, src);
+	(void)payload;
+}
+
+int odx__dist_open(odx_context *ctx, char *err, size_t errlen)
+{
+	const char *size_env = getenv("ODX_SIZE"), *pmix = getenv("PMIX_RANK");
+	odx_fab_params p;
+	char why[512] = "";
+	int rc;
+
+	ctx->rank = 0;
+	ctx->size = 1;
+	/* Not launched as several ranks: nothing to join. */
+	if ((!size_env || !size_env[0] || strcmp(size_env, "1") == 0) && !pmix)
+		return 0;
+	memset(&p, 0, sizeof(p));
+	p.provider = odx__config_str(ctx->config, "fabric.provider");
+	p.iface = odx__config_str(ctx->config, "fabric.iface");
+	if (!p.iface[0])
+		p.iface = NULL;
+	p.peer_timeout_ms = (int)odx__config_int(ctx->config, "fabric.peer_timeout_ms");
+	p.fault = odx__config_str(ctx->config, "fabric.fault");
+	if (!p.fault[0])
+		p.fault = NULL;
+	p.max_retries = (int)odx__config_int(ctx->config, "fabric.retries");
+	rc = odx_fab_open(&p, &ctx->fab, why, sizeof(why));
+	if (rc) {
+		snprintf(err, errlen, "cannot join the job's fabric (fabric.provider = %s): %s",
+			 p.provider, why[0] ? why : odx_strerror(rc));
+		ctx->fab = NULL;
+		return rc;
+	}
+	ctx->rank = odx_fab_rank(ctx->fab);
+	ctx->size = odx_fab_size(ctx->fab);
+	if (ctx->size > MAX_RANKS) {
+		snprintf(err, errlen, "%d ranks: this version runs at most %d ranks", ctx->size,
+			 MAX_RANKS);
+		odx_fab_close(ctx->fab);
+		ctx->fab = NULL;
+		return ODX_ENOSYS;
+	}
+	if (ctx->size <= 1) {
+		odx_fab_close(ctx->fab);
+		ctx->fab = NULL;
+		return 0;
+	}
+	odx_fab_set_handlers(ctx->fab, on_msg, on_peer, ctx);
+	odx__log(ctx, ODX_LOG_INFO, "rank %d of %d, fabric provider %s", ctx->rank, ctx->size,
+		 odx_fab_provider(ctx->fab));
+	return 0;
+}
+
+void odx__dist_close(odx_context *ctx)
+{
+	int rc;
+
+	if (!ctx->fab)
+		return;
+	/* A clean end: nobody leaves while another rank may still send to it. */
+	rc = odx_fab_barrier(ctx->fab, 0);
+	if (rc)
+		odx__log(ctx, ODX_LOG_WARN, "closing rank %d: the final barrier failed: %s", ctx->rank,
+			 odx_strerror(rc));
+	odx_fab_close(ctx->fab);
+	ctx->fab = NULL;
+}
+
+/* ---- the replicated bookkeeping --------------------------------------------------------- */
+
+/* Submits this rank's side of one transfer of b from rank `src` to rank `dst`. */
+static int transfer(odx_context *ctx, odx_buffer *b, int src, int dst)
+{
+	uint64_t key = (b->id << 32) | b->xfer_seq++;
+	odx__task *t;
+	int rc;
+
+	b->valid_ranks |= 1ull << dst;
+	if (ctx->rank != src && ctx->rank != dst)
+		return 0;
+	t = odx__task_new(ctx);
+	if (!t)
+		return odx__fail(ctx, ODX_ENOMEM, "out of memory for a transfer task");
+	t->kind = ctx->rank == src ? ODX__TASK_SEND : ODX__TASK_RECV;
+	t->nargs = 1;
+	/* A send reads the buffer; a receive replaces it (after the local readers of the old
+	 * bytes, before the local users of the new ones). */
+	t->args[0] = ODX_BUF(b, t->kind == ODX__TASK_SEND ? ODX_R : ODX_W);
+	t->peer = ctx->rank == src ? dst : src;
+	t->xfer_key = key;
+	snprintf(t->tag, sizeof(t->tag), "%s rank %d (buffer %llu)",
+		 t->kind == ODX__TASK_SEND ? "send to" : "receive from", t->peer,
+		 (unsigned long long)b->id);
+	rc = odx__task_submit(ctx, t, ODX__ADMIT_FORCE);
+	return rc;
+}
+
+/* The rank with the latest version to copy from: the lowest one holding it. */
+static int source_rank(const odx_buffer *b)
+{
+	return b->valid_ranks ? __builtin_ctzll(b->valid_ranks) : 0;
+}
+
+/* Every rank computes the same placement from the same facts. */
+static int place(odx_context *ctx, const odx_arg *args, int nargs, const odx_kernel *k,
+		 const odx_task_opts *opts)
+{
+	int i, first = -1;
+
+	if (ctx->policy) {
+		odx__rank_task rt;
+		int owners[64], out = -1;
+		uint64_t bytes[64], total = 0;
+		int nb = 0;
+
+		for (i = 0; i < nargs && nb < 64; i++)
+			if (args[i].kind == ODX_ARG_BUFFER) {
+				owners[nb] = args[i].v.buffer->home_rank;
+				bytes[nb] = args[i].v.buffer->size;
+				total += bytes[nb++];
+			}
+		rt = (odx__rank_task){.task_id = 0,
+				      .kernel = k->name,
+				      .priority = opts ? opts->priority : 0,
+				      .bytes = total,
+				      .tag = opts && opts->tag ? opts->tag : "",
+				      .nbufs = nb,
+				      .owner_rank = owners,
+				      .buf_bytes = bytes};
+		if (odx__policy_place_rank(ctx, &rt, 1, ctx->size, &out) > 0 && out >= 0 &&
+		    out < ctx->size)
+			return out;
+	}
+	/* Owner computes: the owner of the first buffer written, else of the first buffer. */
+	for (i = 0; i < nargs; i++) {
+		if (args[i].kind != ODX_ARG_BUFFER)
+			continue;
+		if ((args[i].access ? args[i].access : k->params[i].access) & ODX_W)
+			return args[i].v.buffer->home_rank;
+		if (first < 0)
+			first = args[i].v.buffer->home_rank;
+	}
+	return first < 0 ? 0 : first;
+}
+
+int odx__dist_kernel(odx_context *ctx, const odx_arg *args, int nargs, const odx_kernel *k,
+		     const odx_task_opts *opts)
+{
+	int r, i, j, rc;
+
+	if (!ctx->fab)
+		return ctx->rank;
+	r = place(ctx, args, nargs, k, opts);
+	for (i = 0; i < nargs; i++) {
+		odx_buffer *b = args[i].v.buffer;
+
+		if (args[i].kind != ODX_ARG_BUFFER)
+			continue;
+		for (j = 0; j < i; j++)
+			if (args[j].kind == ODX_ARG_BUFFER && args[j].v.buffer == b)
+				break;
+		/* Written bytes may be only some of the buffer: the rank needs the latest
+		 * version of every buffer it touches, written or read. */
+		if (j < i || has(b, r))
+			continue;
+		rc = transfer(ctx, b, source_rank(b), r);
+		if (rc)
+			return rc;
+	}
+	return r;
+}
+
+void odx__dist_written(odx_context *ctx, const odx_arg *args, int nargs, int rank)
+{
+	int i;
+
+	if (!ctx->fab)
+		return;
+	for (i = 0; i < nargs; i++)
+		if (args[i].kind == ODX_ARG_BUFFER && (args[i].access & ODX_W))
+			args[i].v.buffer->valid_ranks = 1ull << rank;
+}
+
+int odx__dist_read(odx_buffer *b)
+{
+	odx_context *ctx = b->ctx;
+	int r, rc;
+
+	if (!ctx->fab)
+		return 0;
+	for (r = 0; r < ctx->size; r++) {
+		if (has(b, r))
+			continue;
+		rc = transfer(ctx, b, source_rank(b), r);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+void odx__dist_write(odx_buffer *b, bool full)
+{
+	odx_context *ctx = b->ctx;
+
+	if (!ctx->fab)
+		return;
+	if (!full)
+		odx__dist_read(b); /* the bytes it leaves alone must be the latest everywhere */
+	b->valid_ranks = all_ranks(ctx);
+}
+
+/* ---- running the transfers ------------------------------------------------------------- */
+
+static void xfer_done(void *arg, int status, const char *msg)
+{
+	odx__task *t = arg;
+	odx_context *ctx = t->ctx;
+	char why[ODX__MSG_MAX];
+
+	if (status == 0) {
+		size_t n = t->args[0].v.buffer->size;
+
+		atomic_fetch_add(t->kind == ODX__TASK_SEND ? &ctx->sent_bytes : &ctx->recv_bytes, n);
+		atomic_fetch_add(&ctx->xfers, 1);
+		odx__task_finish(t, 0, NULL);
+		return;
+	}
+	snprintf(why, sizeof(why), "%s rank %d of buffer %llu failed: %s%s%s",
+		 t->kind == ODX__TASK_SEND ? "sending to" : "receiving from", t->peer,
+		 (unsigned long long)t->args[0].v.buffer->id, odx_err_name(status), msg ? ": " : "",
+		 msg ? msg : "");
+	odx__task_finish(t, status, why);
+}
+
+int odx__dist_run(odx__task *t)
+{
+	odx_context *ctx = t->ctx;
+	odx_buffer *b = t->args[0].v.buffer;
+	odx__replica *r0 = &b->replicas[0];
+	void *host = (char *)(uintptr_t)r0->mem + r0->off;
+
+	if (!ctx->fab)
+		return ODX_ECLOSED;
+	if (t->kind == ODX__TASK_SEND)
+		return odx_fab_send(ctx->fab, t->peer, t->xfer_key, host, b->size, xfer_done, t);
+	return odx_fab_recv(ctx->fab, t->peer, t->xfer_key, host, b->size, xfer_done, t);
+}
+
+void odx__dist_stats_print(odx_context *ctx, void (*emit)(odx_context *, const char *))
+{
+	char line[512];
+	odx_fab_stats st;
+
+	if (!ctx->fab)
+		return;
+	odx_fab_get_stats(ctx->fab, &st);
+	snprintf(line, sizeof(line),
+		 "  rank %d of %d (%s): %llu transfers, %.1f MiB sent, %.1f MiB received; fabric: "
+		 "%llu messages, %llu bad messages dropped, %llu retries",
+		 ctx->rank, ctx->size, odx_fab_provider(ctx->fab),
+		 (unsigned long long)atomic_load(&ctx->xfers),
+		 (double)atomic_load(&ctx->sent_bytes) / (1 << 20),
+		 (double)atomic_load(&ctx->recv_bytes) / (1 << 20),
+		 (unsigned long long)(st.msgs_sent + st.msgs_recv), (unsigned long long)st.bad_msgs,
+		 (unsigned long long)st.retries);
+	emit(ctx, line);
+}
+
+/* ---- public API ------------------------------------------------------------------------- */
+
+ODX_API int odx_rank(odx_context *ctx)
+{
+	return ctx ? ctx->rank : ODX_EINVAL;
+}
+
+ODX_API int odx_size(odx_context *ctx)
+{
+	return ctx ? ctx->size : ODX_EINVAL;
+}
+
+ODX_API int odx_buffer_set_owner(odx_buffer *buf, int rank)
+{
+	if (!buf)
+		return ODX_EINVAL;
+	if (rank < 0 || rank >= buf->ctx->size)
+		return odx__fail(buf->ctx, ODX_EINVAL,
+				 "odx_buffer_set_owner: rank %d is outside the job's %d ranks", rank,
+				 buf->ctx->size);
+	buf->home_rank = rank;
+	return 0;
+}
+
+ODX_API int odx_buffer_owner(const odx_buffer *buf)
+{
+	return buf ? buf->home_rank : ODX_EINVAL;
+}
+
+ODX_API int odx_wait_all_ranks(odx_context *ctx, int timeout_ms)
+{
+	int rc, brc;
+
+	if (!ctx)
+		return ODX_EINVAL;
+	rc = odx_wait_all(ctx, timeout_ms);
+	if (!ctx->fab)
+		return rc;
+	/* The barrier runs even after a local failure: the other ranks are waiting in it. */
+	brc = odx_fab_barrier(ctx->fab, timeout_ms);
+	if (rc)
+		return rc;
+	if (brc)
+		return odx__fail(ctx, brc, "odx_wait_all_ranks: the barrier of %d ranks failed: %s",
+				 ctx->size, odx_strerror(brc));
+	return 0;
+}
