@@ -214,6 +214,48 @@ static int compare(const char *what, const void *a, const void *b, size_t n)
 	return 1;
 }
 
+/*
+ * DIST_TEST_KILL=1: the last rank vanishes (exit without closing) while the others wait for data
+ * it owns. Every other rank must see the failure as an error naming that rank within the peer
+ * timeout, not hang. Exit 0 when it did.
+ */
+static int killed_rank(void)
+{
+	odx_context *ctx;
+	odx_buffer *x, *y;
+	odx_kernel *ka;
+	float host[1024];
+	int rc, last;
+
+	CHECK(NULL, odx_open(&ctx, NULL));
+	rank_ = odx_rank(ctx);
+	last = odx_size(ctx) - 1;
+	CHECK(ctx, odx_kernel_builtin(ctx, "odx.axpy_f32", &ka));
+	CHECK(ctx, odx_buffer_create(ctx, sizeof(host), 0, &x));
+	CHECK(ctx, odx_buffer_create(ctx, sizeof(host), 0, &y));
+	CHECK(ctx, odx_buffer_set_owner(x, last));
+	/* x is written on the last rank, then needed on rank 0 */
+	submit(ctx, ka, (odx_arg[]){ODX_BUF(y, ODX_R), ODX_BUF(x, ODX_RW), ODX_F32(1.0f), ODX_I32(1024)},
+	       4, 1024);
+	if (rank_ == last) {
+		printf("rank %d: leaving without a word\n", rank_);
+		fflush(stdout);
+		_exit(0);
+	}
+	submit(ctx, ka, (odx_arg[]){ODX_BUF(x, ODX_R), ODX_BUF(y, ODX_RW), ODX_F32(1.0f), ODX_I32(1024)},
+	       4, 1024);
+	rc = odx_wait_all_ranks(ctx, TIMEOUT_MS);
+	printf("rank %d: odx_wait_all_ranks: %s: %s\n", rank_, odx_err_name(rc), odx_last_error(ctx));
+	if (rc == 0 || strstr(odx_last_error(ctx), "rank") == NULL) {
+		fprintf(stderr, "rank %d: the vanished rank went unnoticed\n", rank_);
+		return 1;
+	}
+	odx_buffer_destroy(x);
+	odx_buffer_destroy(y);
+	odx_close(ctx);
+	return 0;
+}
+
 int main(void)
 {
 	odx_context *ctx;
@@ -224,6 +266,8 @@ int main(void)
 	int fails = 0;
 
 	alarm(150); /* the whole job's deadline, whatever hangs */
+	if (getenv("DIST_TEST_KILL") && strcmp(getenv("DIST_TEST_KILL"), "1") == 0)
+		return killed_rank();
 	CHECK(NULL, odx_open(&ctx, NULL));
 	rank_ = odx_rank(ctx);
 	printf("rank %d of %d\n", rank_, odx_size(ctx));
