@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "pool.h"
 
 int odx__task_memnode(const odx__task *t)
 {
@@ -24,11 +25,22 @@ int odx__task_memnode(const odx__task *t)
 
 /* ---- replica memory ------------------------------------------------------------------------- */
 
-int odx__replica_alloc(odx_context *ctx, odx_buffer *b, int m, bool zero)
+/*
+ * A device node with a pool (core/pool.c, backends of ABI 1.2) carves replicas out of a few large
+ * chunks: r->mem is the chunk's handle, r->off the replica's offset in it, and the node's `used`
+ * counts the pool's rounded size, so that reservations agree with what the pool will take.
+ * Three cases bypass the pool with a dedicated mem_alloc of the exact size (offset 0, counted at
+ * b->size, as without a pool): zero-filled memory asked through odx__replica_alloc (staging
+ * zero-fills pooled memory with a copy instead, see zero_fill), a task whose working set fits
+ * the tier only unrounded (stage_direct), and a pool the driver refused a chunk to even after
+ * it gave back its empty ones. Freeing tells them apart by asking the pool whether the handle is
+ * one of its own.
+ */
+static int replica_alloc_as(odx_context *ctx, odx_buffer *b, int m, bool zero, bool direct)
 {
 	odx__replica *r = &b->replicas[m];
 	odx__memnode *node = &ctx->memnodes[m];
-	uint64_t used;
+	uint64_t used, bytes = b->size;
 	int rc;
 
 	if (m == 0) {
@@ -40,36 +52,59 @@ int odx__replica_alloc(odx_context *ctx, odx_buffer *b, int m, bool zero)
 		if (zero)
 			memset(p, 0, b->size);
 		r->mem = (uint64_t)(uintptr_t)p;
+		r->off = 0;
 	} else {
-		rc = node->device->ops->mem_alloc(node->device->bdev, b->size, zero, &r->mem);
-		if (rc)
-			return rc;
+		rc = ODX_ENOSYS;
+		if (node->pool && !zero && !direct) {
+			rc = odx__pool_alloc(node->pool, b->size, &r->mem, &r->off);
+			if (rc) {
+				/* Empty chunks may be what stands in the way of a new one. */
+				odx__pool_trim(node->pool);
+				rc = odx__pool_alloc(node->pool, b->size, &r->mem, &r->off);
+			}
+			if (rc == 0)
+				bytes = odx__pool_rounded_size(node->pool, b->size);
+		}
+		if (rc) {
+			/* What the node does without a pool. */
+			rc = node->device->ops->mem_alloc(node->device->bdev, b->size, zero, &r->mem);
+			if (rc)
+				return rc;
+			r->off = 0;
+		}
 	}
-	r->off = 0;
 	r->allocated = true;
-	used = atomic_fetch_add(&node->used, b->size) + b->size;
+	used = atomic_fetch_add(&node->used, bytes) + bytes;
 	if (used > node->peak)
 		node->peak = used;
 	return 0;
+}
+
+int odx__replica_alloc(odx_context *ctx, odx_buffer *b, int m, bool zero)
+{
+	return replica_alloc_as(ctx, b, m, zero, false);
 }
 
 void odx__replica_free(odx_context *ctx, odx_buffer *b, int m)
 {
 	odx__replica *r = &b->replicas[m];
 	odx__memnode *node = &ctx->memnodes[m];
+	uint64_t bytes = b->size;
 
 	if (!r->allocated)
 		return;
 	if (m == 0) {
 		if (!b->registered)
 			free((void *)(uintptr_t)r->mem);
+	} else if (node->pool && odx__pool_release(node->pool, r->mem, r->off, b->size)) {
+		bytes = odx__pool_rounded_size(node->pool, b->size);
 	} else {
 		node->device->ops->mem_free(node->device->bdev, r->mem, b->size);
 	}
 	r->allocated = false;
 	r->holds = 0;
 	atomic_store(&r->state, ODX__INVALID);
-	atomic_fetch_sub(&node->used, b->size);
+	atomic_fetch_sub(&node->used, bytes);
 }
 
 void odx__replica_set_state(odx_buffer *b, int m, int state)
@@ -89,6 +124,7 @@ int odx__valid_copies(const odx_buffer *b)
 /* ---- copies between memory nodes ------------------------------------------------------------ */
 
 #define SRC_DISK (-2) /* a copy's source is the buffer's disk-tier copy */
+#define SRC_ZERO (-3) /* zero-fills pooled device memory for a buffer never written */
 
 enum copy_kind {
 	COPY_FETCH = 0,     /* for tasks waiting on the destination replica */
@@ -155,8 +191,23 @@ static void source_release(odx_buffer *b, int src)
 {
 	if (src == SRC_DISK)
 		b->disk_readers--;
-	else
+	else if (src >= 0)
 		b->replicas[src].pins--;
+}
+
+/* A host bounce buffer for a copy: blocks of the pinned staging pool when a run of free ones
+ * holds it, else malloc (counted by the pool as a fallback). */
+static void *bounce_get(odx_context *ctx, size_t n)
+{
+	void *p = odx__pinned_get(odx__tier_pinned(ctx), n);
+
+	return p ? p : malloc(n);
+}
+
+static void bounce_put(odx_context *ctx, void *p, size_t n)
+{
+	if (p && !odx__pinned_put(odx__tier_pinned(ctx), p, n))
+		free(p);
 }
 
 static void copy_done(void *arg, int status, const char *msg)
@@ -171,7 +222,7 @@ static void copy_done(void *arg, int status, const char *msg)
 	bool stale = job->wversion != b->wversion;
 	bool freed = false;
 
-	free(job->bounce);
+	bounce_put(ctx, job->bounce, b->size);
 	job->bounce = NULL;
 	/* A write-back frees its source: that is the source node's business (its lock first). */
 	if (job->kind == COPY_WRITEBACK)
@@ -190,7 +241,7 @@ static void copy_done(void *arg, int status, const char *msg)
 		odx__replica *src = &b->replicas[job->src];
 
 		src->evicting = false;
-		snode->evicting -= b->size;
+		snode->evicting -= odx__pool_charge(snode->pool, b->size);
 		/* Freed only if the host copy is now valid and nobody started using the source. */
 		if (status == 0 && !stale && src->pins == 0 && src->holds == 0 && src->allocated) {
 			odx__replica_free(ctx, b, job->src);
@@ -223,14 +274,17 @@ static void copy_done(void *arg, int status, const char *msg)
 	if (job->kind == COPY_WRITEBACK)
 		pthread_mutex_unlock(&snode->lock);
 
-	if (status == 0) {
+	if (status == 0 && job->src != SRC_ZERO) {
 		int s = job->src >= 0 ? job->src : job->dst; /* reloads count on their node */
 
 		atomic_fetch_add(&ctx->bytes_copied[s * ctx->nmemnodes + job->dst], b->size);
 		atomic_fetch_add(&ctx->copies, 1);
-	} else {
+	} else if (status != 0) {
 		odx__log(ctx, ODX_LOG_ERROR, "copy of buffer %llu from %s %d to memory node %d failed: %s",
-			 (unsigned long long)b->id, job->src == SRC_DISK ? "disk tier" : "memory node",
+			 (unsigned long long)b->id,
+			 job->src == SRC_DISK	? "disk tier"
+			 : job->src == SRC_ZERO ? "zero pages"
+						: "memory node",
 			 job->src, job->dst, msg ? msg : "");
 	}
 	odx__tier_progress(ctx);
@@ -243,6 +297,7 @@ static void copy_done(void *arg, int status, const char *msg)
 		odx__trace_span(job->lane->copy_trace,
 				job->kind == COPY_WRITEBACK ? "write-back"
 				: job->src == SRC_DISK	    ? "reload"
+				: job->src == SRC_ZERO	    ? "zero-fill"
 							    : "copy",
 				"copy", t0, now, b->id);
 		job->lane->copy_lane_free_ns = now;
@@ -258,8 +313,10 @@ static void copy_done(void *arg, int status, const char *msg)
 
 			snprintf(why, sizeof(why), "copy of buffer %llu from %s %d to memory node %d: %s",
 				 (unsigned long long)b->id,
-				 job->src == SRC_DISK ? "the disk tier" : "memory node", job->src,
-				 job->dst, msg ? msg : odx_strerror(status));
+				 job->src == SRC_DISK	? "the disk tier"
+				 : job->src == SRC_ZERO ? "zero pages"
+							: "memory node",
+				 job->src, job->dst, msg ? msg : odx_strerror(status));
 			w->task->fetch_msg = strdup(why);
 		}
 		/* Decide before the last decrement: a caller-run task may be finished and reused
@@ -315,13 +372,21 @@ static void copy_start(odx_context *ctx, odx__copy_job *job)
 	int rc;
 
 	job->t_issue = ctx->tracing ? odx__now_ns() : 0;
-	if (job->src == SRC_DISK) {
+	if (job->src == SRC_ZERO) {
+		/* Zero pages to pooled memory (whose last user's bytes are still there). */
+		const void *zeros = odx__tier_zeros(ctx, b->size);
+
+		job->lane = ddev;
+		rc = zeros ? ddev->ops->copy_h2d(ddev->bdev, dst->mem, dst->off, zeros, b->size,
+						 copy_done, job)
+			   : ODX_ENOMEM;
+	} else if (job->src == SRC_DISK) {
 		/* From the disk tier: straight into host RAM, or through a bounce buffer. */
 		job->lane = ddev;
 		if (!ddev) {
 			rc = odx__tier_reload(ctx, b, (void *)(uintptr_t)dst->mem, copy_done, job);
 		} else {
-			job->bounce = malloc(b->size);
+			job->bounce = bounce_get(ctx, b->size);
 			rc = job->bounce ? odx__tier_reload(ctx, b, job->bounce, bounce_done, job)
 					 : ODX_ENOMEM;
 		}
@@ -342,7 +407,7 @@ static void copy_start(odx_context *ctx, odx__copy_job *job)
 	} else {
 		/* Different backends (or no direct path): through a host bounce buffer. */
 		job->lane = sdev;
-		job->bounce = malloc(b->size);
+		job->bounce = bounce_get(ctx, b->size);
 		rc = job->bounce ? sdev->ops->copy_d2h(sdev->bdev, job->bounce, src->mem, src->off,
 						       b->size, bounce_done, job)
 				 : ODX_ENOMEM;
@@ -373,7 +438,7 @@ odx__copy_job *odx__copy_writeback(odx_buffer *b, int src)
 	b->replicas[src].pins++;
 	b->replicas[src].evicting = true;
 	b->replicas[0].fetching = true;
-	b->ctx->memnodes[src].evicting += b->size;
+	b->ctx->memnodes[src].evicting += odx__pool_charge(b->ctx->memnodes[src].pool, b->size);
 	return job;
 }
 
@@ -391,11 +456,7 @@ static int stage_one(odx__task *t, odx_buffer *b, int m, bool reads, odx__copy_j
 
 	*job = NULL;
 	pthread_mutex_lock(&b->lock);
-	if (reads && b->zero && atomic_load(&r->state) == ODX__INVALID && r->allocated &&
-	    !r->fetching)
-		odx__replica_free(ctx, b, m); /* holds bytes of a failed writer: reallocate zeroed */
-	/* Zero-filled while the buffer was never written, so bytes a first W task leaves alone
-	 * read as zeros, like the rest of a new buffer. */
+	/* alloc_missing allocated it under the node lock we still hold; defensive. */
 	if (!r->allocated && (rc = odx__replica_alloc(ctx, b, m, b->zero)) != 0)
 		goto out_unlock;
 	r->pins++;
@@ -503,21 +564,99 @@ static void stage_fail(odx__task *t, int rc, const char *why)
 	odx__log(t->ctx, ODX_LOG_ERROR, "task #%llu: %s", (unsigned long long)t->id, why);
 }
 
+typedef struct working_set {
+	uint64_t total;       /* bytes of the task's distinct buffers */
+	uint64_t charged;     /* what they count on the node (pooled: rounded sizes) */
+	uint64_t missing;     /* what the ones not allocated there yet will count */
+	uint64_t missing_raw; /* the same, unrounded */
+} working_set;
+
 /* Node m's lock held: the task's working set on m, and what of it is not allocated there yet. */
-static void working_set(const odx__task *t, int m, uint64_t *total, uint64_t *missing)
+static void working_set_get(const odx__task *t, int m, working_set *ws)
 {
+	const odx__pool *pool = t->ctx->memnodes[m].pool;
 	int i;
 
-	*total = *missing = 0;
+	*ws = (working_set){0};
 	for (i = 0; i < t->nargs; i++) {
 		odx_buffer *b = t->args[i].v.buffer;
+		uint64_t c;
 
 		if (!stages_arg(t, i) || !first_use(t, i))
 			continue;
-		*total += b->size;
-		if (!b->replicas[m].allocated)
-			*missing += b->size;
+		c = odx__pool_charge(pool, b->size);
+		ws->total += b->size;
+		ws->charged += c;
+		if (!b->replicas[m].allocated) {
+			ws->missing += c;
+			ws->missing_raw += b->size;
+		}
 	}
+}
+
+/* Does some argument of t fetch b when staged (reads it, and the producer ahead of t on its lane
+ * does not write it)? */
+static bool stage_fetches(const odx__task *t, const odx__task *producer, const odx_buffer *b)
+{
+	int i;
+
+	for (i = 0; i < t->nargs; i++)
+		if (t->args[i].kind == ODX_ARG_BUFFER && t->args[i].v.buffer == b &&
+		    stages_arg(t, i) && odx__task_stage_reads(t, i) &&
+		    !(producer && task_writes(producer, b)))
+			return true;
+	return false;
+}
+
+/*
+ * Node m's lock held, the room reserved: allocates the replicas t lacks on m before any of them
+ * is pinned, so that a refusal from the driver can still turn into evictions and a retry rather
+ * than a failed task. `direct`: bypass the pool (see replica_alloc_as). A buffer never written
+ * must read as zeros; pooled memory still holds its last user's bytes, so it gets a zero-fill
+ * copy, queued on *jobs, that t and later users wait for like a fetch. On failure *failed is the
+ * buffer that got no memory.
+ */
+static int alloc_missing(odx__task *t, const odx__task *producer, int m, bool direct,
+			 odx__copy_job **jobs, odx_buffer **failed)
+{
+	odx_context *ctx = t->ctx;
+	const odx__memnode *node = &ctx->memnodes[m];
+	int i, rc = 0;
+
+	for (i = 0; i < t->nargs && rc == 0; i++) {
+		odx_buffer *b = t->args[i].v.buffer;
+		odx__replica *r = &b->replicas[m];
+		odx__copy_job *job;
+		bool fill;
+
+		if (!stages_arg(t, i) || !first_use(t, i))
+			continue;
+		pthread_mutex_lock(&b->lock);
+		if (b->zero && r->allocated && !r->fetching &&
+		    atomic_load(&r->state) == ODX__INVALID && stage_fetches(t, producer, b))
+			odx__replica_free(ctx, b, m); /* holds bytes of a failed writer: reallocate */
+		if (r->allocated) {
+			pthread_mutex_unlock(&b->lock);
+			continue;
+		}
+		fill = b->zero && node->pool && !direct;
+		rc = replica_alloc_as(ctx, b, m, b->zero && !fill, direct);
+		if (rc == 0 && fill) {
+			job = job_new(b, SRC_ZERO, m, COPY_FETCH);
+			if (job) {
+				r->fetching = true;
+				job->next = *jobs;
+				*jobs = job;
+			} else {
+				odx__replica_free(ctx, b, m);
+				rc = ODX_ENOMEM;
+			}
+		}
+		if (rc)
+			*failed = b;
+		pthread_mutex_unlock(&b->lock);
+	}
+	return rc;
 }
 
 /* Releases the prefetch holds the task took (node m's lock held). */
@@ -551,7 +690,10 @@ int odx__stage(odx__task *t, const odx__task *producer)
 	odx__memnode *node = &ctx->memnodes[m];
 	int i, rc = 0, room;
 	odx__copy_job *jobs = NULL, *evictions = NULL;
-	uint64_t total, missing, clock;
+	odx_buffer *failed = NULL;
+	uint64_t missing, clock;
+	working_set ws;
+	bool direct;
 	char why[ODX__MSG_MAX];
 
 	if (t->nargs == 0) {
@@ -575,13 +717,13 @@ int odx__stage(odx__task *t, const odx__task *producer)
 	}
 	/* Reserve before allocating, admit before running: all of the working set or nothing,
 	 * so two tasks can never each hold part of what the other needs. */
-	working_set(t, m, &total, &missing);
-	if (total > node->capacity) {
+	working_set_get(t, m, &ws);
+	if (ws.total > node->capacity) {
 		pthread_mutex_unlock(&node->lock);
 		snprintf(why, sizeof(why),
 			 "task #%llu '%s' (%s) needs %llu bytes on memory node %d%s%s, whose tier "
 			 "holds %llu bytes (%s)",
-			 (unsigned long long)t->id, t->tag, task_label(t), (unsigned long long)total,
+			 (unsigned long long)t->id, t->tag, task_label(t), (unsigned long long)ws.total,
 			 m, node->device ? ", " : "", node->device ? node->device->name : "",
 			 (unsigned long long)node->capacity,
 			 m ? "tier.device.limit" : "tier.host.limit");
@@ -589,6 +731,10 @@ int odx__stage(odx__task *t, const odx__task *producer)
 		t->staged = true;
 		return ODX__STAGE_READY;
 	}
+	/* A working set that fits the tier only unrounded gets its missing copies outside the pool,
+	 * counted at their size: the pool never fails a task that would run without it. */
+	direct = node->pool && ws.charged > node->capacity;
+	missing = direct ? ws.missing_raw : ws.missing;
 	if (missing > 0 && atomic_load(&node->used) + missing > node->capacity) {
 		why[0] = '\0';
 		room = odx__tier_make_room(ctx, m, missing, t, &evictions, why, sizeof(why));
@@ -613,6 +759,42 @@ int odx__stage(odx__task *t, const odx__task *producer)
 			t->staged = true;
 			return ODX__STAGE_READY;
 		}
+	}
+	for (i = 0; (rc = alloc_missing(t, producer, m, direct, &jobs, &failed)) != 0 && node->pool &&
+		    i < 4;
+	     i++) {
+		/* The driver refused memory that our accounting says is free (chunks too fragmented
+		 * for a new one, or memory used outside ODX): evict that much more, then retry. */
+		uint64_t used = atomic_load(&node->used);
+		uint64_t need = odx__pool_charge(node->pool, failed->size) +
+				(used < node->capacity ? node->capacity - used : 0);
+
+		room = odx__tier_make_room(ctx, m, need, t, &evictions, why, sizeof(why));
+		if (room == ODX__ROOM_WAIT) {
+			pthread_mutex_unlock(&node->lock);
+			odx__copy_start_all(ctx, evictions);
+			odx__copy_start_all(ctx, jobs);
+			atomic_fetch_add(&node->noroom, 1);
+			return ODX__STAGE_NOROOM;
+		}
+		if (room == ODX__ROOM_NEVER)
+			break;
+	}
+	if (rc) {
+		char detail[ODX__MSG_MAX];
+
+		pthread_mutex_unlock(&node->lock);
+		odx__copy_start_all(ctx, evictions);
+		odx__copy_start_all(ctx, jobs);
+		odx__backend_detail_take(detail, sizeof(detail));
+		snprintf(why, sizeof(why),
+			 "cannot place buffer %llu (%zu bytes) on memory node %d%s%s: %s%s%s",
+			 (unsigned long long)failed->id, failed->size, m, node->device ? ", " : "",
+			 node->device ? node->device->name : "", odx_strerror(rc),
+			 detail[0] ? ": " : "", detail);
+		stage_fail(t, rc, why);
+		t->staged = true;
+		return ODX__STAGE_READY;
 	}
 	release_holds(t, m);
 	t->staged = true;
@@ -674,7 +856,8 @@ int odx__prefetch(odx__task *t)
 		    (t->hold_mask & (1ull << i)))
 			continue;
 		pthread_mutex_lock(&b->lock);
-		if (r->allocated || b->zero || atomic_load(&node->used) + b->size > limit ||
+		if (r->allocated || b->zero ||
+		    atomic_load(&node->used) + odx__pool_charge(node->pool, b->size) > limit ||
 		    (src = pick_source(ctx, b, m)) == -1) {
 			pthread_mutex_unlock(&b->lock);
 			continue;

@@ -376,7 +376,7 @@ int odx__pool_alloc(odx__pool *p, size_t size, uint64_t *handle, uint64_t *offse
 	return rc;
 }
 
-void odx__pool_release(odx__pool *p, uint64_t handle, uint64_t offset, size_t size)
+bool odx__pool_release(odx__pool *p, uint64_t handle, uint64_t offset, size_t size)
 {
 	pool_alloc *c, gone = {0};
 	unsigned k = 0;
@@ -384,7 +384,7 @@ void odx__pool_release(odx__pool *p, uint64_t handle, uint64_t offset, size_t si
 	size_t at;
 
 	if (!p || size == 0)
-		return;
+		return false;
 	pthread_mutex_lock(&p->lock);
 	at = drv_find(p, handle, &found);
 	if (!found)
@@ -400,7 +400,7 @@ void odx__pool_release(odx__pool *p, uint64_t handle, uint64_t offset, size_t si
 		drv_remove(p, at);
 		pthread_mutex_unlock(&p->lock);
 		p->ops.free(p->ops.user, gone.handle, gone.size);
-		return;
+		return true;
 	}
 	while ((p->min_block << k) < size)
 		k++;
@@ -416,6 +416,7 @@ void odx__pool_release(odx__pool *p, uint64_t handle, uint64_t offset, size_t si
 
 out_unlock:
 	pthread_mutex_unlock(&p->lock);
+	return found;
 }
 
 void odx__pool_get_stats(const odx__pool *p, odx__pool_stats *s)
@@ -492,4 +493,105 @@ size_t odx__pool_min_block(const odx__pool *p)
 size_t odx__pool_align(const odx__pool *p)
 {
 	return p->align;
+}
+
+/* ---- the pinned staging pool ---------------------------------------------------------------- */
+
+struct odx__pinned {
+	pthread_mutex_t lock;
+	char *base;
+	size_t block, nblocks;
+	uint8_t *taken; /* per block: 1 while handed out */
+	uint64_t in_use, peak, gets, fallbacks;
+};
+
+int odx__pinned_new(void *base, size_t block, size_t nblocks, odx__pinned **out)
+{
+	odx__pinned *p;
+
+	if (!base || block == 0 || nblocks == 0 || !out)
+		return ODX_EINVAL;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return ODX_ENOMEM;
+	p->taken = calloc(nblocks, 1);
+	if (!p->taken) {
+		free(p);
+		return ODX_ENOMEM;
+	}
+	p->base = base;
+	p->block = block;
+	p->nblocks = nblocks;
+	pthread_mutex_init(&p->lock, NULL);
+	*out = p;
+	return 0;
+}
+
+void odx__pinned_free(odx__pinned *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_destroy(&p->lock);
+	free(p->taken);
+	free(p);
+}
+
+void *odx__pinned_get(odx__pinned *p, size_t n)
+{
+	size_t want, run = 0, i;
+	void *got = NULL;
+
+	if (!p || n == 0)
+		return NULL;
+	want = n / p->block + (n % p->block != 0);
+	pthread_mutex_lock(&p->lock);
+	/* First fit: the pool holds few blocks (tens), so a scan is cheaper than any index. */
+	for (i = 0; want <= p->nblocks && i < p->nblocks; i++) {
+		run = p->taken[i] ? 0 : run + 1;
+		if (run == want) {
+			size_t first = i + 1 - want;
+
+			memset(p->taken + first, 1, want);
+			p->in_use += want;
+			if (p->in_use > p->peak)
+				p->peak = p->in_use;
+			p->gets++;
+			got = p->base + first * p->block;
+			break;
+		}
+	}
+	if (!got)
+		p->fallbacks++;
+	pthread_mutex_unlock(&p->lock);
+	return got;
+}
+
+bool odx__pinned_put(odx__pinned *p, void *ptr, size_t n)
+{
+	size_t first, count;
+	char *c = ptr;
+
+	if (!p || !c || c < p->base || c >= p->base + p->block * p->nblocks)
+		return false;
+	first = (size_t)(c - p->base) / p->block;
+	count = n / p->block + (n % p->block != 0);
+	pthread_mutex_lock(&p->lock);
+	memset(p->taken + first, 0, count);
+	p->in_use -= count;
+	pthread_mutex_unlock(&p->lock);
+	return true;
+}
+
+void odx__pinned_get_stats(const odx__pinned *p, odx__pinned_stats *s)
+{
+	pthread_mutex_t *lock = (pthread_mutex_t *)&p->lock;
+
+	pthread_mutex_lock(lock);
+	*s = (odx__pinned_stats){.block = p->block,
+				 .blocks = p->nblocks,
+				 .in_use = p->in_use,
+				 .peak = p->peak,
+				 .gets = p->gets,
+				 .fallbacks = p->fallbacks};
+	pthread_mutex_unlock(lock);
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * pool.h - the device-memory pool: buffers carved from a few large driver allocations.
+ * pool.h - the device-memory pool (buffers carved from a few large driver allocations) and the
+ * pinned staging pool (fixed-size host blocks for bounce copies).
  *
  * The pool hands out (handle, offset) pairs: `handle` is what the backend's mem_alloc returned
  * for a chunk (or for a dedicated allocation), `offset` a multiple of the pool's alignment inside
@@ -18,6 +19,7 @@
 #ifndef ODX_CORE_POOL_H
 #define ODX_CORE_POOL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,8 +60,9 @@ void odx__pool_free_all(odx__pool *p);
 int odx__pool_alloc(odx__pool *p, size_t size, uint64_t *handle, uint64_t *offset);
 
 /* Gives back what odx__pool_alloc returned, with the same `size`. A dedicated allocation goes
- * back to the driver at once; a chunk stays (see odx__pool_trim). */
-void odx__pool_release(odx__pool *p, uint64_t handle, uint64_t offset, size_t size);
+ * back to the driver at once; a chunk stays (see odx__pool_trim). Returns false, doing nothing,
+ * when `handle` is not one of the pool's (memory the caller got from the driver directly). */
+bool odx__pool_release(odx__pool *p, uint64_t handle, uint64_t offset, size_t size);
 
 typedef struct odx__pool_stats {
 	uint64_t capacity;    /* as given */
@@ -89,10 +92,56 @@ void odx__pool_trim(odx__pool *p);
  * alignment. Reservations made with this size agree with odx__pool_alloc's ODX_ENOSPC. */
 uint64_t odx__pool_rounded_size(const odx__pool *p, size_t size);
 
+/* What `size` bytes count on a memory node whose pool is p: the rounded size, or `size` itself
+ * without a pool (NULL). */
+static inline uint64_t odx__pool_charge(const odx__pool *p, size_t size)
+{
+	return p ? odx__pool_rounded_size(p, size) : size;
+}
+
 /* The pool's effective parameters: chunk size (a power of two), the smallest block (every
  * request is rounded up to a power-of-two multiple of it) and the alignment of offsets. */
 size_t odx__pool_chunk_size(const odx__pool *p);
 size_t odx__pool_min_block(const odx__pool *p);
 size_t odx__pool_align(const odx__pool *p);
+
+/* ---- the pinned staging pool ---------------------------------------------------------------- */
+
+/*
+ * Fixed-size blocks over one host region the caller allocated (page-locked by a backend's
+ * host_alloc, or pre-faulted and mlock'ed), handed out as runs of consecutive blocks for the
+ * host bounce buffers of copies (disk tier to device, device to device of another backend).
+ * The region is never freed or moved by the pool. Every function may be called from any thread.
+ */
+typedef struct odx__pinned odx__pinned;
+
+/* Blocks of `block` bytes over base[0 .. block * nblocks). 0, ODX_EINVAL or ODX_ENOMEM; *out is
+ * not touched on failure. */
+int odx__pinned_new(void *base, size_t block, size_t nblocks, odx__pinned **out);
+void odx__pinned_free(odx__pinned *p); /* the pool, not the region; NULL is a no-op */
+
+/* `n` bytes (> 0) as the first run of free consecutive blocks that holds them, or NULL when none
+ * is free (counted as a fallback: the caller mallocs). */
+void *odx__pinned_get(odx__pinned *p, size_t n);
+/* Gives back what odx__pinned_get returned (same `n`); false, doing nothing, if `ptr` is not in
+ * the pool's region. */
+bool odx__pinned_put(odx__pinned *p, void *ptr, size_t n);
+
+typedef struct odx__pinned_stats {
+	uint64_t block;     /* bytes per block */
+	uint64_t blocks;    /* in the pool */
+	uint64_t in_use;    /* blocks handed out now */
+	uint64_t peak;      /* the most ever handed out at once */
+	uint64_t gets;      /* bounce buffers served from the pool */
+	uint64_t fallbacks; /* requests it could not serve (larger than its free runs) */
+} odx__pinned_stats;
+
+void odx__pinned_get_stats(const odx__pinned *p, odx__pinned_stats *s);
+
+/* tier.c owns both for a context: its pinned staging pool (NULL without one), and a read-only,
+ * zero-filled host region at least as large as every pooled memory node (NULL when no node is
+ * pooled), the source that zero-fills pooled device memory. */
+odx__pinned *odx__tier_pinned(odx_context *ctx);
+const void *odx__tier_zeros(odx_context *ctx, size_t n);
 
 #endif /* ODX_CORE_POOL_H */

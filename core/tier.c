@@ -18,15 +18,27 @@
  * is the watchdog: no task completed and no byte moved for tier.watchdog_ms while work is pending
  * prints a state dump.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core.h"
 #include "policy.h"
+#include "pool.h"
 #include "spill.h"
+
+/* Where the pinned staging pool's memory came from. */
+enum pinned_source {
+	PINNED_NONE = 0,
+	PINNED_BACKEND,  /* a device backend's host_alloc (page-locked by its driver) */
+	PINNED_LOCKED,   /* aligned memory, pre-faulted and mlock'ed */
+	PINNED_FAULTED,  /* aligned memory, pre-faulted; mlock refused (RLIMIT_MEMLOCK) */
+};
 
 struct odx__tier {
 	odx__spill *spill;          /* the disk tier, NULL without one */
@@ -46,11 +58,216 @@ struct odx__tier {
 	_Atomic uint64_t spills, spill_bytes, spill_errors;
 	_Atomic uint64_t reloads, reload_bytes, reload_errors;
 	_Atomic uint64_t disk_drops; /* spilled copies freed because the buffer changed or died */
+	/* the pinned staging pool (tier.pinned.size) */
+	odx__pinned *pinned;
+	void *pinned_mem;
+	size_t pinned_bytes;
+	odx__device *pinned_dev;    /* whose host_alloc gave it (PINNED_BACKEND) */
+	int pinned_source;          /* enum pinned_source */
+	int pinned_errno;           /* why mlock failed */
+	/* read-only zero pages, the source that zero-fills pooled device memory */
+	void *zeros;
+	size_t zeros_bytes;
 };
 
 static uint64_t percent(uint64_t cap, unsigned pct)
 {
 	return cap / 100 * pct + cap % 100 * pct / 100;
+}
+
+/* ---- device-memory pools ---------------------------------------------------------------------- */
+
+static int chunk_alloc(void *user, size_t size, uint64_t *handle)
+{
+	odx__device *dev = user;
+
+	return dev->ops->mem_alloc(dev->bdev, size, false, handle);
+}
+
+static void chunk_free(void *user, uint64_t handle, size_t size)
+{
+	odx__device *dev = user;
+
+	dev->ops->mem_free(dev->bdev, handle, size);
+}
+
+/* The ABI version the device's backend declared: offsets (pooling) need 1.2. */
+static uint32_t device_abi(const odx_context *ctx, const odx__device *dev)
+{
+	int b;
+
+	for (b = 0; b < ctx->nbackends; b++) {
+		const odx__backend_slot *slot = &ctx->backends[b];
+
+		if (slot->available && slot->ops == dev->ops && slot->module.desc)
+			return slot->module.desc->abi_version;
+	}
+	return 0;
+}
+
+/* One pool per device memory node whose backend takes offsets (ABI >= 1.2): chunks of
+ * min(256 MiB, capacity / 4) (the pool rounds down to a power of two), so that a node holds at
+ * least four of them and a mostly empty one can be trimmed, 8 MiB at most for host-visible
+ * memory; offsets aligned to mem_align. */
+static int pools_open(odx_context *ctx, char *err, size_t errlen)
+{
+	static const odx__pool_chunk_ops ops = {.alloc = chunk_alloc, .free = chunk_free};
+	size_t largest = 0;
+	int m;
+
+	for (m = 1; m < ctx->nmemnodes; m++) {
+		odx__memnode *node = &ctx->memnodes[m];
+		odx__device *dev = node->device;
+		odx__pool_chunk_ops o = ops;
+		size_t align, chunk;
+		int rc;
+
+		if (!dev || node->capacity == 0 || device_abi(ctx, dev) < ((ODX_BACKEND_ABI_MAJOR << 16) | 2u))
+			continue;
+		align = dev->props.mem_align ? dev->props.mem_align : 256;
+		chunk = node->capacity / 4 < ((uint64_t)256 << 20) ? (size_t)(node->capacity / 4)
+								     : (size_t)256 << 20;
+		/* Host-visible "device" memory is malloc'd host memory (the host backend): the C
+		 * library already carves it, and a large chunk would only keep pages resident. */
+		if (dev->props.host_visible && chunk > ((size_t)8 << 20))
+			chunk = (size_t)8 << 20;
+		if (chunk < align)
+			chunk = align;
+		o.user = dev;
+		rc = odx__pool_new(&o, chunk, align, node->capacity, &node->pool);
+		if (rc) {
+			snprintf(err, errlen,
+				 "cannot create the device-memory pool of device %d (%s): %s (mem_align "
+				 "%zu)",
+				 dev->index, dev->name, odx_strerror(rc), align);
+			return rc;
+		}
+		if (node->capacity > largest)
+			largest = (size_t)node->capacity;
+	}
+	if (largest == 0)
+		return 0;
+	/* Never written, so every page is the kernel's shared zero page: no memory is used. */
+	ctx->tier->zeros_bytes = largest;
+	ctx->tier->zeros = mmap(NULL, largest, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+				-1, 0);
+	if (ctx->tier->zeros == MAP_FAILED) {
+		ctx->tier->zeros = NULL;
+		snprintf(err, errlen, "cannot map %zu bytes of zero pages for the device-memory pools",
+			 largest);
+		return ODX_ENOMEM;
+	}
+	return 0;
+}
+
+/* Idempotent: every pool's chunks go back to their device (tier close, before device_close). */
+static void pools_close(odx_context *ctx)
+{
+	int m;
+
+	for (m = 1; m < ctx->nmemnodes; m++) {
+		odx__pool_free_all(ctx->memnodes[m].pool);
+		ctx->memnodes[m].pool = NULL;
+	}
+	if (ctx->tier->zeros)
+		munmap(ctx->tier->zeros, ctx->tier->zeros_bytes);
+	ctx->tier->zeros = NULL;
+}
+
+const void *odx__tier_zeros(odx_context *ctx, size_t n)
+{
+	return ctx->tier && n <= ctx->tier->zeros_bytes ? ctx->tier->zeros : NULL;
+}
+
+/* ---- the pinned staging pool ---------------------------------------------------------------- */
+
+/* Can a copy need a host bounce buffer? Reloads from the disk tier to a device do, and copies
+ * between devices of different backends, or of one without copy_d2d. */
+static bool bounce_possible(const odx_context *ctx)
+{
+	int d;
+
+	if (ctx->tier->disk_capacity > 0)
+		return true;
+	for (d = 0; d < ctx->ndevices; d++) {
+		const odx__device *dev = &ctx->devices[d];
+
+		if (ctx->ndevices > 1 && (dev->ops != ctx->devices[0].ops ||
+					  !ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, copy_d2d)))
+			return true;
+	}
+	return false;
+}
+
+/* tier.pinned.size bytes as tier.pinned.block blocks: from the first device whose backend offers
+ * host_alloc (page-locked memory its copies are fastest from), else page-aligned memory touched
+ * page by page (so no copy pays the page faults) and mlock'ed where the limit allows. Only
+ * contexts that can need a bounce buffer pay for it. */
+static void pinned_open(odx_context *ctx)
+{
+	odx__tier *tier = ctx->tier;
+	size_t size = (size_t)odx__config_size(ctx->config, "tier.pinned.size", 0);
+	size_t block = (size_t)odx__config_size(ctx->config, "tier.pinned.block", 0);
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), nblocks;
+	int d;
+
+	if (size == 0 || block == 0 || !bounce_possible(ctx))
+		return;
+	if (block > size)
+		block = size;
+	block = (block + page - 1) / page * page;
+	nblocks = size / block;
+	if (nblocks == 0)
+		nblocks = 1;
+	size = nblocks * block;
+	for (d = 0; d < ctx->ndevices && !tier->pinned_mem; d++) {
+		odx__device *dev = &ctx->devices[d];
+
+		if (ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, host_alloc) &&
+		    ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, host_free) &&
+		    dev->ops->host_alloc(dev->bdev, size, &tier->pinned_mem) == 0) {
+			tier->pinned_dev = dev;
+			tier->pinned_source = PINNED_BACKEND;
+		}
+	}
+	if (!tier->pinned_mem) {
+		char *p = aligned_alloc(page, size);
+
+		if (!p)
+			return;
+		for (size_t off = 0; off < size; off += page)
+			p[off] = 0;
+		tier->pinned_mem = p;
+		tier->pinned_source = mlock(p, size) == 0 ? PINNED_LOCKED : PINNED_FAULTED;
+		tier->pinned_errno = tier->pinned_source == PINNED_FAULTED ? errno : 0;
+	}
+	tier->pinned_bytes = size;
+	if (odx__pinned_new(tier->pinned_mem, block, nblocks, &tier->pinned) != 0)
+		tier->pinned = NULL; /* bounces fall back to malloc; the memory is freed at close */
+}
+
+static void pinned_close(odx_context *ctx)
+{
+	odx__tier *tier = ctx->tier;
+
+	odx__pinned_free(tier->pinned);
+	tier->pinned = NULL;
+	if (!tier->pinned_mem)
+		return;
+	if (tier->pinned_source == PINNED_BACKEND) {
+		tier->pinned_dev->ops->host_free(tier->pinned_dev->bdev, tier->pinned_mem,
+						 tier->pinned_bytes);
+	} else {
+		if (tier->pinned_source == PINNED_LOCKED)
+			munlock(tier->pinned_mem, tier->pinned_bytes);
+		free(tier->pinned_mem);
+	}
+	tier->pinned_mem = NULL;
+}
+
+odx__pinned *odx__tier_pinned(odx_context *ctx)
+{
+	return ctx->tier ? ctx->tier->pinned : NULL;
 }
 
 /* ---- opening and closing --------------------------------------------------------------------- */
@@ -119,6 +336,10 @@ int odx__tier_open(odx_context *ctx, char *err, size_t errlen)
 		}
 		tier->disk_trace = odx__lane_trace_new(ctx, "disk tier", 0, 2 * ctx->ndevices + 1);
 	}
+	m = pools_open(ctx, err, errlen);
+	if (m)
+		return m;
+	pinned_open(ctx);
 	tier->last_change_ns = odx__now_ns();
 	if (pthread_create(&tier->monitor, NULL, monitor_main, ctx) != 0) {
 		snprintf(err, errlen, "cannot start the memory-tier monitor thread");
@@ -151,6 +372,10 @@ void odx__tier_close(odx_context *ctx)
 		return;
 	odx__tier_stop(ctx);
 	odx__spill_close(tier->spill); /* removes the spill file and the private directory */
+	/* context_free calls this before device_close: the chunks and the pinned blocks go back
+	 * to devices that are still open. */
+	pools_close(ctx);
+	pinned_close(ctx);
 	for (m = 0; m < ctx->nmemnodes; m++)
 		pthread_mutex_destroy(&ctx->memnodes[m].lock);
 	pthread_mutex_destroy(&tier->lock);
@@ -246,7 +471,7 @@ static victim *collect(odx_context *ctx, int m, const odx__task *t, int *n, uint
 			continue;
 		pthread_mutex_lock(&b->lock);
 		if (r->pins || r->fetching || r->evicting || b->disk_busy) {
-			*busy += b->size;
+			*busy += odx__pool_charge(ctx->memnodes[m].pool, b->size);
 			pthread_mutex_unlock(&b->lock);
 			continue;
 		}
@@ -422,7 +647,7 @@ static int make_room_below(odx_context *ctx, int m, uint64_t need, uint64_t limi
 			if (rc == 0 && (job = odx__copy_writeback(b, m)) != NULL) {
 				job->next = *jobs;
 				*jobs = job;
-				freeing += b->size;
+				freeing += odx__pool_charge(node->pool, b->size);
 			} else if (rc == ODX_EBUSY) {
 				lower_busy = true;
 			}
@@ -779,6 +1004,43 @@ void odx__tier_stats_print(odx_context *ctx, void (*emit)(odx_context *, const c
 			 (unsigned long long)atomic_load(&node->writebacks),
 			 (double)atomic_load(&node->evicted_bytes) / (1 << 20),
 			 (unsigned long long)atomic_load(&node->noroom));
+		emit(ctx, line);
+	}
+	for (m = 1; m < ctx->nmemnodes; m++) {
+		odx__memnode *node = &ctx->memnodes[m];
+		odx__pool_stats ps;
+
+		if (!node->pool)
+			continue;
+		odx__pool_get_stats(node->pool, &ps);
+		snprintf(line, sizeof(line),
+			 "  device memory pool, node %d: %llu chunks of %.1f MiB and %llu dedicated "
+			 "allocations (%.1f MiB) held from the driver; %.1f MiB handed out for %.1f MiB "
+			 "asked; largest free block %.1f MiB, fragmentation %.2f",
+			 m, (unsigned long long)ps.chunks,
+			 (double)odx__pool_chunk_size(node->pool) / (1 << 20),
+			 (unsigned long long)ps.dedicated, (double)ps.dedicated_bytes / (1 << 20),
+			 (double)ps.used / (1 << 20), (double)ps.requested / (1 << 20),
+			 (double)ps.largest_free / (1 << 20), ps.fragmentation);
+		emit(ctx, line);
+	}
+	if (tier->pinned) {
+		static const char *const source[] = {"", "page-locked by the backend's host_alloc",
+						     "pre-faulted and mlock'ed",
+						     "pre-faulted, not locked"};
+		odx__pinned_stats st;
+
+		odx__pinned_get_stats(tier->pinned, &st);
+		snprintf(line, sizeof(line),
+			 "  pinned staging pool: %llu blocks of %.1f MiB, %s%s%s%s; %llu bounce "
+			 "copies from it, peak %llu blocks in use, %llu now; %llu fell back to malloc",
+			 (unsigned long long)st.blocks, (double)st.block / (1 << 20),
+			 source[tier->pinned_source],
+			 tier->pinned_source == PINNED_FAULTED ? " (mlock: " : "",
+			 tier->pinned_source == PINNED_FAULTED ? strerror(tier->pinned_errno) : "",
+			 tier->pinned_source == PINNED_FAULTED ? ")" : "",
+			 (unsigned long long)st.gets, (unsigned long long)st.peak,
+			 (unsigned long long)st.in_use, (unsigned long long)st.fallbacks);
 		emit(ctx, line);
 	}
 	for (d = 0; d < ctx->ndevices; d++) {
