@@ -64,6 +64,7 @@ struct fab_op {
 	struct fid_mr *mr;
 	void *desc;
 	uint64_t tag, rma_addr, rma_key;
+	int rail; /* OP_CTRL_RX: the endpoint it is posted on */
 	unsigned char data[]; /* control buffers */
 };
 
@@ -97,7 +98,8 @@ struct fab_map {
 enum peer_state { PEER_ALIVE, PEER_GONE, PEER_FAILED };
 
 struct fab_peer {
-	fi_addr_t addr;
+	fi_addr_t addr; /* in its rail's AV */
+	int rail;       /* 0: the network endpoint, 1: shm for ranks on this host (auto mode) */
 	enum peer_state state;
 	unsigned credits, to_return;
 	bool credit_pending, hb_inflight, gone_swept;
@@ -109,24 +111,34 @@ struct fab_peer {
 	struct fab_xfer *tx_wait_head, *tx_wait_tail;
 };
 
-struct odx_fab {
-	struct fab_wireup wu;
-	struct fab_profile prof;
-	struct fab_fault fault;
-	int rank, size, peer_timeout_ms, max_retries;
-	char provider[64];
+/* One endpoint with its own fabric, domain, AV and CQ. */
+struct fab_rail {
 	struct fi_info *info;
+	char prov[64];
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
 	struct fid_av *av;
 	struct fid_cq *cq;
 	struct fid_ep *ep;
 	bool mr_local, mr_endpoint, mr_virt, mr_prov_key, mr_raw, has_rma, has_source;
+	int cq_fd;
+};
+
+#define FAB_RAILS_MAX 2
+#define FAB_HOST_KEY 64
+
+struct odx_fab {
+	struct fab_wireup wu;
+	struct fab_profile prof;
+	struct fab_fault fault;
+	int rank, size, peer_timeout_ms, max_retries;
+	char provider[64];
+	struct fab_rail rail[FAB_RAILS_MAX];
+	int nrails;
 	uint64_t next_mr_key;
 	struct fab_peer *peers;
 	char (*peer_str)[96]; /* fi_av_straddr of each rank, made before the progress thread starts */
-	struct fab_op *rx[FAB_RX_BUFS];
-	int cq_fd, wake_fd, spin;
+	int wake_fd, spin;
 	pthread_t thread;
 	bool thread_started;
 
@@ -275,14 +287,20 @@ static struct fab_xfer *map_take_id(struct fab_map *m, uint64_t id)
 
 /* ---- memory registration: the strictest path when the provider asks for it --------------- */
 
-static int mr_register(odx_fab *f, const void *buf, size_t len, uint64_t access, struct fid_mr **mr)
+static struct fab_rail *peer_rail(odx_fab *f, int peer)
 {
-	uint64_t key = f->mr_prov_key ? 0 : f->next_mr_key++;
-	int ret = fi_mr_reg(f->domain, buf, len ? len : 1, access, 0, key, 0, mr, NULL);
+	return &f->rail[f->peers[peer].rail];
+}
+
+static int mr_register(odx_fab *f, struct fab_rail *rl, const void *buf, size_t len, uint64_t access,
+		       struct fid_mr **mr)
+{
+	uint64_t key = rl->mr_prov_key ? 0 : f->next_mr_key++;
+	int ret = fi_mr_reg(rl->domain, buf, len ? len : 1, access, 0, key, 0, mr, NULL);
 	if (ret)
 		return ret;
-	if (f->mr_endpoint) {
-		ret = fi_mr_bind(*mr, &f->ep->fid, 0);
+	if (rl->mr_endpoint) {
+		ret = fi_mr_bind(*mr, &rl->ep->fid, 0);
 		if (!ret)
 			ret = fi_mr_enable(*mr);
 		if (ret) {
@@ -491,7 +509,7 @@ static void xfer_finish(odx_fab *f, struct fab_xfer *x, int status, const char *
 		/* never leave a receive posted into memory the caller gets back */
 		for (int i = 0; i < FAB_WINDOW_MAX; i++)
 			if (x->ops[i] && x->ops[i]->posted && x->ops[i]->kind != OP_DATA_TX)
-				fi_cancel(&f->ep->fid, x->ops[i]);
+				fi_cancel(&peer_rail(f, x->peer)->ep->fid, x->ops[i]);
 	}
 	if (x->is_send && x->mode == FAB_MODE_PULL)
 		mr_close(&x->mr); /* the read-only window closes with the transfer */
@@ -608,8 +626,8 @@ static void xfer_match(odx_fab *f, struct fab_xfer *x, struct fab_xfer *r)
 		return;
 	}
 	xfer_release(f, r);
-	if (f->mr_local) {
-		int ret = mr_register(f, x->buf, x->len, x->mode == FAB_MODE_PULL ? FI_READ : FI_RECV, &x->mr);
+	if (peer_rail(f, x->peer)->mr_local) {
+		int ret = mr_register(f, peer_rail(f, x->peer), x->buf, x->len, x->mode == FAB_MODE_PULL ? FI_READ : FI_RECV, &x->mr);
 		if (ret) {
 			xfer_finish(f, x, fab_err(ret), "could not register the receive buffer");
 			return;
@@ -650,15 +668,16 @@ static void xfer_start(odx_fab *f, struct fab_xfer *x)
 		rts.mode = FAB_MODE_INLINE;
 	} else {
 		rts.mode = FAB_MODE_TAGGED;
-		if (x->len >= atomic_load(&f->pull_min) && f->has_rma && !f->mr_raw &&
-		    mr_register(f, x->buf, x->len, FI_REMOTE_READ, &x->mr) == 0) {
+		struct fab_rail *rl = peer_rail(f, x->peer);
+		if (x->len >= atomic_load(&f->pull_min) && rl->has_rma && !rl->mr_raw &&
+		    mr_register(f, rl, x->buf, x->len, FI_REMOTE_READ, &x->mr) == 0) {
 			uint64_t key = fi_mr_key(x->mr);
 			if (key == FI_KEY_NOTAVAIL) {
 				mr_close(&x->mr);
 			} else {
 				rts.mode = FAB_MODE_PULL;
 				rts.rma_key = key;
-				rts.rma_addr = f->mr_virt ? (uint64_t)(uintptr_t)x->buf : 0;
+				rts.rma_addr = rl->mr_virt ? (uint64_t)(uintptr_t)x->buf : 0;
 			}
 		}
 		rts.chunk = f->prof.chunk;
@@ -680,8 +699,8 @@ static void xfer_start(odx_fab *f, struct fab_xfer *x)
 	}
 	ctrl_enqueue(f, op);
 	if (rts.mode == FAB_MODE_TAGGED) {
-		if (f->mr_local) {
-			int ret = mr_register(f, x->buf, x->len, FI_SEND, &x->mr);
+		if (peer_rail(f, x->peer)->mr_local) {
+			int ret = mr_register(f, peer_rail(f, x->peer), x->buf, x->len, FI_SEND, &x->mr);
 			if (ret) {
 				xfer_finish(f, x, fab_err(ret), "could not register the send buffer");
 				return;
@@ -768,7 +787,7 @@ static void handle_rts(odx_fab *f, int src, const struct fab_rts *rts, const uns
 	case FAB_MODE_PULL:
 		ok = payload == sizeof(*rts) && rts->len > FAB_INLINE_MAX && rts->chunk > 0 &&
 		     rts->nchunks <= FAB_MAX_CHUNKS && rts->nchunks == (rts->len + rts->chunk - 1) / rts->chunk &&
-		     (rts->mode == FAB_MODE_TAGGED || f->has_rma);
+		     (rts->mode == FAB_MODE_TAGGED || peer_rail(f, src)->has_rma);
 		break;
 	default:
 		ok = false;
@@ -812,7 +831,7 @@ static void handle_rts(odx_fab *f, int src, const struct fab_rts *rts, const uns
 
 static void check_barrier(odx_fab *f);
 
-static void handle_ctrl(odx_fab *f, const unsigned char *buf, size_t len, fi_addr_t from)
+static void handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t len, fi_addr_t from)
 {
 	struct fab_hdr h;
 	if (len < sizeof(h)) {
@@ -836,7 +855,7 @@ static void handle_ctrl(odx_fab *f, const unsigned char *buf, size_t len, fi_add
 		fab_bad(f, "sender rank %u out of range or ourselves", h.src);
 		return;
 	}
-	if (f->has_source && from != f->peers[h.src].addr) {
+	if (f->rail[rail].has_source && (from != f->peers[h.src].addr || f->peers[h.src].rail != rail)) {
 		fab_bad(f, "claims rank %u but %s (%#llx vs %#llx)", h.src,
 			from == FI_ADDR_NOTAVAIL ? "its address is not in the address vector"
 						 : "comes from another rank's address", (unsigned long long)from, (unsigned long long)f->peers[h.src].addr);
@@ -1034,9 +1053,10 @@ static int op_post(odx_fab *f, struct fab_op *op)
 		if (op->msg_type == FAB_MSG_CREDIT)
 			p->credit_pending = false;
 	}
-	if (f->mr_local && !op->desc && !op->mr && op->len &&
+	struct fab_rail *rl = op->kind == OP_CTRL_RX ? &f->rail[op->rail] : peer_rail(f, op->peer);
+	if (rl->mr_local && !op->desc && !op->mr && op->len &&
 	    (op->kind == OP_CTRL_TX || op->kind == OP_CTRL_RX)) {
-		int r = mr_register(f, op->buf, op->kind == OP_CTRL_RX ? FAB_CTRL_BUF : op->len,
+		int r = mr_register(f, rl, op->buf, op->kind == OP_CTRL_RX ? FAB_CTRL_BUF : op->len,
 				    op->kind == OP_CTRL_RX ? FI_RECV : FI_SEND, &op->mr);
 		if (r)
 			return r == -FI_EAGAIN ? r : (op_complete_error(f, op, -r, "registration failed"), 0);
@@ -1046,19 +1066,19 @@ static int op_post(odx_fab *f, struct fab_op *op)
 	fi_addr_t addr = p ? p->addr : FI_ADDR_UNSPEC;
 	switch (op->kind) {
 	case OP_CTRL_TX:
-		ret = fi_tsend(f->ep, op->buf, op->len, op->desc, addr, FAB_TAG_CTRL, op);
+		ret = fi_tsend(rl->ep, op->buf, op->len, op->desc, addr, FAB_TAG_CTRL, op);
 		break;
 	case OP_CTRL_RX:
-		ret = fi_trecv(f->ep, op->buf, FAB_CTRL_BUF, op->desc, FI_ADDR_UNSPEC, FAB_TAG_CTRL, 0, op);
+		ret = fi_trecv(rl->ep, op->buf, FAB_CTRL_BUF, op->desc, FI_ADDR_UNSPEC, FAB_TAG_CTRL, 0, op);
 		break;
 	case OP_DATA_TX:
-		ret = fi_tsend(f->ep, op->buf, op->len, op->desc, addr, op->tag, op);
+		ret = fi_tsend(rl->ep, op->buf, op->len, op->desc, addr, op->tag, op);
 		break;
 	case OP_DATA_RX:
-		ret = fi_trecv(f->ep, op->buf, op->len, op->desc, addr, op->tag, 0, op);
+		ret = fi_trecv(rl->ep, op->buf, op->len, op->desc, addr, op->tag, 0, op);
 		break;
 	case OP_READ:
-		ret = fi_read(f->ep, op->buf, op->len, op->desc, addr, op->rma_addr, op->rma_key, op);
+		ret = fi_read(rl->ep, op->buf, op->len, op->desc, addr, op->rma_addr, op->rma_key, op);
 		break;
 	default:
 		ret = -FI_EINVAL;
@@ -1181,12 +1201,12 @@ static void data_op_done(odx_fab *f, struct fab_op *op)
 	xfer_finish(f, x, 0, NULL);
 }
 
-static void op_complete(odx_fab *f, struct fab_op *op, size_t len, fi_addr_t from)
+static void op_complete(odx_fab *f, int rail, struct fab_op *op, size_t len, fi_addr_t from)
 {
 	posted_remove(f, op);
 	switch (op->kind) {
 	case OP_CTRL_RX:
-		handle_ctrl(f, op->buf, len, from);
+		handle_ctrl(f, rail, op->buf, len, from);
 		push_ready(f, op);
 		break;
 	case OP_CTRL_TX: {
@@ -1268,28 +1288,37 @@ static void op_complete_error(odx_fab *f, struct fab_op *op, int fi_err, const c
 	peer_fail(f, peer, why);
 }
 
-static int poll_cq(odx_fab *f)
+static int poll_rail(odx_fab *f, int rail)
 {
+	struct fab_rail *rl = &f->rail[rail];
 	struct fi_cq_tagged_entry e[16];
 	fi_addr_t from[16];
-	ssize_t n = f->has_source ? fi_cq_readfrom(f->cq, e, 16, from) : fi_cq_read(f->cq, e, 16);
+	ssize_t n = rl->has_source ? fi_cq_readfrom(rl->cq, e, 16, from) : fi_cq_read(rl->cq, e, 16);
 	if (n > 0) {
 		for (ssize_t i = 0; i < n; i++)
-			op_complete(f, e[i].op_context, e[i].len, f->has_source ? from[i] : FI_ADDR_NOTAVAIL);
+			op_complete(f, rail, e[i].op_context, e[i].len, rl->has_source ? from[i] : FI_ADDR_NOTAVAIL);
 		return (int)n;
 	}
 	if (n == -FI_EAVAIL) {
 		struct fi_cq_err_entry ee;
 		memset(&ee, 0, sizeof(ee));
-		if (fi_cq_readerr(f->cq, &ee, 0) > 0 && ee.op_context) {
+		if (fi_cq_readerr(rl->cq, &ee, 0) > 0 && ee.op_context) {
 			char detail[160];
-			snprintf(detail, sizeof(detail), "provider: %s",
-				 fi_cq_strerror(f->cq, ee.prov_errno, ee.err_data, NULL, 0));
+			snprintf(detail, sizeof(detail), "provider %s: %s", rl->prov,
+				 fi_cq_strerror(rl->cq, ee.prov_errno, ee.err_data, NULL, 0));
 			op_complete_error(f, ee.op_context, ee.err, detail);
 		}
 		return 1;
 	}
 	return 0;
+}
+
+static int poll_cq(odx_fab *f)
+{
+	int n = 0;
+	for (int r = 0; r < f->nrails; r++)
+		n += poll_rail(f, r);
+	return n;
 }
 
 /* ---- timers: heartbeats, peer timeouts, departed peers ---------------------------------- */
@@ -1378,7 +1407,8 @@ static void idle_wait(odx_fab *f, int rounds)
 	for (struct fab_op *op = f->delayed; op; op = op->next)
 		if (op->not_before - now < wait_ns)
 			wait_ns = op->not_before - now > 0 ? op->not_before - now : 0;
-	if (f->cq_fd < 0 && f->cq) {
+	int cq_fd = f->nrails == 1 ? f->rail[0].cq_fd : -1;
+	if (cq_fd < 0 && f->nrails) {
 		int64_t backoff = 50000ll << (rounds - f->spin < 4 ? rounds - f->spin : 4);
 		if (backoff < wait_ns)
 			wait_ns = backoff;
@@ -1388,11 +1418,11 @@ static void idle_wait(odx_fab *f, int rounds)
 		atomic_store(&f->sleeping, false);
 		return;
 	}
-	struct pollfd pfd[2] = { { .fd = f->wake_fd, .events = POLLIN }, { .fd = f->cq_fd, .events = POLLIN } };
+	struct pollfd pfd[2] = { { .fd = f->wake_fd, .events = POLLIN }, { .fd = cq_fd, .events = POLLIN } };
 	nfds_t nfd = 1;
-	if (f->cq_fd >= 0) {
-		struct fid *fids[1] = { &f->cq->fid };
-		if (fi_trywait(f->fabric, fids, 1) != FI_SUCCESS) {
+	if (cq_fd >= 0) {
+		struct fid *fids[1] = { &f->rail[0].cq->fid };
+		if (fi_trywait(f->rail[0].fabric, fids, 1) != FI_SUCCESS) {
 			atomic_store(&f->sleeping, false);
 			return;
 		}
@@ -1424,10 +1454,9 @@ static bool user_work_pending(odx_fab *f)
 static int progress_once(odx_fab *f)
 {
 	int work = take_submissions(f);
-	if (f->cq)
-		work += poll_cq(f);
+	work += poll_cq(f);
 	work += post_ready(f);
-	if (f->cq)
+	if (f->nrails)
 		run_timers(f);
 	check_barrier(f);
 	return work;
@@ -1450,7 +1479,7 @@ static void *progress_main(void *arg)
 		if (!progress_once(f))
 			idle_wait(f, f->spin);
 	}
-	if (f->cq) {
+	if (f->nrails) {
 		for (int r = 0; r < f->size; r++)
 			if (r != f->rank && f->peers[r].state == PEER_ALIVE)
 				ctrl_send(f, r, FAB_MSG_BYE, NULL, 0);
@@ -1476,96 +1505,147 @@ static void *progress_main(void *arg)
 
 /* ---- open / close ----------------------------------------------------------------------- */
 
-static int open_endpoint(odx_fab *f, char *err, size_t errlen)
+static int open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, char *err, size_t errlen)
 {
-	struct fi_info *info = f->info;
-	int ret = fi_fabric(info->fabric_attr, &f->fabric, NULL);
+	struct fi_info *info = rl->info;
+	int ret = fi_fabric(info->fabric_attr, &rl->fabric, NULL);
 	const char *step = "fi_fabric";
 	if (!ret) {
 		step = "fi_domain";
-		ret = fi_domain(f->fabric, info, &f->domain, NULL);
+		ret = fi_domain(rl->fabric, info, &rl->domain, NULL);
 	}
 	if (!ret) {
 		step = "fi_av_open";
 		struct fi_av_attr av_attr = { .type = FI_AV_TABLE, .count = (size_t)f->size };
-		ret = fi_av_open(f->domain, &av_attr, &f->av, NULL);
+		ret = fi_av_open(rl->domain, &av_attr, &rl->av, NULL);
 	}
 	if (!ret) {
 		step = "fi_cq_open";
 		/* Idle waiting: polling with a growing sleep (50 us .. 0.8 ms) by default, because the
 		 * shm provider's wait fd is not signalled by data arriving (manual progress) and a
 		 * blocked thread then sleeps its whole timeout; ODX_FAB_WAIT=fd blocks on the CQ's
-		 * fd instead where the provider signals it (tcp). */
+		 * fd instead where the provider signals it (tcp; one endpoint only). */
 		struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .size = 4096, .wait_obj = FI_WAIT_NONE };
 		const char *w = getenv("ODX_FAB_WAIT");
 		if (w && !strcmp(w, "fd"))
 			cq_attr.wait_obj = FI_WAIT_FD;
-		ret = fi_cq_open(f->domain, &cq_attr, &f->cq, NULL);
+		ret = fi_cq_open(rl->domain, &cq_attr, &rl->cq, NULL);
 		if (ret && cq_attr.wait_obj != FI_WAIT_NONE) {
 			/* no wait fd from this provider: poll with a growing sleep instead */
 			cq_attr.wait_obj = FI_WAIT_NONE;
-			ret = fi_cq_open(f->domain, &cq_attr, &f->cq, NULL);
+			ret = fi_cq_open(rl->domain, &cq_attr, &rl->cq, NULL);
 		} else if (!ret && cq_attr.wait_obj == FI_WAIT_FD) {
-			if (fi_control(&f->cq->fid, FI_GETWAIT, &f->cq_fd))
-				f->cq_fd = -1;
+			if (fi_control(&rl->cq->fid, FI_GETWAIT, &rl->cq_fd))
+				rl->cq_fd = -1;
 		}
 	}
 	if (!ret) {
 		step = "fi_endpoint";
-		ret = fi_endpoint(f->domain, info, &f->ep, NULL);
+		ret = fi_endpoint(rl->domain, info, &rl->ep, NULL);
 	}
 	if (!ret) {
 		step = "fi_ep_bind";
-		ret = fi_ep_bind(f->ep, &f->av->fid, 0);
+		ret = fi_ep_bind(rl->ep, &rl->av->fid, 0);
 		if (!ret)
-			ret = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV);
+			ret = fi_ep_bind(rl->ep, &rl->cq->fid, FI_TRANSMIT | FI_RECV);
 	}
 	if (!ret) {
 		step = "fi_enable";
-		ret = fi_enable(f->ep);
+		ret = fi_enable(rl->ep);
 	}
 	if (ret) {
-		snprintf(err, errlen, "%s on provider %s failed: %s (%d)", step, f->provider, fi_strerror(-ret), ret);
+		snprintf(err, errlen, "%s on provider %s failed: %s (%d)", step, rl->prov, fi_strerror(-ret), ret);
 		return fab_err(ret) == ODX_EIO ? ODX_EUNAVAIL : fab_err(ret);
 	}
 	uint64_t mr = info->domain_attr->mr_mode;
-	f->mr_local = mr & FI_MR_LOCAL;
-	f->mr_endpoint = mr & FI_MR_ENDPOINT;
-	f->mr_virt = mr & FI_MR_VIRT_ADDR;
-	f->mr_prov_key = mr & FI_MR_PROV_KEY;
-	f->mr_raw = mr & FI_MR_RAW;
-	f->has_rma = (info->caps & FI_RMA) != 0;
-	f->has_source = (info->caps & FI_SOURCE) != 0 && !f->prof.source_broken;
-	f->next_mr_key = 1;
+	rl->mr_local = mr & FI_MR_LOCAL;
+	rl->mr_endpoint = mr & FI_MR_ENDPOINT;
+	rl->mr_virt = mr & FI_MR_VIRT_ADDR;
+	rl->mr_prov_key = mr & FI_MR_PROV_KEY;
+	rl->mr_raw = mr & FI_MR_RAW;
+	rl->has_rma = (info->caps & FI_RMA) != 0;
+	rl->has_source = (info->caps & FI_SOURCE) != 0 && !source_broken;
 	return 0;
 }
 
+static void close_rail(struct fab_rail *rl)
+{
+	if (rl->ep)
+		fi_close(&rl->ep->fid);
+	rl->ep = NULL;
+	if (rl->av)
+		fi_close(&rl->av->fid);
+	if (rl->cq)
+		fi_close(&rl->cq->fid);
+	if (rl->domain)
+		fi_close(&rl->domain->fid);
+	if (rl->fabric)
+		fi_close(&rl->fabric->fid);
+	if (rl->info)
+		fi_freeinfo(rl->info);
+	memset(rl, 0, sizeof(*rl));
+	rl->cq_fd = -1;
+}
+
+/* Ranks on the same host share a kernel boot and a network namespace: the shm endpoint can reach
+ * them. Different namespaces count as different hosts (odx-run --netns tests the network). */
+static void host_key(char *key, size_t n)
+{
+	char boot[64] = "", ns[64] = "";
+	FILE *fp = fopen("/proc/sys/kernel/random/boot_id", "r");
+	if (fp) {
+		if (!fgets(boot, sizeof(boot), fp))
+			boot[0] = '\0';
+		fclose(fp);
+	}
+	boot[strcspn(boot, "\n")] = '\0';
+	ssize_t k = readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
+	ns[k > 0 ? k : 0] = '\0';
+	memset(key, 0, n);
+	snprintf(key, n, "%.36s/%.24s", boot, ns);
+}
+
+/* Name slot per rank: host key, then each rail's endpoint name (zeros where a rank has none). */
+#define FAB_SLOT (FAB_HOST_KEY + FAB_RAILS_MAX * FAB_NAME_MAX)
+
 static int exchange_names(odx_fab *f, char *err, size_t errlen)
 {
-	unsigned char name[FAB_NAME_MAX];
-	memset(name, 0, sizeof(name));
-	size_t len = sizeof(name);
-	int ret = fi_getname(&f->ep->fid, name, &len);
-	if (ret) {
-		snprintf(err, errlen, "fi_getname failed: %s", fi_strerror(-ret));
-		return fab_err(ret);
+	unsigned char mine[FAB_SLOT];
+	memset(mine, 0, sizeof(mine));
+	host_key((char *)mine, FAB_HOST_KEY);
+	for (int i = 0; i < f->nrails; i++) {
+		size_t len = FAB_NAME_MAX;
+		int ret = fi_getname(&f->rail[i].ep->fid, mine + FAB_HOST_KEY + (size_t)i * FAB_NAME_MAX, &len);
+		if (ret) {
+			snprintf(err, errlen, "fi_getname on %s failed: %s", f->rail[i].prov, fi_strerror(-ret));
+			return fab_err(ret);
+		}
 	}
-	unsigned char *all = calloc((size_t)f->size, FAB_NAME_MAX);
+	unsigned char *all = calloc((size_t)f->size, FAB_SLOT);
 	f->peer_str = calloc((size_t)f->size, sizeof(*f->peer_str));
 	if (!all || !f->peer_str) {
 		free(all);
 		return ODX_ENOMEM;
 	}
-	ret = fab_wireup_exchange(&f->wu, name, FAB_NAME_MAX, all, FAB_WIREUP_TIMEOUT_MS, err, errlen);
+	int ret = fab_wireup_exchange(&f->wu, mine, FAB_SLOT, all, FAB_WIREUP_TIMEOUT_MS, err, errlen);
+	static const unsigned char zeros[FAB_NAME_MAX];
 	for (int r = 0; !ret && r < f->size; r++) {
-		int n = fi_av_insert(f->av, all + (size_t)r * FAB_NAME_MAX, 1, &f->peers[r].addr, 0, NULL);
+		unsigned char *slot = all + (size_t)r * FAB_SLOT;
+		/* shm for a rank on this host that opened one too; the network otherwise */
+		int rail = 0;
+		if (f->nrails > 1 && !memcmp(slot, mine, FAB_HOST_KEY) &&
+		    memcmp(slot + FAB_HOST_KEY + FAB_NAME_MAX, zeros, FAB_NAME_MAX) != 0)
+			rail = 1;
+		struct fab_rail *rl = &f->rail[rail];
+		unsigned char *name = slot + FAB_HOST_KEY + (size_t)rail * FAB_NAME_MAX;
+		f->peers[r].rail = rail;
+		int n = fi_av_insert(rl->av, name, 1, &f->peers[r].addr, 0, NULL);
 		if (n != 1) {
-			snprintf(err, errlen, "fi_av_insert of rank %d's address failed (%d)", r, n);
+			snprintf(err, errlen, "fi_av_insert of rank %d's %s address failed (%d)", r, rl->prov, n);
 			ret = ODX_EPEER;
 		}
 		size_t slen = sizeof(f->peer_str[r]);
-		if (f->peer_str)
-			fi_av_straddr(f->av, all + (size_t)r * FAB_NAME_MAX, f->peer_str[r], &slen);
+		fi_av_straddr(rl->av, name, f->peer_str[r], &slen);
 	}
 	free(all);
 	return ret;
@@ -1586,7 +1666,8 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 	odx_fab *f = calloc(1, sizeof(*f));
 	if (!f)
 		return ODX_ENOMEM;
-	f->cq_fd = -1;
+	for (int i = 0; i < FAB_RAILS_MAX; i++)
+		f->rail[i].cq_fd = -1;
 	f->wake_fd = -1;
 	f->failed_peer = -1;
 	f->peer_timeout_ms = p && p->peer_timeout_ms > 0 ? p->peer_timeout_ms : 10000;
@@ -1599,13 +1680,15 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&f->cond, &ca);
 	pthread_condattr_destroy(&ca);
+	struct fi_info *shm_info = NULL;
 	int ret = fab_fault_parse(&f->fault, p ? p->fault : NULL, err, errlen);
 	if (ret)
 		goto out_free;
 	/* resolve the provider even for one rank: a wrong name is an error everywhere */
-	ret = fab_resolve(p, &f->prof, &f->info, err, errlen);
+	ret = fab_resolve(p, &f->prof, &f->rail[0].info, err, errlen);
 	if (ret)
 		goto out_free;
+	snprintf(f->rail[0].prov, sizeof(f->rail[0].prov), "%s", f->prof.prov);
 	atomic_store(&f->pull_min, f->prof.pull_min);
 	ret = fab_wireup_detect(&f->wu, err, errlen);
 	if (ret)
@@ -1627,21 +1710,44 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 	if (f->size == 1) {
 		snprintf(f->provider, sizeof(f->provider), "self");
 	} else {
-		snprintf(f->provider, sizeof(f->provider), "%s", f->prof.prov);
-		ret = open_endpoint(f, err, errlen);
-		if (!ret)
-			ret = exchange_names(f, err, errlen);
+		f->nrails = 1;
+		ret = open_endpoint(f, &f->rail[0], f->prof.source_broken, err, errlen);
 		if (ret)
 			goto out_close;
-		for (int i = 0; i < FAB_RX_BUFS; i++) {
-			f->rx[i] = op_new(OP_CTRL_RX, -1, FAB_CTRL_BUF);
-			if (!f->rx[i]) {
-				ret = ODX_ENOMEM;
-				goto out_close;
+		/* auto mode: a second, shm endpoint for the ranks on this host (ODX_FAB_SHM=0: off) */
+		const char *want = p && p->provider && *p->provider ? p->provider : "auto";
+		const char *shm_env = getenv("ODX_FAB_SHM");
+		if (!strcmp(want, "auto") && strcmp(f->prof.prov, "shm") != 0 && !(shm_env && !strcmp(shm_env, "0"))) {
+			odx_fab_params sp = { .provider = "shm" };
+			struct fab_profile shm_prof;
+			char shm_err[256];
+			if (fab_resolve(&sp, &shm_prof, &shm_info, shm_err, sizeof(shm_err)) == 0) {
+				struct fab_rail *rl = &f->rail[1];
+				rl->info = shm_info;
+				shm_info = NULL;
+				snprintf(rl->prov, sizeof(rl->prov), "shm");
+				if (open_endpoint(f, rl, false, shm_err, sizeof(shm_err)) == 0)
+					f->nrails = 2;
+				else
+					close_rail(rl); /* the network endpoint serves every rank then */
 			}
-			push_ready(f, f->rx[i]);
 		}
-		f->rx[0] = f->rx[0]; /* owned by the queues from here on */
+		snprintf(f->provider, sizeof(f->provider), "%s%s", f->prof.prov, f->nrails > 1 ? "+shm" : "");
+		ret = exchange_names(f, err, errlen);
+		if (ret)
+			goto out_close;
+		for (int rail = 0; rail < f->nrails; rail++) {
+			for (int i = 0; i < FAB_RX_BUFS; i++) {
+				/* owned by the queues (and the provider) from here on */
+				struct fab_op *rx = op_new(OP_CTRL_RX, -1, FAB_CTRL_BUF);
+				if (!rx) {
+					ret = ODX_ENOMEM;
+					goto out_close;
+				}
+				rx->rail = rail;
+				push_ready(f, rx);
+			}
+		}
 		now = fab_now_ns();
 		for (int r = 0; r < f->size; r++)
 			f->peers[r].last_heard = now;
@@ -1660,8 +1766,7 @@ out_close:
 out_wireup:
 	fab_wireup_finish(&f->wu);
 out_free:
-	if (f->info)
-		fi_freeinfo(f->info);
+	close_rail(&f->rail[0]);
 	free(f->peers);
 	if (f->wake_fd >= 0)
 		close(f->wake_fd);
@@ -1689,9 +1794,12 @@ void odx_fab_close(odx_fab *f)
 		(void)k;
 		pthread_join(f->thread, NULL);
 	}
-	/* Closing the endpoint first means the provider holds none of our buffers afterwards. */
-	if (f->ep)
-		fi_close(&f->ep->fid);
+	/* Closing the endpoints first means the provider holds none of our buffers afterwards. */
+	for (int i = 0; i < FAB_RAILS_MAX; i++) {
+		if (f->rail[i].ep)
+			fi_close(&f->rail[i].ep->fid);
+		f->rail[i].ep = NULL;
+	}
 	while (f->posted) {
 		struct fab_op *op = f->posted;
 		posted_remove(f, op);
@@ -1715,16 +1823,8 @@ void odx_fab_close(odx_fab *f)
 		free(x->inline_data);
 		free(x);
 	}
-	if (f->av)
-		fi_close(&f->av->fid);
-	if (f->cq)
-		fi_close(&f->cq->fid);
-	if (f->domain)
-		fi_close(&f->domain->fid);
-	if (f->fabric)
-		fi_close(&f->fabric->fid);
-	if (f->info)
-		fi_freeinfo(f->info);
+	for (int i = 0; i < FAB_RAILS_MAX; i++)
+		close_rail(&f->rail[i]);
 	fab_wireup_finish(&f->wu);
 	if (f->wake_fd >= 0)
 		close(f->wake_fd);

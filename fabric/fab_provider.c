@@ -241,11 +241,19 @@ int odx_fab_describe(const odx_fab_params *p, char *buf, size_t n)
 	if (p)
 		autop.iface = p->iface;
 	int ret = fab_resolve(&autop, &prof, &info, err, sizeof(err));
-	if (used < n)
-		used += (size_t)snprintf(buf + used, n - used, "auto -> %s\n", ret ? "none" : prof.prov);
 	if (info)
 		fi_freeinfo(info);
 	info = NULL;
+	/* auto adds a shm endpoint for ranks on the same host when shm is present */
+	odx_fab_params shmp = { .provider = "shm" };
+	struct fab_profile shm_prof;
+	bool shm = !ret && strcmp(prof.prov, "shm") != 0 && fab_resolve(&shmp, &shm_prof, &info, NULL, 0) == 0;
+	if (info)
+		fi_freeinfo(info);
+	info = NULL;
+	if (used < n)
+		used += (size_t)snprintf(buf + used, n - used, "auto -> %s%s\n", ret ? "none" : prof.prov,
+					 shm ? " (+ shm for ranks on the same host)" : "");
 	if (p && p->provider && strcmp(p->provider, "auto") != 0) {
 		ret = fab_resolve(p, &prof, &info, err, sizeof(err));
 		if (used < n)

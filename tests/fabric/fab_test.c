@@ -9,7 +9,8 @@
  *   fab_test ue       small transfers only (what the ue profile supports)
  *
  * Environment: FAB_TEST_PROVIDER, FAB_TEST_FAULT, FAB_TEST_BIG (largest size, default 64 MiB),
- * FAB_TEST_TIMEOUT_MS (peer timeout), ODX_FAB_IFACE (pin). Every wait has a deadline; a failure
+ * FAB_TEST_TIMEOUT_MS (peer timeout), ODX_FAB_IFACE (pin), FAB_TEST_NOSHM_RANK (in auto mode,
+ * that rank opens no shm endpoint). Every wait has a deadline; a failure
  * prints why and exits 1.
  */
 #include <arpa/inet.h>
@@ -294,6 +295,11 @@ static void *garbage_client(void *arg)
 
 static odx_fab *open_fab(void)
 {
+	/* mixed rails in auto mode: this rank opens no shm endpoint, so the others reach it over
+	 * the network while they use shm among themselves */
+	const char *noshm = getenv("FAB_TEST_NOSHM_RANK"), *me = getenv("ODX_RANK");
+	if (noshm && me && !strcmp(noshm, me))
+		setenv("ODX_FAB_SHM", "0", 1);
 	odx_fab_params p = { 0 };
 	p.provider = getenv("FAB_TEST_PROVIDER");
 	p.fault = getenv("FAB_TEST_FAULT");
