@@ -2265,11 +2265,12 @@ static odx__policy *hook_enter(odx_context *ctx)
 	return h;
 }
 
-static void hook_leave(odx_context *ctx, odx__policy *h)
+/* Never drains the pending list: pushers that found us holding the state waited and drained
+ * themselves, and the caller may hold locks (a memory node's) that placing must not nest in. */
+static void hook_leave(odx__policy *h)
 {
 	held = NULL;
 	pthread_mutex_unlock(&h->lock);
-	place_pending(ctx, h);
 }
 
 static void refresh_queues(odx_context *ctx, odx__policy *h)
@@ -2314,7 +2315,7 @@ static void *ticker(void *arg)
 				refresh_queues(ctx, h);
 				odx__policy_host_tick(h, h->qnow, h->done);
 			}
-			hook_leave(ctx, h);
+			hook_leave(h);
 		}
 		pthread_mutex_lock(&h->tick_lock);
 	}
@@ -2331,7 +2332,7 @@ int odx__policy_evict(odx_context *ctx, int memnode, uint64_t need, const odx__e
 	if (!h)
 		return ODX_ENOSYS;
 	rc = odx__policy_host_evict(h, memnode, need, c, n, order);
-	hook_leave(ctx, h);
+	hook_leave(h);
 	return rc;
 }
 
@@ -2344,7 +2345,7 @@ int odx__policy_prefetch(odx_context *ctx, const odx__prefetch_task *w, int n, i
 		return ODX_ENOSYS;
 	refresh_queues(ctx, h);
 	rc = odx__policy_host_prefetch(h, w, n, order);
-	hook_leave(ctx, h);
+	hook_leave(h);
 	return rc;
 }
 
@@ -2357,7 +2358,7 @@ int odx__policy_place_rank(odx_context *ctx, const odx__rank_task *b, int n, int
 	if (!h)
 		return ODX_ENOSYS;
 	rc = odx__policy_host_place_rank(h, b, n, nranks, out_rank);
-	hook_leave(ctx, h);
+	hook_leave(h);
 	return rc;
 }
 

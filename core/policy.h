@@ -161,17 +161,22 @@ uint64_t odx__policy_failures(const odx__policy *h);
 /* Opens ctx->policy when the `policy` key names a Lua policy (after the devices are open). */
 int odx__policy_ctx_open(odx_context *ctx, char *err, size_t errlen);
 void odx__policy_ctx_close(odx_context *ctx);
-/* A ready task: placed through the policy (batched); from odx__sched_push. */
+/* A ready task: placed through the policy (batched; while every device has work it waits for
+ * a device to run low, a full batch or the next tick); from odx__sched_push. May wait for a
+ * hook call holding the policy's state, then place: never call it holding a device's queue lock
+ * or ctx->shared_lock. */
 void odx__policy_push(odx_context *ctx, odx__task *t);
-/* A finished task, for the models and on_complete; from odx__task_finish. */
+/* A finished task, for the models and on_complete; places waiting tasks when its device runs
+ * low (same locking rule as push); from odx__task_finish. */
 void odx__policy_task_done(odx__task *t, int status);
 
 /*
  * Seams for the tier manager and the fabric. Each is a no-op returning < 0 when the context has
  * no Lua policy, the policy lacks the hook, or the call fails or answers wrongly (C validates
  * every answer); the caller then uses its own default. Thread-safe: they wait for the policy's
- * Lua state (at most one placement batch or one hook call). Never call them holding a device's
- * queue lock or ctx->shared_lock: a placement batch in progress needs those to finish.
+ * Lua state (at most one placement batch or one hook call) and never place tasks themselves, so
+ * they may be called with a memory node's or a buffer's lock held; never with a device's queue
+ * lock or ctx->shared_lock, which a placement batch in progress needs to finish.
  */
 
 /* evict(need, candidates, out): the policy orders up to n candidates (idle replicas on memory
