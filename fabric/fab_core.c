@@ -65,7 +65,7 @@ struct fab_op {
 	void *desc;
 	uint64_t tag, rma_addr, rma_key;
 	int rail; /* OP_CTRL_RX: the endpoint it is posted on */
-	unsigned char data[]; /* control buffers */
+	_Alignas(8) unsigned char data[]; /* control buffers: headers are read in place */
 };
 
 struct fab_xfer {
