@@ -1032,9 +1032,9 @@ void odx__tier_stats_print(odx_context *ctx, void (*emit)(odx_context *, const c
 
 		odx__pinned_get_stats(tier->pinned, &st);
 		snprintf(line, sizeof(line),
-			 "  pinned staging pool: %llu blocks of %.1f MiB, %s%s%s%s; %llu bounce "
+			 "  pinned staging pool: %llu blocks of %llu KiB, %s%s%s%s; %llu bounce "
 			 "copies from it, peak %llu blocks in use, %llu now; %llu fell back to malloc",
-			 (unsigned long long)st.blocks, (double)st.block / (1 << 20),
+			 (unsigned long long)st.blocks, (unsigned long long)st.block >> 10,
 			 source[tier->pinned_source],
 			 tier->pinned_source == PINNED_FAULTED ? " (mlock: " : "",
 			 tier->pinned_source == PINNED_FAULTED ? strerror(tier->pinned_errno) : "",
