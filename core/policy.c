@@ -197,6 +197,8 @@ struct odx__policy {
 
 	pstate *cur;              /* NULL: none loaded (failed first load) */
 	bool disabled;
+	_Atomic unsigned hooks;   /* 1 << hook for each hook of cur, 0 while disabled: the seams
+				   * skip the lock for a hook the policy lacks */
 	int consecutive;
 	_Atomic uint64_t failures;
 	uint64_t sites[MAX_SITES];
@@ -279,6 +281,18 @@ static void say(odx__policy *h, odx_log_level level, bool error, const char *fmt
 		h->log(h->log_user, level, error, msg);
 }
 
+/* Publishes which hooks the running state has (for the seams' lock-free check). */
+static void publish_hooks(odx__policy *h)
+{
+	unsigned mask = 0;
+	int i;
+
+	for (i = 0; h->cur && !h->disabled && i < HOOK_COUNT; i++)
+		if (h->cur->ref_hook[i] != LUA_NOREF)
+			mask |= 1u << i;
+	atomic_store(&h->hooks, mask);
+}
+
 static uint64_t site_hash(const char *s)
 {
 	uint64_t x = 1469598103934665603ull;
@@ -305,6 +319,7 @@ static void fail(odx__policy *h, const char *site, const char *msg)
 	    "policy %s: %s (the built-in least_loaded decides instead)", h->display, msg);
 	if (++h->consecutive >= MAX_FAILURES && !h->disabled) {
 		h->disabled = true;
+		publish_hooks(h);
 		say(h, ODX_LOG_ERROR, true,
 		    "policy %s: disabled after %d consecutive failures, last: %s; the built-in "
 		    "least_loaded decides until the file is reloaded",
@@ -1890,6 +1905,7 @@ int odx__policy_open(odx__policy **out, const odx__policy_params *p, char *err, 
 	h->wd_started = true;
 	h->next_check = odx__now_ns() + RELOAD_CHECK_NS;
 	h->cur = state_open(h, why, sizeof(why));
+	publish_hooks(h);
 	if (!h->cur) {
 		h->disabled = true;
 		atomic_fetch_add(&h->failures, 1);
@@ -1989,6 +2005,7 @@ void odx__policy_check_reload(odx__policy *h, bool force)
 	state_close(h, h->cur);
 	h->cur = s;
 	h->disabled = false;
+	publish_hooks(h);
 	h->consecutive = 0;
 	h->nsites = 0;
 	say(h, ODX_LOG_INFO, false, "policy %s: reloaded", h->display);
@@ -2252,13 +2269,14 @@ static void place_pending(odx_context *ctx, odx__policy *h)
 	}
 }
 
-/* Takes the Lua state for a hook call; NULL when there is no Lua policy or this thread holds it
- * already (a seam called from inside the policy host). */
-static odx__policy *hook_enter(odx_context *ctx)
+/* Takes the Lua state for a call of `hook`; NULL when there is no Lua policy, it lacks the hook
+ * (checked without the lock: a reload in between only makes run_hook answer ODX_ENOSYS), or
+ * this thread holds the state already (a seam called from inside the policy host). */
+static odx__policy *hook_enter(odx_context *ctx, enum hook hook)
 {
 	odx__policy *h = ctx ? ctx->policy : NULL;
 
-	if (!h || held == h)
+	if (!h || held == h || !(atomic_load(&h->hooks) & (1u << hook)))
 		return NULL;
 	pthread_mutex_lock(&h->lock);
 	held = h;
@@ -2309,14 +2327,15 @@ static void *ticker(void *arg)
 		next = now + h->tick_ns;
 		pthread_mutex_unlock(&h->tick_lock);
 		place_pending(ctx, h); /* deferred tasks wait at most one tick */
-		if (hook_enter(ctx) == h) {
-			odx__policy_check_reload(h, false);
-			if (odx__policy_enabled(h) && h->cur->ref_hook[HOOK_ON_TICK] != LUA_NOREF) {
-				refresh_queues(ctx, h);
-				odx__policy_host_tick(h, h->qnow, h->done);
-			}
-			hook_leave(h);
+		/* on_tick, and the reload check an idle program needs, under the state's lock. */
+		pthread_mutex_lock(&h->lock);
+		held = h;
+		odx__policy_check_reload(h, false);
+		if (odx__policy_enabled(h) && h->cur->ref_hook[HOOK_ON_TICK] != LUA_NOREF) {
+			refresh_queues(ctx, h);
+			odx__policy_host_tick(h, h->qnow, h->done);
 		}
+		hook_leave(h);
 		pthread_mutex_lock(&h->tick_lock);
 	}
 	pthread_mutex_unlock(&h->tick_lock);
@@ -2326,7 +2345,7 @@ static void *ticker(void *arg)
 int odx__policy_evict(odx_context *ctx, int memnode, uint64_t need, const odx__evict_cand *c,
 		      int n, int *order)
 {
-	odx__policy *h = hook_enter(ctx);
+	odx__policy *h = hook_enter(ctx, HOOK_EVICT);
 	int rc;
 
 	if (!h)
@@ -2338,7 +2357,7 @@ int odx__policy_evict(odx_context *ctx, int memnode, uint64_t need, const odx__e
 
 int odx__policy_prefetch(odx_context *ctx, const odx__prefetch_task *w, int n, int *order)
 {
-	odx__policy *h = hook_enter(ctx);
+	odx__policy *h = hook_enter(ctx, HOOK_PREFETCH);
 	int rc;
 
 	if (!h)
@@ -2352,7 +2371,7 @@ int odx__policy_prefetch(odx_context *ctx, const odx__prefetch_task *w, int n, i
 int odx__policy_place_rank(odx_context *ctx, const odx__rank_task *b, int n, int nranks,
 			   int *out_rank)
 {
-	odx__policy *h = hook_enter(ctx);
+	odx__policy *h = hook_enter(ctx, HOOK_PLACE_RANK);
 	int rc;
 
 	if (!h)
