@@ -395,7 +395,7 @@ int main(int argc, char **argv)
 		else
 			DIE("usage: fabric_bw [-p provider] [-m max_bytes] [-q]");
 	}
-	odx_fab_params p = { .provider = prov, .iface = getenv("ODX_FAB_IFACE") };
+	odx_fab_params p = { .provider = prov, .iface = getenv("ODX_FABRIC_IFACE") };
 	odx_fab *f = NULL;
 	char err[1024];
 	int ret = odx_fab_open(&p, &f, err, sizeof(err));

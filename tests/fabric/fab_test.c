@@ -9,7 +9,7 @@
  *   fab_test ue       small transfers only (what the ue profile supports)
  *
  * Environment: FAB_TEST_PROVIDER, FAB_TEST_FAULT, FAB_TEST_BIG (largest size, default 64 MiB),
- * FAB_TEST_TIMEOUT_MS (peer timeout), ODX_FAB_IFACE (pin), FAB_TEST_NOSHM_RANK (in auto mode,
+ * FAB_TEST_TIMEOUT_MS (peer timeout), ODX_FABRIC_IFACE (pin), FAB_TEST_NOSHM_RANK (in auto mode,
  * that rank opens no shm endpoint). Every wait has a deadline; a failure
  * prints why and exits 1.
  */
@@ -303,7 +303,7 @@ static odx_fab *open_fab(void)
 	odx_fab_params p = { 0 };
 	p.provider = getenv("FAB_TEST_PROVIDER");
 	p.fault = getenv("FAB_TEST_FAULT");
-	p.iface = getenv("ODX_FAB_IFACE");
+	p.iface = getenv("ODX_FABRIC_IFACE");
 	const char *t = getenv("FAB_TEST_TIMEOUT_MS");
 	p.peer_timeout_ms = t ? atoi(t) : 0;
 	odx_fab *f = NULL;

@@ -41,6 +41,10 @@ netns)
 	timeout -k 5 150 "$odx_run" --netns --rate 200mbit -n "$n" --timeout 140 "$fab_test" "$mode" >"$out" 2>&1
 	rc=$?
 	[ $rc -eq 77 ] && { cat "$out"; exit 77; }
+	if ! grep -q "tbf 200mbit on rank 1's link: Sent [1-9]" "$out"; then
+		echo "FAIL: the tbf link carried no traffic"
+		rc=1
+	fi
 	if ip netns list | grep -q "^odx[0-9]*r"; then
 		echo "FAIL: network namespaces left behind:"; ip netns list
 		rc=1
