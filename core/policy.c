@@ -131,7 +131,7 @@ enum table {
 	T_TICK_DONE,
 	T_COUNT,
 };
-#define NROWS 4 /* T_FEASIBLE .. T_RESIDENT */
+#define SHADOW_STR 64 /* kernel names and tags kept for comparison (longer ones: rewritten) */
 /* The place inputs filled only once a policy has read them: T_KERNEL .. T_FREE_AT. */
 #define LAZY_FIRST T_KERNEL
 #define LAZY_LAST T_FREE_AT
@@ -146,7 +146,7 @@ struct op_args;
  */
 typedef struct shadow {
 	int valid[T_COUNT];
-	const char **kernel, **tag;
+	char (*kernel)[SHADOW_STR], (*tag)[SHADOW_STR]; /* copies: the originals may be freed */
 	int *priority, *queue;
 	uint64_t *bytes, *resident;
 	bool *feasible;
@@ -1144,13 +1144,20 @@ static void fill_lazy(lua_State *L, pstate *s, const op_args *a, int t)
 		switch (t) {
 		case T_KERNEL:
 		case T_TAG: {
-			const char **old = t == T_KERNEL ? &sh->kernel[i] : &sh->tag[i];
+			char *old = t == T_KERNEL ? sh->kernel[i] : sh->tag[i];
 			const char *str = t == T_KERNEL ? pt->kernel : pt->tag ? pt->tag : "";
+			size_t len = strlen(str);
 
-			if (fresh || !same_string(*old, str)) {
-				lua_pushstring(L, str);
+			/* old[0] == 1: a string too long to keep, never equal */
+			if (fresh || len >= SHADOW_STR || old[0] == 1 || strcmp(old, str) != 0) {
+				lua_pushlstring(L, str, len);
 				lua_rawseti(L, tab, i + 1);
-				*old = str;
+				if (len < SHADOW_STR) {
+					memcpy(old, str, len + 1);
+				} else {
+					old[0] = 1;
+					old[1] = '\0';
+				}
 			}
 			break;
 		}
