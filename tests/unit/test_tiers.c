@@ -12,6 +12,8 @@
  */
 #include <dirent.h>
 #include <setjmp.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -622,6 +624,50 @@ static void test_spill_corruption(void **state)
 	rmdir(spill_root);
 }
 
+/* ---- the watchdog ------------------------------------------------------------------------ */
+
+static atomic_bool release_kernel;
+
+/* Holds its device until the test saw the watchdog's dump (or 20 s passed). */
+static int blocking_kernel(const odx_host_launch *l)
+{
+	(void)l;
+	for (int i = 0; i < 2000 && !atomic_load(&release_kernel); i++)
+		usleep(10000);
+	return 0;
+}
+
+static void test_watchdog(void **state)
+{
+	const char *kv[] = {"tier.watchdog_ms", "200", "host.devices", "1", NULL};
+	const odx_param params[] = {{.name = "x", .kind = ODX_ARG_BUFFER, .access = ODX_RW}};
+	odx_context *ctx;
+	odx_kernel *k;
+	odx_buffer *x;
+	int i;
+
+	(void)state;
+	atomic_store(&release_kernel, false);
+	ctx = open_ctx(kv);
+	log_reset();
+	k = test_host_kernel(ctx, "blocking", params, 1, blocking_kernel);
+	assert_ok(odx_buffer_create(ctx, 4096, 0, &x));
+	assert_ok(odx_submit(ctx, k, (odx_arg[]){ODX_BUF(x, ODX_RW)}, 1, NULL, NULL));
+	assert_ok(odx_submit(ctx, k, (odx_arg[]){ODX_BUF(x, ODX_RW)}, 1, NULL, NULL));
+	/* No progress while the first task holds its device: the dump comes (deadline 20 s). */
+	for (i = 0; i < 2000 && !strstr(logged, "odx watchdog"); i++)
+		usleep(10000);
+	atomic_store(&release_kernel, true);
+	print_message("%s", logged);
+	assert_contains(logged, "odx watchdog: no task completed and no byte moved");
+	assert_contains(logged, "tasks are pending");
+	assert_contains(logged, "device 0");
+	assert_contains(logged, "memory node 0 (host RAM)");
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	odx_buffer_destroy(x);
+	assert_ok(odx_close(ctx));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -636,6 +682,7 @@ int main(void)
 		cmocka_unit_test(test_spill_area_permissions),
 		cmocka_unit_test(test_spill_write_error),
 		cmocka_unit_test(test_spill_corruption),
+		cmocka_unit_test(test_watchdog),
 	};
 	const char *only_host = getenv("ODX_TIERS_DISK");
 
