@@ -965,8 +965,10 @@ static void handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t l
 		break;
 	}
 	case FAB_MSG_BYE:
+		pthread_mutex_lock(&f->lock); /* API threads read the state */
 		p->state = PEER_GONE;
 		p->gone_at = fab_now_ns();
+		pthread_mutex_unlock(&f->lock);
 		break;
 	default: /* heartbeat, credit: the header did the work */
 		break;
