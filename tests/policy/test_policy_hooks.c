@@ -429,6 +429,51 @@ static void test_deferred_batches(void **state)
 	assert_true(per_call > 1.5);
 }
 
+/* The inputs a batch keeps between calls follow what changed: kernels destroyed and made again
+ * under other names, tags of reused task slots. The policy checks each task's kernel against
+ * its tag (set to the kernel's name) and fails the call otherwise. Under ASan this also checks
+ * that nothing compares against a destroyed kernel's name. */
+static int noop_kernel(const odx_host_launch *l)
+{
+	(void)l;
+	return 0;
+}
+
+static void test_inputs_follow_changes(void **state)
+{
+	static const char text[] =
+		"local P = { api = 1 }\n"
+		"function P.place(batch, out)\n"
+		"\tfor i = 1, batch.n do\n"
+		"\t\tlocal k, t = batch.kernel[i], batch.tag[i]\n"
+		"\t\tassert(k:sub(1, 63) == t, k .. ' ~= ' .. t) -- tags keep 63 characters\n"
+		"\t\tout.device[i] = 1\n"
+		"\tend\n"
+		"end\n"
+		"return P\n";
+	static const char *const names[] = {"alpha", "b", "a-much-longer-kernel-name-than-the-"
+					    "sixty-three-characters-a-shadow-keeps-0123456789"};
+	char path[512];
+	odx_context *ctx;
+	int round, i;
+
+	(void)state;
+	write_policy(path, sizeof(path), "tags", text);
+	ctx = open_policy(path, NULL);
+	for (round = 0; round < 9; round++) {
+		const char *name = names[round % 3];
+		odx_kernel *k = test_host_kernel(ctx, name, NULL, 0, noop_kernel);
+		odx_task_opts o = {.tag = name};
+
+		for (i = 0; i < 20; i++)
+			assert_ok(odx_submit(ctx, k, NULL, 0, &o, NULL));
+		assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+		assert_ok(odx_kernel_destroy(k));
+	}
+	assert_int_equal(odx__policy_failures(ctx->policy), 0);
+	assert_ok(odx_close(ctx));
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -440,6 +485,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_on_tick),
 		cmocka_unit_test(test_seams_while_placing),
 		cmocka_unit_test(test_deferred_batches),
+		cmocka_unit_test(test_inputs_follow_changes),
 	};
 	int rc;
 
@@ -452,7 +498,7 @@ int main(int argc, char **argv)
 	if (!mkdtemp(tmpdir))
 		return 1;
 	rc = cmocka_run_group_tests(tests, NULL, NULL);
-	for (const char *n = "bad_evict\0ranks\0ticks\0"; *n; n += strlen(n) + 1) {
+	for (const char *n = "bad_evict\0ranks\0ticks\0tags\0"; *n; n += strlen(n) + 1) {
 		char path[512];
 
 		snprintf(path, sizeof(path), "%s/%s.lua", tmpdir, n);
