@@ -7,6 +7,7 @@
  *   fab_test garbage  the matrix while a raw TCP client and a malformed-message sender hit rank 0
  *   fab_test kill     the last rank dies mid-job; the others must see ODX_EPEER naming it
  *   fab_test ue       small transfers only (what the ue profile supports)
+ *   fab_test huge     one FAB_TEST_BIG-byte transfer (above 4 GiB by hand; not in the suite)
  *
  * Environment: FAB_TEST_PROVIDER, FAB_TEST_FAULT, FAB_TEST_BIG (largest size, default 64 MiB),
  * FAB_TEST_TIMEOUT_MS (peer timeout), ODX_FABRIC_IFACE (pin), FAB_TEST_NOSHM_RANK (in auto mode,
@@ -332,6 +333,20 @@ int main(int argc, char **argv)
 
 	if (!strcmp(mode, "matrix") || !strcmp(mode, "ue")) {
 		run_matrix(f, big, !strcmp(mode, "ue"));
+	} else if (!strcmp(mode, "huge")) {
+		/* one transfer above 4 GiB (FAB_TEST_BIG bytes), unaligned, rank 0 -> rank 1 */
+		if (my_rank < 2) {
+			add_xfer(1 - my_rank, 4242, big, my_rank ? 3 : 1, my_rank == 0);
+			post(f, &xfers[0]);
+			if (wait_all(DEADLINE_S))
+				DIE("the %zu-byte transfer did not finish in %d s", big, DEADLINE_S);
+			if (W.failed)
+				DIE("huge transfer failed: %s", W.first_error);
+			for (size_t i = 0; my_rank == 1 && i < big; i++)
+				if (xfers[0].mem[3 + i] != pattern(0, 1, 4242, i))
+					DIE("byte %zu of the %zu-byte transfer is wrong", i, big);
+			printf("rank %d: %zu bytes %s and checked\n", my_rank, big, my_rank ? "received" : "sent");
+		}
 	} else if (!strcmp(mode, "garbage")) {
 		pthread_t th = 0;
 		static char addr[256];
