@@ -42,14 +42,20 @@
 #define FAB_MAP_BUCKETS 1024
 #define FAB_WIREUP_TIMEOUT_MS 60000
 
-enum op_kind { OP_CTRL_TX, OP_CTRL_RX, OP_DATA_TX, OP_DATA_RX, OP_READ };
+enum op_kind {
+	OP_CTRL_TX,
+	OP_CTRL_RX,
+	OP_DATA_TX,
+	OP_DATA_RX,
+	OP_READ
+};
 
 struct fab_xfer;
 
 struct fab_op {
 	struct fi_context2 fictx; /* first: the provider hands it back in completions */
 	enum op_kind kind;
-	struct fab_op *next;         /* ready / delayed / waiting queue */
+	struct fab_op *next;	      /* ready / delayed / waiting queue */
 	struct fab_op *lprev, *lnext; /* posted to the provider */
 	int peer;
 	int retries, injected;
@@ -64,15 +70,15 @@ struct fab_op {
 	struct fid_mr *mr;
 	void *desc;
 	uint64_t tag, rma_addr, rma_key;
-	int rail; /* OP_CTRL_RX: the endpoint it is posted on */
+	int rail;			  /* OP_CTRL_RX: the endpoint it is posted on */
 	_Alignas(8) unsigned char data[]; /* control buffers: headers are read in place */
 };
 
 struct fab_xfer {
-	struct fab_xfer *hnext;       /* map chain */
-	struct fab_map *map;          /* which map holds it */
+	struct fab_xfer *hnext;		/* map chain */
+	struct fab_map *map;		/* which map holds it */
 	struct fab_xfer *aprev, *anext; /* active list */
-	struct fab_xfer *tx_next;       /* peer's list of sends waiting for data credits */
+	struct fab_xfer *tx_next;	/* peer's list of sends waiting for data credits */
 	bool tx_queued;
 	bool is_send, is_record, finished;
 	int peer;
@@ -95,11 +101,15 @@ struct fab_map {
 	struct fab_xfer *b[FAB_MAP_BUCKETS];
 };
 
-enum peer_state { PEER_ALIVE, PEER_GONE, PEER_FAILED };
+enum peer_state {
+	PEER_ALIVE,
+	PEER_GONE,
+	PEER_FAILED
+};
 
 struct fab_peer {
 	fi_addr_t addr; /* in its rail's AV */
-	int rail;       /* 0: the network endpoint, 1: shm for ranks on this host (auto mode) */
+	int rail;	/* 0: the network endpoint, 1: shm for ranks on this host (auto mode) */
 	enum peer_state state;
 	unsigned credits, to_return;
 	bool credit_pending, hb_inflight, gone_swept;
@@ -107,7 +117,7 @@ struct fab_peer {
 	uint64_t win[FAB_REPLAY_WINDOW / 64];
 	int64_t last_heard, last_sent, gone_at;
 	struct fab_op *wait_head, *wait_tail;
-	unsigned tx_inflight;                  /* data chunks posted to it (profile tx_limit) */
+	unsigned tx_inflight; /* data chunks posted to it (profile tx_limit) */
 	struct fab_xfer *tx_wait_head, *tx_wait_tail;
 };
 
@@ -170,7 +180,8 @@ struct odx_fab {
 	size_t last_ctrl_len;
 	int last_ctrl_peer;
 
-	_Atomic uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv, bad_msgs, retries, eagain, transfers;
+	_Atomic uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv, bad_msgs, retries, eagain,
+		transfers;
 };
 
 static void stat_add(_Atomic uint64_t *c, uint64_t n)
@@ -195,7 +206,8 @@ static void fab_bad(odx_fab *f, const char *fmt, ...)
 	int64_t now = fab_now_ns();
 	if (now - f->log_window > 1000000000ll) {
 		if (f->log_suppressed)
-			fab_log(f, "%u more bad messages dropped without a log line", f->log_suppressed);
+			fab_log(f, "%u more bad messages dropped without a log line",
+				f->log_suppressed);
 		f->log_window = now;
 		f->log_count = 0;
 		f->log_suppressed = 0;
@@ -225,7 +237,8 @@ static void wake(odx_fab *f)
 
 static size_t bucket(uint64_t a, uint64_t b)
 {
-	return (size_t)(((a * 0x9e3779b97f4a7c15ull) ^ (b * 0xc2b2ae3d27d4eb4full)) >> 40) % FAB_MAP_BUCKETS;
+	return (size_t)(((a * 0x9e3779b97f4a7c15ull) ^ (b * 0xc2b2ae3d27d4eb4full)) >> 40) %
+	       FAB_MAP_BUCKETS;
 }
 
 static void map_put(struct fab_map *m, size_t h, struct fab_xfer *x)
@@ -292,8 +305,8 @@ static struct fab_rail *peer_rail(odx_fab *f, int peer)
 	return &f->rail[f->peers[peer].rail];
 }
 
-static int mr_register(odx_fab *f, struct fab_rail *rl, const void *buf, size_t len, uint64_t access,
-		       struct fid_mr **mr)
+static int mr_register(odx_fab *f, struct fab_rail *rl, const void *buf, size_t len,
+		       uint64_t access, struct fid_mr **mr)
 {
 	uint64_t key = rl->mr_prov_key ? 0 : f->next_mr_key++;
 	int ret = fi_mr_reg(rl->domain, buf, len ? len : 1, access, 0, key, 0, mr, NULL);
@@ -363,9 +376,11 @@ static void fault_delay(odx_fab *f, struct fab_op *op)
 		return;
 	int64_t us = f->fault.delay_min_us;
 	if (f->fault.delay_max_us > f->fault.delay_min_us)
-		us += (int64_t)(fab_rand(&f->fault.rng) % (f->fault.delay_max_us - f->fault.delay_min_us + 1));
+		us += (int64_t)(fab_rand(&f->fault.rng) %
+				(f->fault.delay_max_us - f->fault.delay_min_us + 1));
 	if (fab_chance(&f->fault.rng, f->fault.reorder))
-		us += 200 + (int64_t)(fab_rand(&f->fault.rng) % (2 * (f->fault.delay_max_us + 1000)));
+		us += 200 +
+		      (int64_t)(fab_rand(&f->fault.rng) % (2 * (f->fault.delay_max_us + 1000)));
 	if (us)
 		op->not_before = fab_now_ns() + us * 1000;
 }
@@ -395,8 +410,8 @@ static void posted_remove(odx_fab *f, struct fab_op *op)
 
 /* ---- control messages --------------------------------------------------------------------- */
 
-static struct fab_op *ctrl_new(odx_fab *f, int dst, uint16_t type, uint32_t user_type, const void *a, size_t alen,
-			       const void *b, size_t blen)
+static struct fab_op *ctrl_new(odx_fab *f, int dst, uint16_t type, uint32_t user_type,
+			       const void *a, size_t alen, const void *b, size_t blen)
 {
 	struct fab_op *op = op_new(OP_CTRL_TX, dst, sizeof(struct fab_hdr) + alen + blen);
 	if (!op)
@@ -523,8 +538,8 @@ static void xfer_fail_peer(odx_fab *f, struct fab_xfer *x, const char *why)
 {
 	char msg[400];
 	snprintf(msg, sizeof(msg), "%s of %zu bytes (key %#llx) %s rank %d failed: %s",
-		 x->is_send ? "send" : "receive", x->len, (unsigned long long)x->key, x->is_send ? "to" : "from",
-		 x->peer, why);
+		 x->is_send ? "send" : "receive", x->len, (unsigned long long)x->key,
+		 x->is_send ? "to" : "from", x->peer, why);
 	xfer_finish(f, x, ODX_EPEER, msg);
 }
 
@@ -550,7 +565,9 @@ static void xfer_feed(odx_fab *f, struct fab_xfer *x)
 		}
 		if (x->is_send)
 			p->tx_inflight++;
-		enum op_kind kind = x->is_send ? OP_DATA_TX : x->mode == FAB_MODE_PULL ? OP_READ : OP_DATA_RX;
+		enum op_kind kind = x->is_send		       ? OP_DATA_TX
+				    : x->mode == FAB_MODE_PULL ? OP_READ
+							       : OP_DATA_RX;
 		struct fab_op *op = op_new(kind, x->peer, 0);
 		if (!op) {
 			xfer_finish(f, x, ODX_ENOMEM, "out of memory for a transfer chunk");
@@ -583,7 +600,7 @@ static void xfer_feed(odx_fab *f, struct fab_xfer *x)
 
 static void send_nack(odx_fab *f, int peer, uint64_t id, int status)
 {
-	struct fab_fin n = { .xfer_id = id, .status = status };
+	struct fab_fin n = {.xfer_id = id, .status = status};
 	ctrl_send(f, peer, FAB_MSG_NACK, &n, sizeof(n));
 }
 
@@ -592,9 +609,10 @@ static void xfer_match(odx_fab *f, struct fab_xfer *x, struct fab_xfer *r)
 {
 	if (r->len != x->len) {
 		char msg[300];
-		snprintf(msg, sizeof(msg),
-			 "rank %d sends %zu bytes for key %#llx, the receive posted for it expects %zu", x->peer,
-			 r->len, (unsigned long long)x->key, x->len);
+		snprintf(
+			msg, sizeof(msg),
+			"rank %d sends %zu bytes for key %#llx, the receive posted for it expects %zu",
+			x->peer, r->len, (unsigned long long)x->key, x->len);
 		if (r->is_send) {
 			xfer_finish(f, r, ODX_EINVAL, msg);
 		} else {
@@ -627,7 +645,8 @@ static void xfer_match(odx_fab *f, struct fab_xfer *x, struct fab_xfer *r)
 	}
 	xfer_release(f, r);
 	if (peer_rail(f, x->peer)->mr_local) {
-		int ret = mr_register(f, peer_rail(f, x->peer), x->buf, x->len, x->mode == FAB_MODE_PULL ? FI_READ : FI_RECV, &x->mr);
+		int ret = mr_register(f, peer_rail(f, x->peer), x->buf, x->len,
+				      x->mode == FAB_MODE_PULL ? FI_READ : FI_RECV, &x->mr);
 		if (ret) {
 			xfer_finish(f, x, fab_err(ret), "could not register the receive buffer");
 			return;
@@ -643,7 +662,8 @@ static void xfer_start(odx_fab *f, struct fab_xfer *x)
 	stat_add(&f->transfers, 1);
 	struct fab_peer *p = &f->peers[x->peer];
 	if (p->state == PEER_FAILED || (p->state == PEER_GONE && p->gone_swept)) {
-		xfer_fail_peer(f, x, p->state == PEER_FAILED ? "it is marked failed" : "it has closed");
+		xfer_fail_peer(f, x,
+			       p->state == PEER_FAILED ? "it is marked failed" : "it has closed");
 		return;
 	}
 	if (!x->is_send) {
@@ -663,7 +683,7 @@ static void xfer_start(odx_fab *f, struct fab_xfer *x)
 		return;
 	}
 	x->id = f->next_xfer_id++;
-	struct fab_rts rts = { .key = x->key, .len = x->len, .xfer_id = x->id };
+	struct fab_rts rts = {.key = x->key, .len = x->len, .xfer_id = x->id};
 	if (x->len <= FAB_INLINE_MAX) {
 		rts.mode = FAB_MODE_INLINE;
 	} else {
@@ -700,9 +720,11 @@ static void xfer_start(odx_fab *f, struct fab_xfer *x)
 	ctrl_enqueue(f, op);
 	if (rts.mode == FAB_MODE_TAGGED) {
 		if (peer_rail(f, x->peer)->mr_local) {
-			int ret = mr_register(f, peer_rail(f, x->peer), x->buf, x->len, FI_SEND, &x->mr);
+			int ret = mr_register(f, peer_rail(f, x->peer), x->buf, x->len, FI_SEND,
+					      &x->mr);
 			if (ret) {
-				xfer_finish(f, x, fab_err(ret), "could not register the send buffer");
+				xfer_finish(f, x, fab_err(ret),
+					    "could not register the send buffer");
 				return;
 			}
 			x->desc = fi_mr_desc(x->mr);
@@ -776,7 +798,8 @@ static bool window_accept(struct fab_peer *p, uint64_t seq)
 
 /* ---- incoming control messages ----------------------------------------------------------- */
 
-static void handle_rts(odx_fab *f, int src, const struct fab_rts *rts, const unsigned char *inl, size_t payload)
+static void handle_rts(odx_fab *f, int src, const struct fab_rts *rts, const unsigned char *inl,
+		       size_t payload)
 {
 	bool ok;
 	switch (rts->mode) {
@@ -786,15 +809,16 @@ static void handle_rts(odx_fab *f, int src, const struct fab_rts *rts, const uns
 	case FAB_MODE_TAGGED:
 	case FAB_MODE_PULL:
 		ok = payload == sizeof(*rts) && rts->len > FAB_INLINE_MAX && rts->chunk > 0 &&
-		     rts->nchunks <= FAB_MAX_CHUNKS && rts->nchunks == (rts->len + rts->chunk - 1) / rts->chunk &&
+		     rts->nchunks <= FAB_MAX_CHUNKS &&
+		     rts->nchunks == (rts->len + rts->chunk - 1) / rts->chunk &&
 		     (rts->mode == FAB_MODE_TAGGED || peer_rail(f, src)->has_rma);
 		break;
 	default:
 		ok = false;
 	}
 	if (!ok) {
-		fab_bad(f, "inconsistent transfer announcement from rank %d (mode %u, %llu bytes)", src, rts->mode,
-			(unsigned long long)rts->len);
+		fab_bad(f, "inconsistent transfer announcement from rank %d (mode %u, %llu bytes)",
+			src, rts->mode, (unsigned long long)rts->len);
 		return;
 	}
 	struct fab_xfer *r = calloc(1, sizeof(*r));
@@ -855,15 +879,17 @@ static void handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t l
 		fab_bad(f, "sender rank %u out of range or ourselves", h.src);
 		return;
 	}
-	if (f->rail[rail].has_source && (from != f->peers[h.src].addr || f->peers[h.src].rail != rail)) {
+	if (f->rail[rail].has_source &&
+	    (from != f->peers[h.src].addr || f->peers[h.src].rail != rail)) {
 		fab_bad(f, "claims rank %u but %s (%#llx vs %#llx)", h.src,
 			from == FI_ADDR_NOTAVAIL ? "its address is not in the address vector"
-						 : "comes from another rank's address", (unsigned long long)from, (unsigned long long)f->peers[h.src].addr);
+						 : "comes from another rank's address",
+			(unsigned long long)from, (unsigned long long)f->peers[h.src].addr);
 		return;
 	}
 	if ((size_t)h.payload_len != len - sizeof(h)) {
-		fab_bad(f, "length field %u but %zu payload bytes arrived from rank %u", h.payload_len,
-			len - sizeof(h), h.src);
+		fab_bad(f, "length field %u but %zu payload bytes arrived from rank %u",
+			h.payload_len, len - sizeof(h), h.src);
 		return;
 	}
 	if (h.type < FAB_MSG_USER || h.type >= FAB_MSG_TYPE_END) {
@@ -875,7 +901,8 @@ static void handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t l
 	if (p->state == PEER_FAILED)
 		return; /* a failed peer stays failed */
 	if (!window_accept(p, h.seq)) {
-		fab_bad(f, "replayed or out-of-window sequence %llu from rank %d", (unsigned long long)h.seq, src);
+		fab_bad(f, "replayed or out-of-window sequence %llu from rank %d",
+			(unsigned long long)h.seq, src);
 		return;
 	}
 	stat_add(&f->msgs_recv, 1);
@@ -904,7 +931,8 @@ static void handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t l
 		if (on_msg)
 			on_msg(user, src, h.user_type, payload, h.payload_len);
 		else
-			fab_bad(f, "message type %u from rank %d arrived before a handler was set", h.user_type, src);
+			fab_bad(f, "message type %u from rank %d arrived before a handler was set",
+				h.user_type, src);
 		break;
 	}
 	case FAB_MSG_RTS: {
@@ -939,7 +967,8 @@ static void handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t l
 			xfer_finish(f, x, 0, NULL);
 		} else {
 			char msg[200];
-			snprintf(msg, sizeof(msg), "rank %d refused the %zu-byte send for key %#llx: %s", src, x->len,
+			snprintf(msg, sizeof(msg),
+				 "rank %d refused the %zu-byte send for key %#llx: %s", src, x->len,
 				 (unsigned long long)x->key, odx_strerror(fin.status));
 			xfer_finish(f, x, fin.status < 0 ? fin.status : ODX_EINVAL, msg);
 		}
@@ -948,7 +977,8 @@ static void handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t l
 	case FAB_MSG_BARRIER_IN:
 	case FAB_MSG_BARRIER_OUT: {
 		struct fab_barrier_msg b;
-		if (h.payload_len != sizeof(b) || (h.type == FAB_MSG_BARRIER_IN) != (f->rank == 0)) {
+		if (h.payload_len != sizeof(b) ||
+		    (h.type == FAB_MSG_BARRIER_IN) != (f->rank == 0)) {
 			fab_bad(f, "misdirected barrier message from rank %d", src);
 			break;
 		}
@@ -1003,7 +1033,7 @@ static void check_barrier(odx_fab *f)
 	}
 	pthread_mutex_unlock(&f->lock);
 	if (release) {
-		struct fab_barrier_msg b = { e };
+		struct fab_barrier_msg b = {e};
 		for (int r = 1; r < f->size; r++)
 			ctrl_send(f, r, FAB_MSG_BARRIER_OUT, &b, sizeof(b));
 	}
@@ -1037,7 +1067,8 @@ static int op_post(odx_fab *f, struct fab_op *op)
 			return -FI_EAGAIN;
 		/* Injected completion errors stop one short of the retry bound: they exercise the
 		 * retry path without failing a healthy peer; real provider errors still can. */
-		if (op->injected < f->max_retries - 1 && fab_chance(&f->fault.rng, f->fault.cqerr)) {
+		if (op->injected < f->max_retries - 1 &&
+		    fab_chance(&f->fault.rng, f->fault.cqerr)) {
 			op->injected++;
 			op_complete_error(f, op, FI_EIO, "injected completion error");
 			return 0;
@@ -1061,7 +1092,9 @@ static int op_post(odx_fab *f, struct fab_op *op)
 		int r = mr_register(f, rl, op->buf, op->kind == OP_CTRL_RX ? FAB_CTRL_BUF : op->len,
 				    op->kind == OP_CTRL_RX ? FI_RECV : FI_SEND, &op->mr);
 		if (r)
-			return r == -FI_EAGAIN ? r : (op_complete_error(f, op, -r, "registration failed"), 0);
+			return r == -FI_EAGAIN
+				       ? r
+				       : (op_complete_error(f, op, -r, "registration failed"), 0);
 		op->desc = fi_mr_desc(op->mr);
 	}
 	ssize_t ret;
@@ -1071,7 +1104,8 @@ static int op_post(odx_fab *f, struct fab_op *op)
 		ret = fi_tsend(rl->ep, op->buf, op->len, op->desc, addr, FAB_TAG_CTRL, op);
 		break;
 	case OP_CTRL_RX:
-		ret = fi_trecv(rl->ep, op->buf, FAB_CTRL_BUF, op->desc, FI_ADDR_UNSPEC, FAB_TAG_CTRL, 0, op);
+		ret = fi_trecv(rl->ep, op->buf, FAB_CTRL_BUF, op->desc, FI_ADDR_UNSPEC,
+			       FAB_TAG_CTRL, 0, op);
 		break;
 	case OP_DATA_TX:
 		ret = fi_tsend(rl->ep, op->buf, op->len, op->desc, addr, op->tag, op);
@@ -1080,7 +1114,8 @@ static int op_post(odx_fab *f, struct fab_op *op)
 		ret = fi_trecv(rl->ep, op->buf, op->len, op->desc, addr, op->tag, 0, op);
 		break;
 	case OP_READ:
-		ret = fi_read(rl->ep, op->buf, op->len, op->desc, addr, op->rma_addr, op->rma_key, op);
+		ret = fi_read(rl->ep, op->buf, op->len, op->desc, addr, op->rma_addr, op->rma_key,
+			      op);
 		break;
 	default:
 		ret = -FI_EINVAL;
@@ -1195,7 +1230,7 @@ static void data_op_done(odx_fab *f, struct fab_op *op)
 	if (x->is_send && x->mode == FAB_MODE_PULL)
 		return; /* waits for the receiver's FIN */
 	if (x->mode == FAB_MODE_PULL) {
-		struct fab_fin fin = { .xfer_id = x->id };
+		struct fab_fin fin = {.xfer_id = x->id};
 		ctrl_send(f, x->peer, FAB_MSG_FIN, &fin, sizeof(fin));
 	}
 	if (x->is_send)
@@ -1266,7 +1301,8 @@ static void op_complete_error(odx_fab *f, struct fab_op *op, int fi_err, const c
 	}
 	if (op->kind == OP_DATA_RX && fi_err == FI_ETRUNC) {
 		char msg[200];
-		snprintf(msg, sizeof(msg), "rank %d sent more than the %zu bytes expected for key %#llx", op->peer,
+		snprintf(msg, sizeof(msg),
+			 "rank %d sent more than the %zu bytes expected for key %#llx", op->peer,
 			 x->len, (unsigned long long)x->key);
 		xfer_finish(f, x, ODX_EINVAL, msg);
 		op_complete_error(f, op, FI_ECANCELED, detail);
@@ -1281,8 +1317,8 @@ static void op_complete_error(odx_fab *f, struct fab_op *op, int fi_err, const c
 	}
 	char why[256];
 	snprintf(why, sizeof(why), "%s to it failed %d times, last: %s (%s)",
-		 op->kind == OP_CTRL_TX ? "a control message" : "a data transfer", op->retries, fi_strerror(fi_err),
-		 detail);
+		 op->kind == OP_CTRL_TX ? "a control message" : "a data transfer", op->retries,
+		 fi_strerror(fi_err), detail);
 	int peer = op->peer;
 	if (op->kind == OP_CTRL_TX && op->msg_type == FAB_MSG_HEARTBEAT)
 		f->peers[peer].hb_inflight = false;
@@ -1295,10 +1331,12 @@ static int poll_rail(odx_fab *f, int rail)
 	struct fab_rail *rl = &f->rail[rail];
 	struct fi_cq_tagged_entry e[16];
 	fi_addr_t from[16];
-	ssize_t n = rl->has_source ? fi_cq_readfrom(rl->cq, e, 16, from) : fi_cq_read(rl->cq, e, 16);
+	ssize_t n = rl->has_source ? fi_cq_readfrom(rl->cq, e, 16, from)
+				   : fi_cq_read(rl->cq, e, 16);
 	if (n > 0) {
 		for (ssize_t i = 0; i < n; i++)
-			op_complete(f, rail, e[i].op_context, e[i].len, rl->has_source ? from[i] : FI_ADDR_NOTAVAIL);
+			op_complete(f, rail, e[i].op_context, e[i].len,
+				    rl->has_source ? from[i] : FI_ADDR_NOTAVAIL);
 		return (int)n;
 	}
 	if (n == -FI_EAVAIL) {
@@ -1344,7 +1382,9 @@ static void run_timers(odx_fab *f)
 				for (struct fab_xfer *x = f->active, *next; x; x = next) {
 					next = x->anext;
 					if (x->peer == r && !x->finished && !x->is_record)
-						xfer_fail_peer(f, x, "it closed its endpoint with this transfer pending");
+						xfer_fail_peer(
+							f, x,
+							"it closed its endpoint with this transfer pending");
 				}
 			}
 			continue;
@@ -1420,17 +1460,18 @@ static void idle_wait(odx_fab *f, int rounds)
 		atomic_store(&f->sleeping, false);
 		return;
 	}
-	struct pollfd pfd[2] = { { .fd = f->wake_fd, .events = POLLIN }, { .fd = cq_fd, .events = POLLIN } };
+	struct pollfd pfd[2] = {{.fd = f->wake_fd, .events = POLLIN},
+				{.fd = cq_fd, .events = POLLIN}};
 	nfds_t nfd = 1;
 	if (cq_fd >= 0) {
-		struct fid *fids[1] = { &f->rail[0].cq->fid };
+		struct fid *fids[1] = {&f->rail[0].cq->fid};
 		if (fi_trywait(f->rail[0].fabric, fids, 1) != FI_SUCCESS) {
 			atomic_store(&f->sleeping, false);
 			return;
 		}
 		nfd = 2;
 	}
-	struct timespec ts = { wait_ns / 1000000000, wait_ns % 1000000000 };
+	struct timespec ts = {wait_ns / 1000000000, wait_ns % 1000000000};
 	ppoll(pfd, nfd, &ts, NULL);
 	atomic_store(&f->sleeping, false);
 	if (pfd[0].revents & POLLIN) {
@@ -1475,7 +1516,8 @@ static void *progress_main(void *arg)
 			idle_wait(f, ++rounds);
 	}
 	/* Closing: drain what the caller started (bounded), say goodbye, then cancel the rest. */
-	int64_t drain = fab_now_ns() + (int64_t)(f->peer_timeout_ms < 5000 ? f->peer_timeout_ms : 5000) * 1000000;
+	int64_t drain = fab_now_ns() +
+			(int64_t)(f->peer_timeout_ms < 5000 ? f->peer_timeout_ms : 5000) * 1000000;
 	/* a single rank has nobody to wait for: what is pending can never finish */
 	while (f->size > 1 && user_work_pending(f) && fab_now_ns() < drain) {
 		if (!progress_once(f))
@@ -1507,7 +1549,8 @@ static void *progress_main(void *arg)
 
 /* ---- open / close ----------------------------------------------------------------------- */
 
-static int open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, char *err, size_t errlen)
+static int open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, char *err,
+			 size_t errlen)
 {
 	struct fi_info *info = rl->info;
 	int ret = fi_fabric(info->fabric_attr, &rl->fabric, NULL);
@@ -1518,7 +1561,7 @@ static int open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, ch
 	}
 	if (!ret) {
 		step = "fi_av_open";
-		struct fi_av_attr av_attr = { .type = FI_AV_TABLE, .count = (size_t)f->size };
+		struct fi_av_attr av_attr = {.type = FI_AV_TABLE, .count = (size_t)f->size};
 		ret = fi_av_open(rl->domain, &av_attr, &rl->av, NULL);
 	}
 	if (!ret) {
@@ -1527,7 +1570,9 @@ static int open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, ch
 		 * shm provider's wait fd is not signalled by data arriving (manual progress) and a
 		 * blocked thread then sleeps its whole timeout; ODX_FAB_WAIT=fd blocks on the CQ's
 		 * fd instead where the provider signals it (tcp; one endpoint only). */
-		struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .size = 4096, .wait_obj = FI_WAIT_NONE };
+		struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED,
+					     .size = 4096,
+					     .wait_obj = FI_WAIT_NONE};
 		const char *w = getenv("ODX_FAB_WAIT");
 		if (w && !strcmp(w, "fd"))
 			cq_attr.wait_obj = FI_WAIT_FD;
@@ -1556,7 +1601,8 @@ static int open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, ch
 		ret = fi_enable(rl->ep);
 	}
 	if (ret) {
-		snprintf(err, errlen, "%s on provider %s failed: %s (%d)", step, rl->prov, fi_strerror(-ret), ret);
+		snprintf(err, errlen, "%s on provider %s failed: %s (%d)", step, rl->prov,
+			 fi_strerror(-ret), ret);
 		return fab_err(ret) == ODX_EIO ? ODX_EUNAVAIL : fab_err(ret);
 	}
 	uint64_t mr = info->domain_attr->mr_mode;
@@ -1617,9 +1663,11 @@ static int exchange_names(odx_fab *f, char *err, size_t errlen)
 	host_key((char *)mine, FAB_HOST_KEY);
 	for (int i = 0; i < f->nrails; i++) {
 		size_t len = FAB_NAME_MAX;
-		int ret = fi_getname(&f->rail[i].ep->fid, mine + FAB_HOST_KEY + (size_t)i * FAB_NAME_MAX, &len);
+		int ret = fi_getname(&f->rail[i].ep->fid,
+				     mine + FAB_HOST_KEY + (size_t)i * FAB_NAME_MAX, &len);
 		if (ret) {
-			snprintf(err, errlen, "fi_getname on %s failed: %s", f->rail[i].prov, fi_strerror(-ret));
+			snprintf(err, errlen, "fi_getname on %s failed: %s", f->rail[i].prov,
+				 fi_strerror(-ret));
 			return fab_err(ret);
 		}
 	}
@@ -1629,7 +1677,8 @@ static int exchange_names(odx_fab *f, char *err, size_t errlen)
 		free(all);
 		return ODX_ENOMEM;
 	}
-	int ret = fab_wireup_exchange(&f->wu, mine, FAB_SLOT, all, FAB_WIREUP_TIMEOUT_MS, err, errlen);
+	int ret = fab_wireup_exchange(&f->wu, mine, FAB_SLOT, all, FAB_WIREUP_TIMEOUT_MS, err,
+				      errlen);
 	static const unsigned char zeros[FAB_NAME_MAX];
 	for (int r = 0; !ret && r < f->size; r++) {
 		unsigned char *slot = all + (size_t)r * FAB_SLOT;
@@ -1643,7 +1692,8 @@ static int exchange_names(odx_fab *f, char *err, size_t errlen)
 		f->peers[r].rail = rail;
 		int n = fi_av_insert(rl->av, name, 1, &f->peers[r].addr, 0, NULL);
 		if (n != 1) {
-			snprintf(err, errlen, "fi_av_insert of rank %d's %s address failed (%d)", r, rl->prov, n);
+			snprintf(err, errlen, "fi_av_insert of rank %d's %s address failed (%d)", r,
+				 rl->prov, n);
 			ret = ODX_EPEER;
 		}
 		size_t slen = sizeof(f->peer_str[r]);
@@ -1719,8 +1769,9 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 		/* auto mode: a second, shm endpoint for the ranks on this host (ODX_FAB_SHM=0: off) */
 		const char *want = p && p->provider && *p->provider ? p->provider : "auto";
 		const char *shm_env = getenv("ODX_FAB_SHM");
-		if (!strcmp(want, "auto") && strcmp(f->prof.prov, "shm") != 0 && !(shm_env && !strcmp(shm_env, "0"))) {
-			odx_fab_params sp = { .provider = "shm" };
+		if (!strcmp(want, "auto") && strcmp(f->prof.prov, "shm") != 0 &&
+		    !(shm_env && !strcmp(shm_env, "0"))) {
+			odx_fab_params sp = {.provider = "shm"};
 			struct fab_profile shm_prof;
 			char shm_err[256];
 			if (fab_resolve(&sp, &shm_prof, &shm_info, shm_err, sizeof(shm_err)) == 0) {
@@ -1731,10 +1782,12 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 				if (open_endpoint(f, rl, false, shm_err, sizeof(shm_err)) == 0)
 					f->nrails = 2;
 				else
-					close_rail(rl); /* the network endpoint serves every rank then */
+					close_rail(
+						rl); /* the network endpoint serves every rank then */
 			}
 		}
-		snprintf(f->provider, sizeof(f->provider), "%s%s", f->prof.prov, f->nrails > 1 ? "+shm" : "");
+		snprintf(f->provider, sizeof(f->provider), "%s%s", f->prof.prov,
+			 f->nrails > 1 ? "+shm" : "");
 		ret = exchange_names(f, err, errlen);
 		if (ret)
 			goto out_close;
@@ -1957,12 +2010,14 @@ static int submit_xfer(odx_fab *f, bool is_send, int peer, uint64_t key, void *b
 	return 0;
 }
 
-int odx_fab_send(odx_fab *f, int dst, uint64_t key, const void *src, size_t len, odx_fab_done_fn done, void *arg)
+int odx_fab_send(odx_fab *f, int dst, uint64_t key, const void *src, size_t len,
+		 odx_fab_done_fn done, void *arg)
 {
 	return submit_xfer(f, true, dst, key, (void *)src, len, done, arg);
 }
 
-int odx_fab_recv(odx_fab *f, int src, uint64_t key, void *dst, size_t len, odx_fab_done_fn done, void *arg)
+int odx_fab_recv(odx_fab *f, int src, uint64_t key, void *dst, size_t len, odx_fab_done_fn done,
+		 void *arg)
 {
 	return submit_xfer(f, false, src, key, dst, len, done, arg);
 }
@@ -1982,7 +2037,7 @@ int odx_fab_barrier(odx_fab *f, int timeout_ms)
 	}
 	uint64_t epoch = ++f->bar_epoch;
 	if (f->rank != 0) {
-		struct fab_barrier_msg b = { epoch };
+		struct fab_barrier_msg b = {epoch};
 		struct fab_op *op = ctrl_new(f, 0, FAB_MSG_BARRIER_IN, 0, &b, sizeof(b), NULL, 0);
 		if (!op) {
 			pthread_mutex_unlock(&f->lock);
@@ -2051,8 +2106,15 @@ int odx__fab_send_garbage(odx_fab *f, int dst, odx_fab_garbage kind, uint64_t se
 		return ODX_ENOMEM;
 	op->raw = true;
 	op->exempt = true;
-	struct fab_hdr h = { FAB_MAGIC, FAB_VERSION, FAB_MSG_HEARTBEAT, f->wu.job_key, (uint32_t)f->rank, 0,
-			     UINT64_MAX / 2 + (fab_rand(&rng) >> 8), 0, 0 };
+	struct fab_hdr h = {FAB_MAGIC,
+			    FAB_VERSION,
+			    FAB_MSG_HEARTBEAT,
+			    f->wu.job_key,
+			    (uint32_t)f->rank,
+			    0,
+			    UINT64_MAX / 2 + (fab_rand(&rng) >> 8),
+			    0,
+			    0};
 	size_t len = sizeof(h);
 	switch (kind) {
 	case ODX_FAB_GARBAGE_RANDOM:

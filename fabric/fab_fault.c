@@ -50,13 +50,15 @@ int64_t fab_now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static int parse_probability(const char *key, const char *val, double *out, char *err, size_t errlen)
+static int parse_probability(const char *key, const char *val, double *out, char *err,
+			     size_t errlen)
 {
 	char *end;
 	errno = 0;
 	double p = strtod(val, &end);
 	if (errno || end == val || *end || p < 0.0 || p > 1.0) {
-		snprintf(err, errlen, "fabric.fault: %s=%s is not a probability in [0, 1]", key, val);
+		snprintf(err, errlen, "fabric.fault: %s=%s is not a probability in [0, 1]", key,
+			 val);
 		return ODX_EINVAL;
 	}
 	*out = p;
@@ -89,7 +91,10 @@ int fab_fault_parse(struct fab_fault *ft, const char *spec, char *err, size_t er
 			if (n == 1)
 				b = a;
 			if (n < 1 || a > b || b > 10000000) {
-				snprintf(err, errlen, "fabric.fault: delay_us=%s is not A-B microseconds (B <= 10 s)", val);
+				snprintf(
+					err, errlen,
+					"fabric.fault: delay_us=%s is not A-B microseconds (B <= 10 s)",
+					val);
 				ret = ODX_EINVAL;
 				break;
 			}
@@ -104,8 +109,10 @@ int fab_fault_parse(struct fab_fault *ft, const char *spec, char *err, size_t er
 		} else if (!strcmp(key, "seed")) {
 			ft->rng = strtoull(val, NULL, 0) * 0x9e3779b97f4a7c15ull + 1;
 		} else {
-			snprintf(err, errlen,
-				 "fabric.fault: unknown key '%s' (delay_us, reorder, eagain, cqerr, seed)", key);
+			snprintf(
+				err, errlen,
+				"fabric.fault: unknown key '%s' (delay_us, reorder, eagain, cqerr, seed)",
+				key);
 			ret = ODX_EINVAL;
 		}
 		if (ret)

@@ -22,14 +22,14 @@
 
 enum fab_msg_type {
 	FAB_MSG_USER = 1,    /* odx_fab_send_msg payload */
-	FAB_MSG_RTS,         /* a data transfer announcement (fab_rts body, maybe inline data) */
-	FAB_MSG_FIN,         /* receiver finished an fi_read pull: sender may close its region */
-	FAB_MSG_NACK,        /* receiver refused a transfer (length mismatch) */
+	FAB_MSG_RTS,	     /* a data transfer announcement (fab_rts body, maybe inline data) */
+	FAB_MSG_FIN,	     /* receiver finished an fi_read pull: sender may close its region */
+	FAB_MSG_NACK,	     /* receiver refused a transfer (length mismatch) */
 	FAB_MSG_HEARTBEAT,   /* liveness when idle (credit-exempt) */
-	FAB_MSG_CREDIT,      /* returns credits only (credit-exempt) */
+	FAB_MSG_CREDIT,	     /* returns credits only (credit-exempt) */
 	FAB_MSG_BARRIER_IN,  /* rank -> 0: arrived at barrier epoch */
 	FAB_MSG_BARRIER_OUT, /* 0 -> rank: barrier epoch released */
-	FAB_MSG_BYE,         /* the sender is closing (credit-exempt) */
+	FAB_MSG_BYE,	     /* the sender is closing (credit-exempt) */
 	FAB_MSG_TYPE_END
 };
 
@@ -38,14 +38,18 @@ struct fab_hdr {
 	uint16_t version;
 	uint16_t type;
 	uint64_t job_key;
-	uint32_t src;         /* sending rank, checked against the address the provider reports */
+	uint32_t src;	      /* sending rank, checked against the address the provider reports */
 	uint32_t payload_len; /* bytes after the header, must equal what arrived */
-	uint64_t seq;         /* per sender->receiver sequence number, for the replay window */
+	uint64_t seq;	      /* per sender->receiver sequence number, for the replay window */
 	uint32_t user_type;   /* FAB_MSG_USER: the caller's type */
 	uint32_t credits;     /* control-message credits returned to the receiver of this message */
 };
 
-enum fab_xfer_mode { FAB_MODE_INLINE = 1, FAB_MODE_TAGGED, FAB_MODE_PULL };
+enum fab_xfer_mode {
+	FAB_MODE_INLINE = 1,
+	FAB_MODE_TAGGED,
+	FAB_MODE_PULL
+};
 
 struct fab_rts {
 	uint64_t key;
@@ -93,13 +97,13 @@ static inline uint64_t fab_data_tag(uint64_t xfer_id, uint32_t chunk)
 /* ---- Provider profiles (fab_provider.c) ---------------------------------------------------- */
 
 struct fab_profile {
-	char prov[64];      /* the libfabric provider string asked for, e.g. "tcp;ofi_rxm" */
-	size_t chunk;       /* largest single tagged message or read */
-	unsigned window;    /* chunks in flight per transfer */
-	unsigned credits;   /* control messages in flight per peer */
-	unsigned tx_limit;  /* data chunks in flight per peer, all transfers together (0: no limit) */
-	size_t max_xfer;    /* the largest transfer allowed (SIZE_MAX: none) */
-	size_t pull_min;    /* transfers this large use fi_read when possible (SIZE_MAX: never) */
+	char prov[64];	   /* the libfabric provider string asked for, e.g. "tcp;ofi_rxm" */
+	size_t chunk;	   /* largest single tagged message or read */
+	unsigned window;   /* chunks in flight per transfer */
+	unsigned credits;  /* control messages in flight per peer */
+	unsigned tx_limit; /* data chunks in flight per peer, all transfers together (0: no limit) */
+	size_t max_xfer;   /* the largest transfer allowed (SIZE_MAX: none) */
+	size_t pull_min;   /* transfers this large use fi_read when possible (SIZE_MAX: never) */
 	bool source_broken; /* the provider's FI_SOURCE addresses cannot be trusted (quirk) */
 };
 
@@ -115,7 +119,11 @@ int fab_err(int fi_ret);
 
 /* ---- Wire-up (fab_wireup.c) ---------------------------------------------------------------- */
 
-enum fab_launcher { FAB_LAUNCH_SINGLE, FAB_LAUNCH_ENV, FAB_LAUNCH_PMIX };
+enum fab_launcher {
+	FAB_LAUNCH_SINGLE,
+	FAB_LAUNCH_ENV,
+	FAB_LAUNCH_PMIX
+};
 
 struct fab_wireup {
 	enum fab_launcher launcher;
@@ -129,8 +137,8 @@ struct fab_wireup {
 int fab_wireup_detect(struct fab_wireup *w, char *err, size_t errlen);
 /* Exchanges every rank's endpoint name (`len` bytes each, same on every rank): `all` receives
  * size * len bytes, rank r's at r * len. Times out after timeout_ms. */
-int fab_wireup_exchange(struct fab_wireup *w, const void *name, size_t len, void *all, int timeout_ms,
-			char *err, size_t errlen);
+int fab_wireup_exchange(struct fab_wireup *w, const void *name, size_t len, void *all,
+			int timeout_ms, char *err, size_t errlen);
 void fab_wireup_finish(struct fab_wireup *w);
 
 /* ---- Fault injection (fab_fault.c) --------------------------------------------------------- */

@@ -110,7 +110,7 @@ static struct fi_info *getinfo_for(const char *prov, const char *iface)
 	/* Required: tagged messages with directed receives. Wanted: FI_SOURCE (sender checks) and
 	 * FI_RMA (the read-only pull). Ask for the most and step down. */
 	const uint64_t base = FI_TAGGED | FI_DIRECTED_RECV;
-	const uint64_t tries[] = { base | FI_SOURCE | FI_RMA, base | FI_SOURCE, base | FI_RMA, base };
+	const uint64_t tries[] = {base | FI_SOURCE | FI_RMA, base | FI_SOURCE, base | FI_RMA, base};
 	for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
 		struct fi_info *info = getinfo_with(prov, iface, tries[i]);
 		if (info)
@@ -185,7 +185,7 @@ int fab_resolve(const odx_fab_params *p, struct fab_profile *prof, struct fi_inf
 {
 	const char *want = p && p->provider && *p->provider ? p->provider : "auto";
 	const char *iface = p ? p->iface : NULL;
-	const char *cands[4] = { NULL };
+	const char *cands[4] = {NULL};
 	size_t ncand = 0;
 	if (!strcmp(want, "auto")) {
 		/* never sockets, udp;ofi_rxd or 1.17's net: not fit for defaults */
@@ -216,11 +216,12 @@ int fab_resolve(const odx_fab_params *p, struct fab_profile *prof, struct fi_inf
 	char avail[512];
 	fab_list_providers(avail, sizeof(avail));
 	if (err)
-		snprintf(err, errlen,
-			 "fabric.provider '%s'%s%s%s: no reliable-datagram (FI_EP_RDM, tagged) provider "
-			 "matches; available: %s",
-			 want, iface ? " on interface '" : "", iface ? iface : "", iface ? "'" : "",
-			 avail[0] ? avail : "none");
+		snprintf(
+			err, errlen,
+			"fabric.provider '%s'%s%s%s: no reliable-datagram (FI_EP_RDM, tagged) provider "
+			"matches; available: %s",
+			want, iface ? " on interface '" : "", iface ? iface : "", iface ? "'" : "",
+			avail[0] ? avail : "none");
 	return ODX_EINVAL;
 }
 
@@ -236,8 +237,9 @@ int odx_fab_describe(const odx_fab_params *p, char *buf, size_t n)
 	buf[0] = '\0';
 	fab_list_providers(avail, sizeof(avail));
 	used += (size_t)snprintf(buf, n, "libfabric %u.%u, RDM providers: %s\n",
-				 FI_MAJOR(fi_version()), FI_MINOR(fi_version()), avail[0] ? avail : "none");
-	odx_fab_params autop = { 0 };
+				 FI_MAJOR(fi_version()), FI_MINOR(fi_version()),
+				 avail[0] ? avail : "none");
+	odx_fab_params autop = {0};
 	if (p)
 		autop.iface = p->iface;
 	int ret = fab_resolve(&autop, &prof, &info, err, sizeof(err));
@@ -245,19 +247,22 @@ int odx_fab_describe(const odx_fab_params *p, char *buf, size_t n)
 		fi_freeinfo(info);
 	info = NULL;
 	/* auto adds a shm endpoint for ranks on the same host when shm is present */
-	odx_fab_params shmp = { .provider = "shm" };
+	odx_fab_params shmp = {.provider = "shm"};
 	struct fab_profile shm_prof;
-	bool shm = !ret && strcmp(prof.prov, "shm") != 0 && fab_resolve(&shmp, &shm_prof, &info, NULL, 0) == 0;
+	bool shm = !ret && strcmp(prof.prov, "shm") != 0 &&
+		   fab_resolve(&shmp, &shm_prof, &info, NULL, 0) == 0;
 	if (info)
 		fi_freeinfo(info);
 	info = NULL;
 	if (used < n)
-		used += (size_t)snprintf(buf + used, n - used, "auto -> %s%s\n", ret ? "none" : prof.prov,
+		used += (size_t)snprintf(buf + used, n - used, "auto -> %s%s\n",
+					 ret ? "none" : prof.prov,
 					 shm ? " (+ shm for ranks on the same host)" : "");
 	if (p && p->provider && strcmp(p->provider, "auto") != 0) {
 		ret = fab_resolve(p, &prof, &info, err, sizeof(err));
 		if (used < n)
-			snprintf(buf + used, n - used, "%s -> %s\n", p->provider, ret ? err : prof.prov);
+			snprintf(buf + used, n - used, "%s -> %s\n", p->provider,
+				 ret ? err : prof.prov);
 		if (info)
 			fi_freeinfo(info);
 	}

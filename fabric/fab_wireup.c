@@ -65,7 +65,8 @@ int fab_wireup_detect(struct fab_wireup *w, char *err, size_t errlen)
 		pmix_value_t *val = NULL;
 		rc = PMIx_Get(&wild, PMIX_JOB_SIZE, NULL, 0, &val);
 		if (rc != PMIX_SUCCESS || !val) {
-			snprintf(err, errlen, "PMIx_Get(PMIX_JOB_SIZE) failed: %s", PMIx_Error_string(rc));
+			snprintf(err, errlen, "PMIx_Get(PMIX_JOB_SIZE) failed: %s",
+				 PMIx_Error_string(rc));
 			fab_wireup_finish(w);
 			return ODX_EUNAVAIL;
 		}
@@ -88,7 +89,8 @@ int fab_wireup_detect(struct fab_wireup *w, char *err, size_t errlen)
 	char *end1 = NULL, *end2 = NULL;
 	long r = rank ? strtol(rank, &end1, 10) : -1, s = size ? strtol(size, &end2, 10) : -1;
 	if (!rank || !size || *end1 || *end2 || s < 1 || s > 65536 || r < 0 || r >= s) {
-		snprintf(err, errlen, "ODX_RANK='%s' / ODX_SIZE='%s': need 0 <= rank < size <= 65536",
+		snprintf(err, errlen,
+			 "ODX_RANK='%s' / ODX_SIZE='%s': need 0 <= rank < size <= 65536",
 			 rank ? rank : "(unset)", size ? size : "(unset)");
 		return ODX_EINVAL;
 	}
@@ -97,7 +99,9 @@ int fab_wireup_detect(struct fab_wireup *w, char *err, size_t errlen)
 	w->size = (int)s;
 	const char *key = getenv("ODX_JOB_KEY"), *rdv = getenv("ODX_RENDEZVOUS");
 	if (s > 1 && (!key || !*key || !rdv || !*rdv)) {
-		snprintf(err, errlen, "ODX_SIZE=%ld needs ODX_JOB_KEY and ODX_RENDEZVOUS (use scripts/odx-run)", s);
+		snprintf(err, errlen,
+			 "ODX_SIZE=%ld needs ODX_JOB_KEY and ODX_RENDEZVOUS (use scripts/odx-run)",
+			 s);
 		return ODX_EINVAL;
 	}
 	w->job_key = key ? fab_hash64(key, strlen(key)) : fab_hash64("single", 6);
@@ -117,8 +121,8 @@ void fab_wireup_finish(struct fab_wireup *w)
 	w->launcher = FAB_LAUNCH_SINGLE;
 }
 
-static int pmix_exchange(struct fab_wireup *w, const void *name, size_t len, void *all, int timeout_ms,
-			 char *err, size_t errlen)
+static int pmix_exchange(struct fab_wireup *w, const void *name, size_t len, void *all,
+			 int timeout_ms, char *err, size_t errlen)
 {
 	pmix_value_t v;
 	PMIX_VALUE_CONSTRUCT(&v);
@@ -129,7 +133,8 @@ static int pmix_exchange(struct fab_wireup *w, const void *name, size_t len, voi
 	if (rc == PMIX_SUCCESS)
 		rc = PMIx_Commit();
 	if (rc != PMIX_SUCCESS) {
-		snprintf(err, errlen, "PMIx_Put/Commit of the endpoint name failed: %s", PMIx_Error_string(rc));
+		snprintf(err, errlen, "PMIx_Put/Commit of the endpoint name failed: %s",
+			 PMIx_Error_string(rc));
 		return ODX_EIO;
 	}
 	pmix_proc_t wild;
@@ -151,9 +156,11 @@ static int pmix_exchange(struct fab_wireup *w, const void *name, size_t len, voi
 		pmix_value_t *val = NULL;
 		PMIX_LOAD_PROCID(&proc, w->nspace, (pmix_rank_t)r);
 		rc = PMIx_Get(&proc, PMIX_NAME_KEY, NULL, 0, &val);
-		if (rc != PMIX_SUCCESS || !val || val->type != PMIX_BYTE_OBJECT || val->data.bo.size != len) {
+		if (rc != PMIX_SUCCESS || !val || val->type != PMIX_BYTE_OBJECT ||
+		    val->data.bo.size != len) {
 			snprintf(err, errlen, "PMIx_Get of rank %d's endpoint name failed: %s", r,
-				 rc != PMIX_SUCCESS ? PMIx_Error_string(rc) : "wrong type or length");
+				 rc != PMIX_SUCCESS ? PMIx_Error_string(rc)
+						    : "wrong type or length");
 			if (val)
 				PMIX_VALUE_RELEASE(val);
 			return ODX_EPEER;
@@ -177,7 +184,7 @@ static int io_full(int fd, void *buf, size_t n, bool writing, int64_t deadline)
 {
 	size_t done = 0;
 	while (done < n) {
-		struct pollfd pfd = { .fd = fd, .events = writing ? POLLOUT : POLLIN };
+		struct pollfd pfd = {.fd = fd, .events = writing ? POLLOUT : POLLIN};
 		int left = remaining_ms(deadline);
 		if (left == 0)
 			return ODX_ETIMEDOUT;
@@ -198,7 +205,8 @@ static int io_full(int fd, void *buf, size_t n, bool writing, int64_t deadline)
 }
 
 /* Parses "unix:/path" or "host:port" into a socket address. */
-static int rdv_address(const char *spec, struct sockaddr_storage *ss, socklen_t *sl, char *err, size_t errlen)
+static int rdv_address(const char *spec, struct sockaddr_storage *ss, socklen_t *sl, char *err,
+		       size_t errlen)
 {
 	memset(ss, 0, sizeof(*ss));
 	if (!strncmp(spec, "unix:", 5)) {
@@ -215,12 +223,13 @@ static int rdv_address(const char *spec, struct sockaddr_storage *ss, socklen_t 
 	char host[200];
 	const char *colon = strrchr(spec, ':');
 	if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof(host)) {
-		snprintf(err, errlen, "ODX_RENDEZVOUS '%s' is neither unix:/path nor host:port", spec);
+		snprintf(err, errlen, "ODX_RENDEZVOUS '%s' is neither unix:/path nor host:port",
+			 spec);
 		return ODX_EINVAL;
 	}
 	memcpy(host, spec, (size_t)(colon - spec));
 	host[colon - spec] = '\0';
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res = NULL;
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
 	int rc = getaddrinfo(host, colon + 1, &hints, &res);
 	if (rc || !res) {
 		snprintf(err, errlen, "ODX_RENDEZVOUS '%s': %s", spec, gai_strerror(rc));
@@ -232,8 +241,9 @@ static int rdv_address(const char *spec, struct sockaddr_storage *ss, socklen_t 
 	return 0;
 }
 
-static int rdv_serve(struct fab_wireup *w, const struct sockaddr_storage *ss, socklen_t sl, const void *name,
-		     size_t len, void *all, int64_t deadline, char *err, size_t errlen)
+static int rdv_serve(struct fab_wireup *w, const struct sockaddr_storage *ss, socklen_t sl,
+		     const void *name, size_t len, void *all, int64_t deadline, char *err,
+		     size_t errlen)
 {
 	int lfd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	int *fds = calloc((size_t)w->size, sizeof(int));
@@ -253,16 +263,18 @@ static int rdv_serve(struct fab_wireup *w, const struct sockaddr_storage *ss, so
 			unlink(path);
 	}
 	if (bind(lfd, (const struct sockaddr *)ss, sl) || listen(lfd, 128)) {
-		snprintf(err, errlen, "rendezvous: cannot listen at %s: %s", w->rendezvous, strerror(errno));
+		snprintf(err, errlen, "rendezvous: cannot listen at %s: %s", w->rendezvous,
+			 strerror(errno));
 		ret = ODX_EIO;
 		goto out_close;
 	}
 	memcpy(all, name, len);
 	while (have < w->size) {
-		struct pollfd pfd = { .fd = lfd, .events = POLLIN };
+		struct pollfd pfd = {.fd = lfd, .events = POLLIN};
 		int left = remaining_ms(deadline);
 		if (left == 0 || poll(&pfd, 1, left) == 0) {
-			snprintf(err, errlen, "rendezvous: only %d of %d ranks arrived at %s in time", have,
+			snprintf(err, errlen,
+				 "rendezvous: only %d of %d ranks arrived at %s in time", have,
 				 w->size, w->rendezvous);
 			ret = ODX_ETIMEDOUT;
 			goto out_close;
@@ -288,7 +300,8 @@ static int rdv_serve(struct fab_wireup *w, const struct sockaddr_storage *ss, so
 			why = "duplicate rank";
 		else if (h.name_len != len)
 			why = "endpoint name length differs (different provider?)";
-		else if (io_full(cfd, (char *)all + (size_t)h.rank * len, len, false, hello_deadline))
+		else if (io_full(cfd, (char *)all + (size_t)h.rank * len, len, false,
+				 hello_deadline))
 			why = "short endpoint name";
 		if (why) {
 			fprintf(stderr, "odx fabric: rendezvous: dropped a connection: %s\n", why);
@@ -298,11 +311,13 @@ static int rdv_serve(struct fab_wireup *w, const struct sockaddr_storage *ss, so
 		fds[h.rank] = cfd;
 		have++;
 	}
-	struct rdv_hello table = { RDV_MAGIC, RDV_VERSION, w->job_key, 0, (uint32_t)w->size, (uint32_t)len, 0 };
+	struct rdv_hello table = {RDV_MAGIC,	     RDV_VERSION,   w->job_key, 0,
+				  (uint32_t)w->size, (uint32_t)len, 0};
 	for (int r = 1; r < w->size && !ret; r++) {
 		if (io_full(fds[r], &table, sizeof(table), true, deadline) ||
 		    io_full(fds[r], all, (size_t)w->size * len, true, deadline)) {
-			snprintf(err, errlen, "rendezvous: could not send the address table to rank %d", r);
+			snprintf(err, errlen,
+				 "rendezvous: could not send the address table to rank %d", r);
 			ret = ODX_EPEER;
 		}
 	}
@@ -319,8 +334,9 @@ out_close:
 	return ret;
 }
 
-static int rdv_join(struct fab_wireup *w, const struct sockaddr_storage *ss, socklen_t sl, const void *name,
-		    size_t len, void *all, int64_t deadline, char *err, size_t errlen)
+static int rdv_join(struct fab_wireup *w, const struct sockaddr_storage *ss, socklen_t sl,
+		    const void *name, size_t len, void *all, int64_t deadline, char *err,
+		    size_t errlen)
 {
 	int fd = -1;
 	/* rank 0 may not listen yet: retry until the deadline */
@@ -334,30 +350,34 @@ static int rdv_join(struct fab_wireup *w, const struct sockaddr_storage *ss, soc
 			break;
 		close(fd);
 		if (remaining_ms(deadline) == 0) {
-			snprintf(err, errlen, "rendezvous: rank 0 never answered at %s", w->rendezvous);
+			snprintf(err, errlen, "rendezvous: rank 0 never answered at %s",
+				 w->rendezvous);
 			return ODX_ETIMEDOUT;
 		}
 		usleep(20000);
 	}
-	struct rdv_hello h = { RDV_MAGIC, RDV_VERSION, w->job_key, (uint32_t)w->rank, (uint32_t)w->size, (uint32_t)len, 0 };
+	struct rdv_hello h = {RDV_MAGIC,	 RDV_VERSION,	w->job_key, (uint32_t)w->rank,
+			      (uint32_t)w->size, (uint32_t)len, 0};
 	int ret = io_full(fd, &h, sizeof(h), true, deadline);
 	if (!ret)
 		ret = io_full(fd, (void *)name, len, true, deadline);
 	struct rdv_hello t;
 	if (!ret)
 		ret = io_full(fd, &t, sizeof(t), false, deadline);
-	if (!ret && (t.magic != RDV_MAGIC || t.job_key != w->job_key || (int)t.size != w->size || t.name_len != len))
+	if (!ret && (t.magic != RDV_MAGIC || t.job_key != w->job_key || (int)t.size != w->size ||
+		     t.name_len != len))
 		ret = ODX_EPEER;
 	if (!ret)
 		ret = io_full(fd, all, (size_t)w->size * len, false, deadline);
 	close(fd);
 	if (ret)
-		snprintf(err, errlen, "rendezvous with rank 0 at %s failed: %s", w->rendezvous, odx_strerror(ret));
+		snprintf(err, errlen, "rendezvous with rank 0 at %s failed: %s", w->rendezvous,
+			 odx_strerror(ret));
 	return ret;
 }
 
-int fab_wireup_exchange(struct fab_wireup *w, const void *name, size_t len, void *all, int timeout_ms,
-			char *err, size_t errlen)
+int fab_wireup_exchange(struct fab_wireup *w, const void *name, size_t len, void *all,
+			int timeout_ms, char *err, size_t errlen)
 {
 	if (w->launcher == FAB_LAUNCH_PMIX)
 		return pmix_exchange(w, name, len, all, timeout_ms, err, errlen);

@@ -87,8 +87,8 @@ int odx_fab_send_msg(odx_fab *f, int dst, uint32_t type, const void *payload, si
  * faster; never registers anything for remote write. A send may be issued before or after the
  * matching recv is posted. Lengths must match: a mismatch fails both sides with ODX_EINVAL.
  */
-int odx_fab_send(odx_fab *f, int dst, uint64_t key, const void *src, size_t len, odx_fab_done_fn done,
-		 void *arg);
+int odx_fab_send(odx_fab *f, int dst, uint64_t key, const void *src, size_t len,
+		 odx_fab_done_fn done, void *arg);
 int odx_fab_recv(odx_fab *f, int src, uint64_t key, void *dst, size_t len, odx_fab_done_fn done,
 		 void *arg);
 /* Every rank; returns 0, ODX_ETIMEDOUT, ODX_EPEER (a peer failed) or ODX_ECLOSED. timeout_ms <= 0
@@ -120,15 +120,15 @@ int odx_fab_peer_addr(const odx_fab *f, int rank, char *buf, size_t n);
 /* Test hook: sends a deliberately malformed control message to `dst` through the real endpoint,
  * so the receiver's header checks run on bytes that reached our layer. */
 typedef enum odx_fab_garbage {
-	ODX_FAB_GARBAGE_RANDOM,    /* random bytes, random length */
+	ODX_FAB_GARBAGE_RANDOM,	   /* random bytes, random length */
 	ODX_FAB_GARBAGE_TRUNCATED, /* fewer bytes than a header */
-	ODX_FAB_GARBAGE_MAGIC,     /* wrong magic */
+	ODX_FAB_GARBAGE_MAGIC,	   /* wrong magic */
 	ODX_FAB_GARBAGE_VERSION,   /* unknown protocol version */
 	ODX_FAB_GARBAGE_JOB_KEY,   /* another job's key */
-	ODX_FAB_GARBAGE_LENGTH,    /* payload length larger than the bytes sent */
-	ODX_FAB_GARBAGE_SENDER,    /* claims to come from another rank */
-	ODX_FAB_GARBAGE_REPLAY,    /* an exact copy of an earlier valid message */
-	ODX_FAB_GARBAGE_TYPE,      /* valid header, unknown internal type */
+	ODX_FAB_GARBAGE_LENGTH,	   /* payload length larger than the bytes sent */
+	ODX_FAB_GARBAGE_SENDER,	   /* claims to come from another rank */
+	ODX_FAB_GARBAGE_REPLAY,	   /* an exact copy of an earlier valid message */
+	ODX_FAB_GARBAGE_TYPE,	   /* valid header, unknown internal type */
 	ODX_FAB_GARBAGE_COUNT
 } odx_fab_garbage;
 int odx__fab_send_garbage(odx_fab *f, int dst, odx_fab_garbage kind, uint64_t seed);

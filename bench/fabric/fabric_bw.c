@@ -109,8 +109,8 @@ static void odx_wait(int target)
 	}
 }
 
-static void odx_bench(odx_fab *f, size_t size, unsigned char *buf, unsigned char *buf2, double *lat_us,
-		      double *gbps)
+static void odx_bench(odx_fab *f, size_t size, unsigned char *buf, unsigned char *buf2,
+		      double *lat_us, double *gbps)
 {
 	int peer = 1 - rank;
 	static uint64_t key = 1;
@@ -145,16 +145,19 @@ static void odx_bench(odx_fab *f, size_t size, unsigned char *buf, unsigned char
 		key += (uint64_t)window + 1;
 		if (rank == 0) {
 			static uint64_t ack;
-			odx_fab_recv(f, peer, base + (uint64_t)window, &ack, sizeof(ack), on_done, NULL);
+			odx_fab_recv(f, peer, base + (uint64_t)window, &ack, sizeof(ack), on_done,
+				     NULL);
 			for (int w = 0; w < window; w++)
 				odx_fab_send(f, peer, base + (uint64_t)w, buf, size, on_done, NULL);
 			odx_wait(window + 1);
 		} else {
 			static uint64_t ack;
 			for (int w = 0; w < window; w++)
-				odx_fab_recv(f, peer, base + (uint64_t)w, buf2 + 0, size, on_done, NULL);
+				odx_fab_recv(f, peer, base + (uint64_t)w, buf2 + 0, size, on_done,
+					     NULL);
 			odx_wait(window);
-			odx_fab_send(f, peer, base + (uint64_t)window, &ack, sizeof(ack), on_done, NULL);
+			odx_fab_send(f, peer, base + (uint64_t)window, &ack, sizeof(ack), on_done,
+				     NULL);
 			odx_wait(window + 1);
 		}
 	}
@@ -189,7 +192,8 @@ static void raw_open(struct raw *r, const char *prov, const char *iface, odx_fab
 	hints->mode = FI_CONTEXT | FI_CONTEXT2;
 	hints->ep_attr->type = FI_EP_RDM;
 	hints->domain_attr->av_type = FI_AV_TABLE;
-	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+				      FI_MR_PROV_KEY;
 	hints->domain_attr->threading = FI_THREAD_DOMAIN;
 	hints->fabric_attr->prov_name = strdup(prov);
 	if (iface && strcmp(prov, "shm"))
@@ -198,15 +202,17 @@ static void raw_open(struct raw *r, const char *prov, const char *iface, odx_fab
 	fi_freeinfo(hints);
 	FI_CHECK(fi_fabric(r->info->fabric_attr, &r->fabric, NULL));
 	FI_CHECK(fi_domain(r->fabric, r->info, &r->domain, NULL));
-	struct fi_av_attr av_attr = { .type = FI_AV_TABLE, .count = 2 };
+	struct fi_av_attr av_attr = {.type = FI_AV_TABLE, .count = 2};
 	FI_CHECK(fi_av_open(r->domain, &av_attr, &r->av, NULL));
-	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .size = 1024, .wait_obj = FI_WAIT_NONE };
+	struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED,
+				     .size = 1024,
+				     .wait_obj = FI_WAIT_NONE};
 	FI_CHECK(fi_cq_open(r->domain, &cq_attr, &r->cq, NULL));
 	FI_CHECK(fi_endpoint(r->domain, r->info, &r->ep, NULL));
 	FI_CHECK(fi_ep_bind(r->ep, &r->av->fid, 0));
 	FI_CHECK(fi_ep_bind(r->ep, &r->cq->fid, FI_TRANSMIT | FI_RECV));
 	FI_CHECK(fi_enable(r->ep));
-	char name[256] = { 0 };
+	char name[256] = {0};
 	size_t len = sizeof(name);
 	FI_CHECK(fi_getname(&r->ep->fid, name, &len));
 	/* names travel over ODX control messages */
@@ -254,7 +260,7 @@ static void raw_wait(struct raw *r, int n)
 		if (k > 0) {
 			n -= (int)k;
 		} else if (k == -FI_EAVAIL) {
-			struct fi_cq_err_entry ee = { 0 };
+			struct fi_cq_err_entry ee = {0};
 			fi_cq_readerr(r->cq, &ee, 0);
 			DIE("raw completion error: %s", fi_strerror(ee.err));
 		} else if (now_s() > limit) {
@@ -263,7 +269,8 @@ static void raw_wait(struct raw *r, int n)
 	}
 }
 
-static void raw_post_send(struct raw *r, void *buf, size_t len, void *desc, uint64_t tag, struct fi_context2 *ctx)
+static void raw_post_send(struct raw *r, void *buf, size_t len, void *desc, uint64_t tag,
+			  struct fi_context2 *ctx)
 {
 	ssize_t ret;
 	while ((ret = fi_tsend(r->ep, buf, len, desc, r->peer, tag, ctx)) == -FI_EAGAIN)
@@ -272,7 +279,8 @@ static void raw_post_send(struct raw *r, void *buf, size_t len, void *desc, uint
 		DIE("fi_tsend: %s", fi_strerror((int)-ret));
 }
 
-static void raw_post_recv(struct raw *r, void *buf, size_t len, void *desc, uint64_t tag, struct fi_context2 *ctx)
+static void raw_post_recv(struct raw *r, void *buf, size_t len, void *desc, uint64_t tag,
+			  struct fi_context2 *ctx)
 {
 	ssize_t ret;
 	while ((ret = fi_trecv(r->ep, buf, len, desc, r->peer, tag, 0, ctx)) == -FI_EAGAIN)
@@ -281,8 +289,8 @@ static void raw_post_recv(struct raw *r, void *buf, size_t len, void *desc, uint
 		DIE("fi_trecv: %s", fi_strerror((int)-ret));
 }
 
-static void raw_bench(struct raw *r, odx_fab *f, size_t size, unsigned char *buf, unsigned char *buf2, double *lat_us,
-		      double *gbps)
+static void raw_bench(struct raw *r, odx_fab *f, size_t size, unsigned char *buf,
+		      unsigned char *buf2, double *lat_us, double *gbps)
 {
 	static struct fi_context2 ctx[64];
 	static uint64_t tag = 1;
@@ -314,7 +322,8 @@ static void raw_bench(struct raw *r, odx_fab *f, size_t size, unsigned char *buf
 		uint64_t base = tag;
 		tag += (uint64_t)window + 1;
 		if (rank == 0) {
-			raw_post_recv(r, &ack, sizeof(ack), NULL, base + (uint64_t)window, &ctx[window]);
+			raw_post_recv(r, &ack, sizeof(ack), NULL, base + (uint64_t)window,
+				      &ctx[window]);
 			for (int w = 0; w < window; w++)
 				raw_post_send(r, buf, size, r->desc1, base + (uint64_t)w, &ctx[w]);
 			raw_wait(r, window + 1);
@@ -322,7 +331,8 @@ static void raw_bench(struct raw *r, odx_fab *f, size_t size, unsigned char *buf
 			for (int w = 0; w < window; w++)
 				raw_post_recv(r, buf2, size, r->desc2, base + (uint64_t)w, &ctx[w]);
 			raw_wait(r, window);
-			raw_post_send(r, &ack, sizeof(ack), NULL, base + (uint64_t)window, &ctx[window]);
+			raw_post_send(r, &ack, sizeof(ack), NULL, base + (uint64_t)window,
+				      &ctx[window]);
 			raw_wait(r, 1);
 		}
 	}
@@ -395,7 +405,7 @@ int main(int argc, char **argv)
 		else
 			DIE("usage: fabric_bw [-p provider] [-m max_bytes] [-q]");
 	}
-	odx_fab_params p = { .provider = prov, .iface = getenv("ODX_FABRIC_IFACE") };
+	odx_fab_params p = {.provider = prov, .iface = getenv("ODX_FABRIC_IFACE")};
 	odx_fab *f = NULL;
 	char err[1024];
 	int ret = odx_fab_open(&p, &f, err, sizeof(err));
@@ -422,9 +432,10 @@ int main(int argc, char **argv)
 
 	double memcpy_bw = rank == 0 ? memcpy_gbps() : 0;
 	if (rank == 0)
-		printf("{\"bench\":\"fabric_bw\",\"test\":\"memcpy\",\"size\":%u,\"gbps\":%.3f}\n", 256u << 20, memcpy_bw);
+		printf("{\"bench\":\"fabric_bw\",\"test\":\"memcpy\",\"size\":%u,\"gbps\":%.3f}\n",
+		       256u << 20, memcpy_bw);
 
-	struct raw r = { 0 };
+	struct raw r = {0};
 	raw_open(&r, picked, p.iface, f);
 	raw_register(&r, buf, buf2, max);
 	/* The project's protocol: raw and ODX alternate (A B A B), `pairs` pairs per size; we print
@@ -435,8 +446,8 @@ int main(int argc, char **argv)
 		for (int k = 0; k < pairs; k++) {
 			raw_bench(&r, f, sizes[i], buf, buf2, &rl[k], &rb[k]);
 			odx_bench(f, sizes[i], buf, buf2, &ol[k], &ob[k]);
-			lr[k] = ol[k] / rl[k];  /* latency: > 1 means ODX is slower */
-			br[k] = ob[k] / rb[k];  /* bandwidth: > 1 means ODX is faster */
+			lr[k] = ol[k] / rl[k]; /* latency: > 1 means ODX is slower */
+			br[k] = ob[k] / rb[k]; /* bandwidth: > 1 means ODX is faster */
 		}
 		if (rank != 0)
 			continue;
@@ -445,8 +456,9 @@ int main(int argc, char **argv)
 		       "\"raw_lat_us\":%.2f,\"odx_lat_us\":%.2f,\"lat_ratio\":%.3f,\"lat_ratio_min\":%.3f,\"lat_ratio_max\":%.3f,"
 		       "\"raw_gbps\":%.3f,\"odx_gbps\":%.3f,\"bw_ratio\":%.3f,\"bw_ratio_min\":%.3f,\"bw_ratio_max\":%.3f,"
 		       "\"odx_vs_memcpy\":%.3f}\n",
-		       picked, sizes[i], pairs, median(rl, pairs), median(ol, pairs), median(lr, pairs), minimum(lr, pairs),
-		       maximum(lr, pairs), median(rb, pairs), obw, median(br, pairs), minimum(br, pairs), maximum(br, pairs),
+		       picked, sizes[i], pairs, median(rl, pairs), median(ol, pairs),
+		       median(lr, pairs), minimum(lr, pairs), maximum(lr, pairs), median(rb, pairs),
+		       obw, median(br, pairs), minimum(br, pairs), maximum(br, pairs),
 		       obw / memcpy_bw);
 		fflush(stdout);
 	}

@@ -38,7 +38,7 @@ struct waiter {
 	char first_error[400];
 };
 
-static struct waiter W = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, "" };
+static struct waiter W = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, ""};
 static int my_rank;
 static volatile int msgs_seen;
 
@@ -59,8 +59,8 @@ static void on_done(void *arg, int status, const char *msg)
 		if (status == ODX_EPEER)
 			W.epeer++;
 		if (!W.first_error[0])
-			snprintf(W.first_error, sizeof(W.first_error), "%s: %s", odx_err_name(status),
-				 msg ? msg : "(no message)");
+			snprintf(W.first_error, sizeof(W.first_error), "%s: %s",
+				 odx_err_name(status), msg ? msg : "(no message)");
 	}
 	pthread_cond_broadcast(&W.cond);
 	pthread_mutex_unlock(&W.lock);
@@ -105,7 +105,8 @@ static int wait_all(int seconds)
 
 static unsigned char pattern(int src, int dst, uint64_t key, size_t i)
 {
-	return (unsigned char)(i * 131u + key * 7u + (unsigned)src * 13u + (unsigned)dst * 29u + (i >> 12));
+	return (unsigned char)(i * 131u + key * 7u + (unsigned)src * 13u + (unsigned)dst * 29u +
+			       (i >> 12));
 }
 
 struct xfer {
@@ -147,8 +148,9 @@ static void build_plan(int size, size_t big, bool small_only)
 {
 	/* 8096 is the largest payload that rides inside the announcement (8 KiB control buffer minus
 	 * the 40-byte header and the 56-byte RTS body) */
-	static const size_t sizes[] = { 0, 1, 7, 64, 4095, 4096, 8000, 8095, 8096, 8097, 8191, 8192, 8193,
-					65535, 65536, 65537, 1048576 + 13, 4194304 - 3 };
+	static const size_t sizes[] = {0,    1,	    7,	   64,	  4095,		4096,
+				       8000, 8095,  8096,  8097,  8191,		8192,
+				       8193, 65535, 65536, 65537, 1048576 + 13, 4194304 - 3};
 	uint64_t key = 1;
 	for (int s = 0; s < size; s++) {
 		for (int d = 0; d < size; d++) {
@@ -195,10 +197,13 @@ static void post(odx_fab *f, struct xfer *x)
 	pthread_mutex_lock(&W.lock);
 	W.pending++;
 	pthread_mutex_unlock(&W.lock);
-	int ret = x->is_send ? odx_fab_send(f, x->peer, x->key, x->mem + x->offset, x->len, on_done, x)
-			     : odx_fab_recv(f, x->peer, x->key, x->mem + x->offset, x->len, on_done, x);
+	int ret =
+		x->is_send
+			? odx_fab_send(f, x->peer, x->key, x->mem + x->offset, x->len, on_done, x)
+			: odx_fab_recv(f, x->peer, x->key, x->mem + x->offset, x->len, on_done, x);
 	if (ret)
-		DIE("%s of key %llu: %s", x->is_send ? "send" : "recv", (unsigned long long)x->key, odx_err_name(ret));
+		DIE("%s of key %llu: %s", x->is_send ? "send" : "recv", (unsigned long long)x->key,
+		    odx_err_name(ret));
 }
 
 static void run_matrix(odx_fab *f, size_t big, bool small_only)
@@ -237,14 +242,16 @@ static void run_matrix(odx_fab *f, size_t big, bool small_only)
 		for (size_t b = 0; b < x->len; b++)
 			if (x->mem[x->offset + b] != pattern(x->peer, my_rank, x->key, b))
 				DIE("key %llu from rank %d (%zu bytes): byte %zu is %#x, expected %#x",
-				    (unsigned long long)x->key, x->peer, x->len, b, x->mem[x->offset + b],
-				    pattern(x->peer, my_rank, x->key, b));
+				    (unsigned long long)x->key, x->peer, x->len, b,
+				    x->mem[x->offset + b], pattern(x->peer, my_rank, x->key, b));
 		/* nothing written around the destination */
 		for (size_t b = 0; b < x->offset; b++)
 			if (x->mem[b] != 0xa5)
-				DIE("key %llu: byte before the destination overwritten", (unsigned long long)x->key);
+				DIE("key %llu: byte before the destination overwritten",
+				    (unsigned long long)x->key);
 		if (x->mem[x->offset + x->len] != 0xa5)
-			DIE("key %llu: byte after the destination overwritten", (unsigned long long)x->key);
+			DIE("key %llu: byte after the destination overwritten",
+			    (unsigned long long)x->key);
 	}
 	/* control messages are counted by the handler; wait for them with a deadline */
 	for (int t = 0; t < DEADLINE_S * 100 && msgs_seen < 50 * (size - 1); t++)
@@ -267,7 +274,8 @@ static void *garbage_client(void *arg)
 		return NULL;
 	memcpy(host, p, (size_t)(colon - p));
 	host[colon - p] = '\0';
-	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1)) };
+	struct sockaddr_in sin = {.sin_family = AF_INET,
+				  .sin_port = htons((uint16_t)atoi(colon + 1))};
 	if (inet_pton(AF_INET, host, &sin.sin_addr) != 1)
 		return NULL;
 	unsigned seed = 12345;
@@ -301,7 +309,7 @@ static odx_fab *open_fab(void)
 	const char *noshm = getenv("FAB_TEST_NOSHM_RANK"), *me = getenv("ODX_RANK");
 	if (noshm && me && !strcmp(noshm, me))
 		setenv("ODX_FAB_SHM", "0", 1);
-	odx_fab_params p = { 0 };
+	odx_fab_params p = {0};
 	p.provider = getenv("FAB_TEST_PROVIDER");
 	p.fault = getenv("FAB_TEST_FAULT");
 	p.iface = getenv("ODX_FABRIC_IFACE");
@@ -339,23 +347,28 @@ int main(int argc, char **argv)
 			add_xfer(1 - my_rank, 4242, big, my_rank ? 3 : 1, my_rank == 0);
 			post(f, &xfers[0]);
 			if (wait_all(DEADLINE_S))
-				DIE("the %zu-byte transfer did not finish in %d s", big, DEADLINE_S);
+				DIE("the %zu-byte transfer did not finish in %d s", big,
+				    DEADLINE_S);
 			if (W.failed)
 				DIE("huge transfer failed: %s", W.first_error);
 			for (size_t i = 0; my_rank == 1 && i < big; i++)
 				if (xfers[0].mem[3 + i] != pattern(0, 1, 4242, i))
 					DIE("byte %zu of the %zu-byte transfer is wrong", i, big);
-			printf("rank %d: %zu bytes %s and checked\n", my_rank, big, my_rank ? "received" : "sent");
+			printf("rank %d: %zu bytes %s and checked\n", my_rank, big,
+			       my_rank ? "received" : "sent");
 		}
 	} else if (!strcmp(mode, "garbage")) {
 		pthread_t th = 0;
 		static char addr[256];
 		if (my_rank == 1) {
-			if (odx_fab_peer_addr(f, 0, addr, sizeof(addr)) == 0 && strstr(addr, "fi_sockaddr_in://"))
+			if (odx_fab_peer_addr(f, 0, addr, sizeof(addr)) == 0 &&
+			    strstr(addr, "fi_sockaddr_in://"))
 				pthread_create(&th, NULL, garbage_client, addr);
 			/* malformed messages through the real endpoint: these reach our layer */
 			for (int k = 0; k < 3 * ODX_FAB_GARBAGE_COUNT; k++) {
-				ret = odx__fab_send_garbage(f, 0, (odx_fab_garbage)(k % ODX_FAB_GARBAGE_COUNT), (uint64_t)k);
+				ret = odx__fab_send_garbage(
+					f, 0, (odx_fab_garbage)(k % ODX_FAB_GARBAGE_COUNT),
+					(uint64_t)k);
 				if (ret)
 					DIE("send_garbage: %s", odx_err_name(ret));
 			}
@@ -379,13 +392,14 @@ int main(int argc, char **argv)
 		}
 		/* wait for data the victim will never send */
 		static unsigned char buf[1 << 20];
-		post(f, &(struct xfer){ .peer = victim, .key = 99, .len = sizeof(buf), .mem = buf });
+		post(f, &(struct xfer){.peer = victim, .key = 99, .len = sizeof(buf), .mem = buf});
 		struct timespec t0, t1;
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		if (wait_all(DEADLINE_S))
 			DIE("the receive from the killed rank %d never failed", victim);
 		clock_gettime(CLOCK_MONOTONIC, &t1);
-		double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+		double s =
+			(double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
 		char expect[32];
 		snprintf(expect, sizeof(expect), "rank %d", victim);
 		if (W.epeer != 1 || !strstr(W.first_error, expect))
@@ -403,8 +417,9 @@ int main(int argc, char **argv)
 	odx_fab_stats st;
 	odx_fab_get_stats(f, &st);
 	printf("ok: %llu transfers, %llu msgs sent, %llu recv, %llu retries, %llu eagain, %llu bad\n",
-	       (unsigned long long)st.transfers, (unsigned long long)st.msgs_sent, (unsigned long long)st.msgs_recv,
-	       (unsigned long long)st.retries, (unsigned long long)st.eagain, (unsigned long long)st.bad_msgs);
+	       (unsigned long long)st.transfers, (unsigned long long)st.msgs_sent,
+	       (unsigned long long)st.msgs_recv, (unsigned long long)st.retries,
+	       (unsigned long long)st.eagain, (unsigned long long)st.bad_msgs);
 	odx_fab_close(f);
 	for (size_t i = 0; i < nxfers; i++)
 		free(xfers[i].mem);

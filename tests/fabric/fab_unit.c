@@ -63,7 +63,7 @@ static void on_msg(void *user, int src, uint32_t type, const void *payload, size
 
 static void test_unknown_provider(void)
 {
-	odx_fab_params p = { .provider = "no-such-provider" };
+	odx_fab_params p = {.provider = "no-such-provider"};
 	odx_fab *f = NULL;
 	char err[1024];
 	int ret = odx_fab_open(&p, &f, err, sizeof(err));
@@ -77,15 +77,18 @@ static void test_fault_spec(void)
 {
 	struct fab_fault ft;
 	char err[256];
-	CHECK(fab_fault_parse(&ft, "delay_us=0-2000,reorder=0.2,eagain=0.3,cqerr=0.01,seed=7", err, sizeof(err)) == 0,
+	CHECK(fab_fault_parse(&ft, "delay_us=0-2000,reorder=0.2,eagain=0.3,cqerr=0.01,seed=7", err,
+			      sizeof(err)) == 0,
 	      "good spec refused: %s", err);
 	CHECK(ft.on && ft.delay_max_us == 2000 && ft.eagain == 0.3, "spec misparsed");
-	CHECK(fab_fault_parse(&ft, "eagain=2", err, sizeof(err)) == ODX_EINVAL && strstr(err, "eagain"),
+	CHECK(fab_fault_parse(&ft, "eagain=2", err, sizeof(err)) == ODX_EINVAL &&
+		      strstr(err, "eagain"),
 	      "bad probability accepted");
-	CHECK(fab_fault_parse(&ft, "bogus=1", err, sizeof(err)) == ODX_EINVAL && strstr(err, "unknown key"),
+	CHECK(fab_fault_parse(&ft, "bogus=1", err, sizeof(err)) == ODX_EINVAL &&
+		      strstr(err, "unknown key"),
 	      "unknown key accepted");
 	CHECK(fab_fault_parse(&ft, NULL, err, sizeof(err)) == 0 && !ft.on, "NULL spec not off");
-	odx_fab_params p = { .fault = "delay_us=5-1" };
+	odx_fab_params p = {.fault = "delay_us=5-1"};
 	odx_fab *f = NULL;
 	CHECK(odx_fab_open(&p, &f, err, sizeof(err)) == ODX_EINVAL, "open with a bad fault spec");
 }
@@ -103,11 +106,12 @@ static void test_single_rank(void)
 	odx_fab_set_handlers(f, on_msg, NULL, NULL);
 	CHECK(odx_fab_send_msg(f, 0, 42, "hello", 5) == 0, "self message");
 	CHECK(odx_fab_send_msg(f, 1, 42, "hello", 5) == ODX_EINVAL, "message to rank 1 of 1");
-	CHECK(odx_fab_send_msg(f, 0, 42, "x", odx_fab_max_msg(f) + 1) == ODX_EINVAL, "oversized message");
+	CHECK(odx_fab_send_msg(f, 0, 42, "x", odx_fab_max_msg(f) + 1) == ODX_EINVAL,
+	      "oversized message");
 
-	static const size_t sizes[] = { 0, 1, 7, 100000 };
+	static const size_t sizes[] = {0, 1, 7, 100000};
 	for (size_t i = 0; i < 4; i++) {
-		struct done_rec d = { PTHREAD_MUTEX_INITIALIZER, 0, 0, "" };
+		struct done_rec d = {PTHREAD_MUTEX_INITIALIZER, 0, 0, ""};
 		unsigned char *src = malloc(sizes[i] + 1), *dst = calloc(1, sizes[i] + 1);
 		for (size_t b = 0; b < sizes[i]; b++)
 			src[b] = (unsigned char)(b * 7 + i);
@@ -119,14 +123,14 @@ static void test_single_rank(void)
 			CHECK(odx_fab_send(f, 0, 100 + i, src, sizes[i], on_done, &d) == 0, "send");
 			CHECK(odx_fab_recv(f, 0, 100 + i, dst, sizes[i], on_done, &d) == 0, "recv");
 		}
-		CHECK(wait_calls(&d, 2) == 2 && d.status == 0, "self transfer of %zu: %d calls, %s", sizes[i], d.calls,
-		      d.msg);
+		CHECK(wait_calls(&d, 2) == 2 && d.status == 0, "self transfer of %zu: %d calls, %s",
+		      sizes[i], d.calls, d.msg);
 		CHECK(!memcmp(src, dst, sizes[i]), "self transfer of %zu: data differs", sizes[i]);
 		free(src);
 		free(dst);
 	}
 	/* a length mismatch fails both sides with a message naming the sizes */
-	struct done_rec d = { PTHREAD_MUTEX_INITIALIZER, 0, 0, "" };
+	struct done_rec d = {PTHREAD_MUTEX_INITIALIZER, 0, 0, ""};
 	char a[16] = "0123456789", b[32];
 	CHECK(odx_fab_send(f, 0, 7, a, 10, on_done, &d) == 0, "send");
 	CHECK(odx_fab_recv(f, 0, 7, b, 20, on_done, &d) == 0, "recv");
@@ -137,20 +141,20 @@ static void test_single_rank(void)
 		usleep(1000);
 	CHECK(self_msgs == 1, "self message delivered %d times", self_msgs);
 	/* a receive nobody sends to: canceled at close, done called once */
-	struct done_rec c = { PTHREAD_MUTEX_INITIALIZER, 0, 0, "" };
+	struct done_rec c = {PTHREAD_MUTEX_INITIALIZER, 0, 0, ""};
 	CHECK(odx_fab_recv(f, 0, 999, b, 4, on_done, &c) == 0, "recv");
 	odx_fab_stats st;
 	odx_fab_get_stats(f, &st);
 	CHECK(st.transfers >= 10, "transfer counter %llu", (unsigned long long)st.transfers);
 	odx_fab_close(f);
-	CHECK(c.calls == 1 && c.status == ODX_ECANCELED, "pending receive at close: %d calls, %s", c.calls,
-	      odx_err_name(c.status));
+	CHECK(c.calls == 1 && c.status == ODX_ECANCELED, "pending receive at close: %d calls, %s",
+	      c.calls, odx_err_name(c.status));
 }
 
 static void test_describe(void)
 {
 	char buf[2048];
-	odx_fab_params p = { .provider = "shm" };
+	odx_fab_params p = {.provider = "shm"};
 	int ret = odx_fab_describe(&p, buf, sizeof(buf));
 	CHECK(ret == 0, "describe: %s", odx_err_name(ret));
 	CHECK(strstr(buf, "RDM providers:") && strstr(buf, "auto -> ") && strstr(buf, "shm -> shm"),
