@@ -331,6 +331,16 @@ int main(int argc, char **argv)
 	alarm(DEADLINE_S + 60); /* the last resort against a hang */
 	odx_fab *f = open_fab();
 	int size = odx_fab_size(f);
+	/* pinned to an address: every peer reached over the network is reached at that address
+	 * (in auto mode, ranks on this host use shm) */
+	const char *pin = getenv("ODX_FABRIC_IFACE");
+	if (pin && strchr(pin, '.')) {
+		char addr[256] = "";
+		for (int r = 0; r < size; r++)
+			if (r != my_rank && (odx_fab_peer_addr(f, r, addr, sizeof(addr)) ||
+					     (!strstr(addr, "fi_shm") && !strstr(addr, pin))))
+				DIE("rank %d's address %s is not on the pinned %s", r, addr, pin);
+	}
 	const char *b = getenv("FAB_TEST_BIG");
 	size_t big = b ? strtoull(b, NULL, 0) : (64u << 20);
 	if (my_rank == 0)

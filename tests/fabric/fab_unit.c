@@ -73,6 +73,16 @@ static void test_unknown_provider(void)
 	      "error does not list the providers: %s", err);
 }
 
+static void test_unknown_iface(void)
+{
+	odx_fab_params p = {.provider = "tcp", .iface = "no-such-iface0"};
+	odx_fab *f = NULL;
+	char err[1024];
+	int ret = odx_fab_open(&p, &f, err, sizeof(err));
+	CHECK(ret == ODX_EINVAL && strstr(err, "no-such-iface0"), "unknown interface: %s %s",
+	      odx_err_name(ret), err);
+}
+
 static void test_fault_spec(void)
 {
 	struct fab_fault ft;
@@ -165,6 +175,7 @@ static void test_describe(void)
 int main(void)
 {
 	test_unknown_provider();
+	test_unknown_iface();
 	test_fault_spec();
 	test_single_rank();
 	test_describe();
