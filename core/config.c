@@ -61,8 +61,8 @@ static const struct key_def keys[] = {
 		.type = KEY_STRING,
 		.def = "least_loaded",
 		.help = "scheduling policy: eager, least_loaded, round_robin (built in, C), "
-			"lua:eager, lua:round_robin, lua:locality, lua:heft (shipped Lua), or a "
-			"path to a .lua file",
+			"lua:eager, lua:round_robin, lua:locality, lua:heft, lua:lru, "
+			"lua:lookahead (shipped Lua), or a path to a .lua file",
 		.check = check_policy,
 	},
 	{
@@ -832,7 +832,8 @@ static int check_backends(const char *text, char *why, size_t whylen)
 static int check_policy(const char *text, char *why, size_t whylen)
 {
 	static const char *const builtin[] = {"eager", "least_loaded", "round_robin", NULL};
-	static const char *const shipped[] = {"eager", "round_robin", "locality", "heft", NULL};
+	static const char *const shipped[] = {"eager",	   "round_robin", "locality", "heft",
+					      "lru", "lookahead",   NULL};
 	size_t len = strlen(text);
 
 	if (word_index(builtin, text, len) >= 0)

@@ -354,6 +354,27 @@ ODX_API int odx_buffer_owner(const odx_buffer *buf)
 	return buf ? buf->home_rank : ODX_EINVAL;
 }
 
+ODX_API int odx_fabric_describe(odx_context *ctx, char *buf, size_t n)
+{
+	odx_fab_params p;
+	size_t used;
+
+	if (!ctx || !buf || n == 0)
+		return ODX_EINVAL;
+	memset(&p, 0, sizeof(p));
+	p.provider = odx__config_str(ctx->config, "fabric.provider");
+	p.iface = odx__config_str(ctx->config, "fabric.iface");
+	if (!p.iface[0])
+		p.iface = NULL;
+	if (ctx->fab)
+		snprintf(buf, n, "rank %d of %d over %s\n", ctx->rank, ctx->size,
+			 odx_fab_provider(ctx->fab));
+	else
+		snprintf(buf, n, "one rank (not launched by odx-run, mpirun or srun)\n");
+	used = strlen(buf);
+	return odx_fab_describe(&p, buf + used, n - used);
+}
+
 ODX_API int odx_wait_all_ranks(odx_context *ctx, int timeout_ms)
 {
 	int rc, brc;

@@ -145,6 +145,21 @@ static void print_memnodes(odx_context *ctx)
 	}
 }
 
+/* The rank, the libfabric providers present and the one fabric.provider picks. */
+static void print_fabric(odx_context *ctx)
+{
+	char text[4096];
+	int rc = odx_fabric_describe(ctx, text, sizeof(text));
+
+	printf("fabric:\n");
+	if (rc < 0) {
+		printf("  unavailable: %s\n", odx_last_error(ctx));
+		return;
+	}
+	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+		printf("  %s\n", line);
+}
+
 /* The machine as hwloc sees it, independently of what ODX made of it. */
 static int print_topology(void)
 {
@@ -253,6 +268,7 @@ static int cmd_info(int argc, char **argv)
 		print_backends(ctx);
 		print_devices(ctx);
 		print_memnodes(ctx);
+	print_fabric(ctx);
 		if (print_topology() < 0)
 			ret = 1;
 	}

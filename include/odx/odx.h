@@ -502,6 +502,13 @@ static inline int odx_owner_cyclic(long index, int nranks)
  */
 ODX_API int odx_wait_all_ranks(odx_context *ctx, int timeout_ms);
 
+/**
+ * Describes the fabric for `odx info`: this rank and the job's size, the provider in use, the
+ * libfabric providers present and which one `fabric.provider` picks. Lines end with '\n'.
+ * Returns 0 or a negative ODX_E* code; the text is truncated to n bytes.
+ */
+ODX_API int odx_fabric_describe(odx_context *ctx, char *buf, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

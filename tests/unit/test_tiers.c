@@ -11,6 +11,7 @@
  * larger than every tier, capacities that make progress impossible, the watchdog's dump.
  */
 #include <dirent.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -32,6 +33,8 @@
 
 static char logged[1 << 16];
 static size_t logged_len;
+/* The log sink runs on ODX threads (the watchdog's, for one) while the test reads `logged`. */
+static pthread_mutex_t logged_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void log_sink(void *user, odx_log_level level, const char *msg)
 {
@@ -39,18 +42,32 @@ static void log_sink(void *user, odx_log_level level, const char *msg)
 
 	(void)user;
 	(void)level;
+	pthread_mutex_lock(&logged_lock);
 	if (logged_len + n + 2 < sizeof(logged)) {
 		memcpy(logged + logged_len, msg, n);
 		logged_len += n;
 		logged[logged_len++] = '\n';
 		logged[logged_len] = '\0';
 	}
+	pthread_mutex_unlock(&logged_lock);
+}
+
+static bool logged_has(const char *text)
+{
+	bool has;
+
+	pthread_mutex_lock(&logged_lock);
+	has = strstr(logged, text) != NULL;
+	pthread_mutex_unlock(&logged_lock);
+	return has;
 }
 
 static void log_reset(void)
 {
+	pthread_mutex_lock(&logged_lock);
 	logged_len = 0;
 	logged[0] = '\0';
+	pthread_mutex_unlock(&logged_lock);
 }
 
 /* Opens a context on the environment's backend with extra settings, logging into `logged`. */
@@ -655,15 +672,15 @@ static void test_watchdog(void **state)
 	assert_ok(odx_submit(ctx, k, (odx_arg[]){ODX_BUF(x, ODX_RW)}, 1, NULL, NULL));
 	assert_ok(odx_submit(ctx, k, (odx_arg[]){ODX_BUF(x, ODX_RW)}, 1, NULL, NULL));
 	/* No progress while the first task holds its device: the dump comes (deadline 20 s). */
-	for (i = 0; i < 2000 && !strstr(logged, "odx watchdog"); i++)
+	for (i = 0; i < 2000 && !logged_has("odx watchdog"); i++)
 		usleep(10000);
 	atomic_store(&release_kernel, true);
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS)); /* nothing logs after this */
 	print_message("%s", logged);
 	assert_contains(logged, "odx watchdog: no task completed and no byte moved");
 	assert_contains(logged, "tasks are pending");
 	assert_contains(logged, "device 0");
 	assert_contains(logged, "memory node 0 (host RAM)");
-	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
 	odx_buffer_destroy(x);
 	assert_ok(odx_close(ctx));
 }
