@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "policy.h"
 #include "pool.h"
 
 int odx__task_memnode(const odx__task *t)
@@ -279,6 +280,16 @@ static void copy_done(void *arg, int status, const char *msg)
 
 		atomic_fetch_add(&ctx->bytes_copied[s * ctx->nmemnodes + job->dst], b->size);
 		atomic_fetch_add(&ctx->copies, 1);
+		/* A Lua policy's transfer estimates come from measured links: copies big enough
+		 * that their time is bandwidth, not latency (from issue, so a queued copy reads
+		 * slower than the link: an estimate on the safe side). */
+		if (ctx->policy && job->src >= 0 && job->t_issue && b->size >= (64u << 10)) {
+			uint64_t ns = odx__now_ns() - job->t_issue;
+
+			if (ns > 0)
+				odx__policy_set_bandwidth(ctx, job->src, job->dst,
+							  (double)b->size * 1e9 / (double)ns);
+		}
 	} else if (status != 0) {
 		odx__log(ctx, ODX_LOG_ERROR, "copy of buffer %llu from %s %d to memory node %d failed: %s",
 			 (unsigned long long)b->id,
@@ -371,7 +382,7 @@ static void copy_start(odx_context *ctx, odx__copy_job *job)
 	odx__device *ddev = ctx->memnodes[job->dst].device;
 	int rc;
 
-	job->t_issue = ctx->tracing ? odx__now_ns() : 0;
+	job->t_issue = ctx->tracing || ctx->policy ? odx__now_ns() : 0;
 	if (job->src == SRC_ZERO) {
 		/* Zero pages to pooled memory (whose last user's bytes are still there). */
 		const void *zeros = odx__tier_zeros(ctx, b->size);

@@ -244,16 +244,64 @@ static odx__task *next_task(odx_context *ctx, odx__device *dev)
  * start moving too, if the device's tier has room below its start watermark. */
 #define PREFETCH_WINDOW 4
 
+/* A Lua policy with a prefetch hook orders the window (the default is queue order). */
+static void policy_prefetch_order(odx_context *ctx, odx__device *dev, odx__task **w, int n)
+{
+	odx__prefetch_task pt[PREFETCH_WINDOW * 4];
+	uint64_t ids[PREFETCH_WINDOW * 4][8], missing[PREFETCH_WINDOW * 4][8];
+	odx__task *sorted[PREFETCH_WINDOW * 4];
+	int order[PREFETCH_WINDOW * 4], i, j, k, m = dev->memnode;
+	bool taken[PREFETCH_WINDOW * 4] = {false};
+
+	for (i = 0; i < n; i++) {
+		int nb = 0;
+
+		for (j = 0; j < w[i]->nargs && nb < 8; j++) {
+			odx_buffer *b = w[i]->args[j].v.buffer;
+
+			if (w[i]->args[j].kind != ODX_ARG_BUFFER)
+				continue;
+			ids[i][nb] = b->id;
+			/* a racy read is fine: this is a hint for the policy */
+			missing[i][nb++] = atomic_load_explicit(&b->replicas[m].state,
+								 memory_order_relaxed) == ODX__INVALID
+						   ? b->size
+						   : 0;
+		}
+		pt[i] = (odx__prefetch_task){.task_id = w[i]->id,
+					     .device = dev->index,
+					     .priority = w[i]->priority,
+					     .nbufs = nb,
+					     .buffer_ids = ids[i],
+					     .missing_bytes = missing[i]};
+	}
+	k = odx__policy_prefetch(ctx, pt, n, order);
+	if (k <= 0)
+		return;
+	for (i = j = 0; i < k; i++)
+		if (order[i] >= 0 && order[i] < n && !taken[order[i]]) {
+			taken[order[i]] = true;
+			sorted[j++] = w[order[i]];
+		}
+	for (i = 0; i < n; i++) /* what the policy left out keeps its place, after */
+		if (!taken[i])
+			sorted[j++] = w[i];
+	memcpy(w, sorted, (size_t)n * sizeof(*w));
+}
+
 static void prefetch_queued(odx_context *ctx, odx__device *dev)
 {
-	odx__task *w[PREFETCH_WINDOW];
-	int n, i;
+	/* a wider window when a policy chooses among it */
+	odx__task *w[PREFETCH_WINDOW * 4];
+	int n, i, want = ctx->policy ? PREFETCH_WINDOW * 4 : PREFETCH_WINDOW;
 
 	pthread_mutex_lock(&dev->lock);
-	n = dev->memwait_head ? 0 : odx__queue_peek_n(&dev->ready, w, PREFETCH_WINDOW);
+	n = dev->memwait_head ? 0 : odx__queue_peek_n(&dev->ready, w, want);
 	for (i = 0; i < n; i++)
 		atomic_fetch_add(&w[i]->refs, 1);
 	pthread_mutex_unlock(&dev->lock);
+	if (ctx->policy && n > 1)
+		policy_prefetch_order(ctx, dev, w, n);
 	for (i = 0; i < n; i++) {
 		if (w[i]->kind == ODX__TASK_KERNEL && !w[i]->staged && w[i]->device == dev->index)
 			odx__prefetch(w[i]);
