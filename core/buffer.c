@@ -636,12 +636,13 @@ static int alloc_missing(odx__task *t, const odx__task *producer, int m, bool di
 
 	for (i = 0; i < t->nargs && rc == 0; i++) {
 		odx_buffer *b = t->args[i].v.buffer;
-		odx__replica *r = &b->replicas[m];
+		odx__replica *r;
 		odx__copy_job *job;
 		bool fill;
 
 		if (!stages_arg(t, i) || !first_use(t, i))
 			continue;
+		r = &b->replicas[m]; /* only now: a scalar argument's union holds no buffer */
 		pthread_mutex_lock(&b->lock);
 		if (b->zero && r->allocated && !r->fetching &&
 		    atomic_load(&r->state) == ODX__INVALID && stage_fetches(t, producer, b))
@@ -860,12 +861,13 @@ int odx__prefetch(odx__task *t)
 	pthread_mutex_lock(&node->lock);
 	for (i = 0; i < t->nargs && i < 64; i++) {
 		odx_buffer *b = t->args[i].v.buffer;
-		odx__replica *r = &b->replicas[m];
+		odx__replica *r;
 		int src;
 
 		if (!stages_arg(t, i) || !odx__task_stage_reads(t, i) || !first_use(t, i) ||
 		    (t->hold_mask & (1ull << i)))
 			continue;
+		r = &b->replicas[m];
 		pthread_mutex_lock(&b->lock);
 		if (r->allocated || b->zero ||
 		    atomic_load(&node->used) + odx__pool_charge(node->pool, b->size) > limit ||

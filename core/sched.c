@@ -230,7 +230,9 @@ const odx__sched_ops *odx__sched_find(const char *name)
 
 /* ---- queues --------------------------------------------------------------------------------- */
 
-static void wake_one_sleeper(odx_context *ctx, const odx__task *t)
+/* `probe` is a copy of the fields odx__device_can_run reads, taken before the task was queued:
+ * once it is in the shared queue another worker may run, complete and recycle it. */
+static void wake_one_sleeper(odx_context *ctx, const odx__task *probe)
 {
 	int d;
 
@@ -240,7 +242,7 @@ static void wake_one_sleeper(odx_context *ctx, const odx__task *t)
 		odx__device *dev = &ctx->devices[d];
 		bool woke = false;
 
-		if (!odx__device_can_run(ctx, dev, t))
+		if (!odx__device_can_run(ctx, dev, probe))
 			continue;
 		pthread_mutex_lock(&dev->lock);
 		if (dev->sleeping) {
@@ -283,6 +285,11 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 		return;
 	}
 	if (d < 0 || d >= ctx->ndevices) {
+		odx__task probe;
+
+		probe.kind = t->kind;
+		probe.kernel = t->kernel;
+		probe.device_mask_only = t->device_mask_only;
 		pthread_mutex_lock(&ctx->shared_lock);
 		rc = queue_push(&ctx->shared, t);
 		if (rc == 0)
@@ -291,7 +298,7 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 		if (rc)
 			push_failed(t);
 		else
-			wake_one_sleeper(ctx, t);
+			wake_one_sleeper(ctx, &probe);
 		return;
 	}
 	dev = &ctx->devices[d];

@@ -563,8 +563,10 @@ static int host_take(odx_context *ctx, odx_buffer *b)
 {
 	odx__memnode *host = &ctx->memnodes[0];
 
+	/* A host copy in use (a buffer write in progress pins it) or already being filled cannot
+	 * take a write-back now: its bytes would race with the user's. */
 	if (b->replicas[0].allocated)
-		return b->replicas[0].fetching ? ODX_EBUSY : 0;
+		return b->replicas[0].fetching || b->replicas[0].pins ? ODX_EBUSY : 0;
 	if (atomic_load(&host->used) + b->size > host->capacity)
 		return ODX_ENOSPC;
 	return odx__replica_alloc(ctx, b, 0, false);
@@ -722,6 +724,9 @@ static void spill_done(void *arg, int status, const char *msg)
 	host->evicting -= b->size;
 	if (status == 0 && job->wversion == b->wversion) {
 		atomic_store(&b->disk_state, ODX__SHARED);
+		/* Two valid copies now: the host one is no longer the only one. */
+		if (atomic_load(&r->state) == ODX__MODIFIED)
+			odx__replica_set_state(b, 0, ODX__SHARED);
 		b->disk_slot = job->slot;
 		atomic_fetch_add(&tier->spills, 1);
 		atomic_fetch_add(&tier->spill_bytes, b->size);
