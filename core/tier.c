@@ -618,7 +618,12 @@ static int make_room_below(odx_context *ctx, int m, uint64_t need, uint64_t limi
 			pthread_mutex_unlock(&b->lock);
 			pthread_mutex_lock(&ctx->memnodes[0].lock);
 			pthread_mutex_lock(&b->lock);
-			if (!r->allocated || r->pins || r->fetching || r->evicting) {
+			/* The buffer lock was let go: everything may have changed, its state too (a
+			 * writer elsewhere makes this copy INVALID, and writing that back would
+			 * publish old bytes as the latest). Only a copy still the only valid one
+			 * is written back; otherwise, next round. */
+			if (!r->allocated || r->pins || r->fetching || r->evicting ||
+			    atomic_load(&r->state) == ODX__INVALID || odx__valid_copies(b) != 1) {
 				rc = ODX_EBUSY;
 			} else {
 				rc = host_take(ctx, b);
@@ -636,7 +641,9 @@ static int make_room_below(odx_context *ctx, int m, uint64_t need, uint64_t limi
 						odx__copy_start_all(ctx, more);
 					lower_need += b->size;
 					if (r0 == ODX__ROOM && r->allocated && !r->pins &&
-					    !r->fetching && !r->evicting)
+					    !r->fetching && !r->evicting &&
+					    atomic_load(&r->state) != ODX__INVALID &&
+					    odx__valid_copies(b) == 1)
 						rc = host_take(ctx, b);
 					if (rc == ODX_ENOSPC) {
 						if (r0 == ODX__ROOM_NEVER)

@@ -373,10 +373,16 @@ static void out_of_core(int w, size_t outbytes)
 			      "(%llu dirty ones written back)\n",
 			      ws, limit, stat_sum("tier node", "clean") + stat_sum("tier node", "dirty"),
 			      stat_sum("tier node", "dirty"));
-		if (memcmp(ref, got, outbytes) != 0)
+		if (memcmp(ref, got, outbytes) != 0) {
+			size_t at = 0;
+
+			while (((unsigned char *)ref)[at] == ((unsigned char *)got)[at])
+				at++;
 			fail_msg("results differ from the unlimited run with the device tier at 1/%d "
-				 "of the working set",
-				 factors[f]);
+				 "of the working set, first at byte %zu (word %zu: %08x, expected %08x)",
+				 factors[f], at, at / 4, ((uint32_t *)got)[at / 4],
+				 ((uint32_t *)ref)[at / 4]);
+		}
 		/* It got there by evicting, not because the limit was never reached. */
 		assert_true(stat_sum("tier node", "clean") + stat_sum("tier node", "dirty") > 0);
 	}
