@@ -526,13 +526,18 @@ bool odx__can_stage_behind(const odx__task *t, const odx__task *producer, int m)
 	int i;
 
 	for (i = 0; i < t->nargs; i++) {
-		const odx_buffer *b = t->args[i].v.buffer;
+		odx_buffer *b = t->args[i].v.buffer;
+		bool missing;
 
 		if (t->args[i].kind != ODX_ARG_BUFFER || !odx__task_stage_reads(t, i) ||
 		    task_writes(producer, b))
 			continue;
-		/* Nothing can invalidate it before t runs: a writer would be ordered after t. */
-		if (atomic_load(&b->replicas[m].state) == ODX__INVALID && !b->zero)
+		/* Nothing can invalidate it before t runs: a writer would be ordered after t. The
+		 * lock: a writer finishing elsewhere changes `zero` and the states together. */
+		pthread_mutex_lock(&b->lock);
+		missing = atomic_load(&b->replicas[m].state) == ODX__INVALID && !b->zero;
+		pthread_mutex_unlock(&b->lock);
+		if (missing)
 			return false;
 	}
 	return true;
