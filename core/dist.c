@@ -61,6 +61,21 @@ static void on_msg(void *user, int src, uint32_t type, const void *payload, size
 	(void)payload;
 }
 
+/* The transport's parameters from the fabric.* keys. */
+static void fab_params(const odx_context *ctx, odx_fab_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->provider = odx__config_str(ctx->config, "fabric.provider");
+	p->iface = odx__config_str(ctx->config, "fabric.iface");
+	if (!p->iface[0])
+		p->iface = NULL;
+	p->peer_timeout_ms = (int)odx__config_int(ctx->config, "fabric.peer_timeout_ms");
+	p->fault = odx__config_str(ctx->config, "fabric.fault");
+	if (!p->fault[0])
+		p->fault = NULL;
+	p->max_retries = (int)odx__config_int(ctx->config, "fabric.retries");
+}
+
 int odx__dist_open(odx_context *ctx, char *err, size_t errlen)
 {
 	const char *size_env = getenv("ODX_SIZE"), *pmix = getenv("PMIX_RANK");
@@ -73,16 +88,7 @@ int odx__dist_open(odx_context *ctx, char *err, size_t errlen)
 	/* Not launched as several ranks: nothing to join. */
 	if ((!size_env || !size_env[0] || strcmp(size_env, "1") == 0) && !pmix)
 		return 0;
-	memset(&p, 0, sizeof(p));
-	p.provider = odx__config_str(ctx->config, "fabric.provider");
-	p.iface = odx__config_str(ctx->config, "fabric.iface");
-	if (!p.iface[0])
-		p.iface = NULL;
-	p.peer_timeout_ms = (int)odx__config_int(ctx->config, "fabric.peer_timeout_ms");
-	p.fault = odx__config_str(ctx->config, "fabric.fault");
-	if (!p.fault[0])
-		p.fault = NULL;
-	p.max_retries = (int)odx__config_int(ctx->config, "fabric.retries");
+	fab_params(ctx, &p);
 	rc = odx_fab_open(&p, &ctx->fab, why, sizeof(why));
 	if (rc) {
 		snprintf(err, errlen, "cannot join the job's fabric (fabric.provider = %s): %s",
@@ -361,11 +367,7 @@ ODX_API int odx_fabric_describe(odx_context *ctx, char *buf, size_t n)
 
 	if (!ctx || !buf || n == 0)
 		return ODX_EINVAL;
-	memset(&p, 0, sizeof(p));
-	p.provider = odx__config_str(ctx->config, "fabric.provider");
-	p.iface = odx__config_str(ctx->config, "fabric.iface");
-	if (!p.iface[0])
-		p.iface = NULL;
+	fab_params(ctx, &p);
 	if (ctx->fab)
 		snprintf(buf, n, "rank %d of %d over %s\n", ctx->rank, ctx->size,
 			 odx_fab_provider(ctx->fab));
