@@ -471,6 +471,9 @@ static int stage_one(odx__task *t, odx_buffer *b, int m, bool reads, odx__copy_j
 	if (!r->allocated && (rc = odx__replica_alloc(ctx, b, m, b->zero)) != 0)
 		goto out_unlock;
 	r->pins++;
+	/* The hint covers the uses already submitted; a task submitted after it ends it. */
+	if (b->wont_use && t->id > b->wont_use_task)
+		b->wont_use = false;
 	r->last_use = b->wont_use ? 0 : clock;
 	/* A copy landing in this replica (a write-back, a prefetch) is waited for even by a task
 	 * that only writes it: its bytes would otherwise be overwritten by old ones. */
@@ -1255,10 +1258,12 @@ ODX_API int odx_buffer_wont_use(odx_buffer *buf)
 
 	if (!buf)
 		return ODX_EINVAL;
-	/* A hint, not a task: its copies become the first eviction candidates until a task uses
-	 * the buffer again. */
+	/* A hint, not a task: its copies become the first eviction candidates until a task
+	 * submitted after this call uses the buffer (tasks submitted before it are the uses the
+	 * program is finishing). */
 	pthread_mutex_lock(&buf->lock);
 	buf->wont_use = true;
+	buf->wont_use_task = atomic_load(&buf->ctx->next_task_id);
 	for (m = 0; m < buf->ctx->nmemnodes; m++)
 		buf->replicas[m].last_use = 0;
 	pthread_mutex_unlock(&buf->lock);

@@ -116,7 +116,8 @@ struct odx_buffer {
 	int nreaders, capreaders;
 	bool zero;              /* never written: reads as zeros */
 	bool registered;        /* replica 0 is user memory */
-	bool wont_use;          /* odx_buffer_wont_use: evict its copies first */
+	bool wont_use;          /* odx_buffer_wont_use: evict its copies first ... */
+	uint64_t wont_use_task; /* ... until a task created after the hint (id above this) uses it */
 	bool destroyed;         /* odx_buffer_destroy was called (under objects_lock) */
 	_Atomic bool dead;      /* its destruction is ready to run: no task reads it any more,
 				 * so its copies can be dropped, dirty or not */

@@ -269,7 +269,8 @@ ODX_API size_t odx_buffer_size(const odx_buffer *buf);
 /**
  * Hint: the program will not use `buf` again soon. Its copies become the first candidates when a
  * memory tier needs room (clean ones are dropped, dirty ones written one tier down), until a task
- * uses it again. Nothing is lost and nothing moves at the call itself. Returns 0 or ODX_EINVAL.
+ * submitted after this call uses it (the tasks already submitted are the uses it is finishing).
+ * Nothing is lost and nothing moves at the call itself. Returns 0 or ODX_EINVAL.
  */
 ODX_API int odx_buffer_wont_use(odx_buffer *buf);
 

@@ -183,6 +183,22 @@ static void run_sequence(uint64_t seed, int steps, const char *const *kv)
 	}
 	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
 	check_invariants(ctx, b, &md, steps);
+	/* The won't-use hint lasts until a task submitted after it uses the buffer. */
+	assert_ok(odx_buffer_wont_use(b[0]));
+	assert_true(b[0]->wont_use);
+	{
+		odx_task_opts o = {.grid = {WORDS / 64, 1, 1}, .block = {64, 1, 1}};
+
+		assert_ok(odx_submit(ctx, fill,
+				     (odx_arg[]){ODX_BUF(b[0], ODX_W), ODX_I32(7), ODX_I32(WORDS)}, 3,
+				     &o, NULL));
+		for (i = 0; i < WORDS; i++)
+			md.data[0][i] = 7;
+	}
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	pthread_mutex_lock(&b[0]->lock);
+	assert_false(b[0]->wont_use);
+	pthread_mutex_unlock(&b[0]->lock);
 	for (i = 0; i < NBUF; i++) {
 		assert_ok(odx_buffer_read(b[i], 0, host, sizeof(host), TEST_TIMEOUT_MS));
 		if (memcmp(host, md.data[i], sizeof(host)) != 0)
