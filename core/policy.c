@@ -2767,6 +2767,37 @@ static uint64_t row_value(lua_State *L, int t, const char *k, int d, uint64_t de
 	return v;
 }
 
+/* Pushes the answer of an order hook: the 1-based list, or nil and the failure. */
+static int push_order(lua_State *L, harness *hs, int rc, const int *order)
+{
+	int i;
+
+	if (rc < 0) {
+		lua_pushnil(L);
+		lua_pushstring(L, hs->last[0] ? hs->last : odx_strerror(rc));
+		return 2;
+	}
+	lua_createtable(L, rc, 0);
+	for (i = 0; i < rc; i++) {
+		lua_pushinteger(L, order[i] + 1);
+		lua_rawseti(L, -2, i + 1);
+	}
+	return 1;
+}
+
+/* push_order for a per-task answer, plus the failure the policy host recorded during the call
+ * (the C fallback answered those entries): the answers, and that message as a second value. */
+static int push_answer(lua_State *L, harness *hs, int rc, const int *out, uint64_t before)
+{
+	int nret = push_order(L, hs, rc, out);
+
+	if (nret == 1 && odx__policy_failures(hs->h) != before) {
+		lua_pushstring(L, hs->last);
+		return 2;
+	}
+	return nret;
+}
+
 /* harness.place(tasks [, queue]): the answers (1-based devices, 0 for the built-in) and the
  * failure message of this call, if any. */
 static int harness_place(lua_State *L)
@@ -2821,16 +2852,7 @@ static int harness_place(lua_State *L)
 	before = odx__policy_failures(hs->h);
 	hs->last[0] = '\0';
 	odx__policy_place(hs->h, tasks, n, queue, out);
-	lua_createtable(L, n, 0);
-	for (i = 0; i < n; i++) {
-		lua_pushinteger(L, out[i] + 1);
-		lua_rawseti(L, -2, i + 1);
-	}
-	if (odx__policy_failures(hs->h) != before) {
-		lua_pushstring(L, hs->last);
-		return 2;
-	}
-	return 1;
+	return push_answer(L, hs, n, out, before);
 }
 
 /* harness.complete(kernel, device, bytes, us): one completed task for the model. */
@@ -2850,24 +2872,6 @@ static int harness_complete(lua_State *L)
 }
 
 #define HARNESS_BUFS 16 /* buffers per task in the harness's synthetic lists */
-
-/* Pushes the answer of an order hook: the 1-based list, or nil and the failure. */
-static int push_order(lua_State *L, harness *hs, int rc, const int *order)
-{
-	int i;
-
-	if (rc < 0) {
-		lua_pushnil(L);
-		lua_pushstring(L, hs->last[0] ? hs->last : odx_strerror(rc));
-		return 2;
-	}
-	lua_createtable(L, rc, 0);
-	for (i = 0; i < rc; i++) {
-		lua_pushinteger(L, order[i] + 1);
-		lua_rawseti(L, -2, i + 1);
-	}
-	return 1;
-}
 
 /* Reads list `k` of a task table: up to HARNESS_BUFS tables, `f1` and `f2` of each. */
 static int read_bufs(lua_State *L, int t, const char *k, const char *f1, uint64_t *v1,
@@ -2999,21 +3003,7 @@ static int harness_place_rank(lua_State *L)
 	before = odx__policy_failures(hs->h);
 	hs->last[0] = '\0';
 	rc = odx__policy_host_place_rank(hs->h, b, n, nranks, out);
-	if (rc < 0) {
-		lua_pushnil(L);
-		lua_pushstring(L, hs->last[0] ? hs->last : odx_strerror(rc));
-		return 2;
-	}
-	lua_createtable(L, n, 0);
-	for (i = 0; i < n; i++) {
-		lua_pushinteger(L, out[i] + 1);
-		lua_rawseti(L, -2, i + 1);
-	}
-	if (odx__policy_failures(hs->h) != before) {
-		lua_pushstring(L, hs->last);
-		return 2;
-	}
-	return 1;
+	return push_answer(L, hs, rc < 0 ? rc : n, out, before);
 }
 
 /* harness.tick([queue [, done]]): true, or false and the failure. */

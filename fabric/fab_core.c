@@ -1954,15 +1954,12 @@ static void submit_op(odx_fab *f, struct fab_op *op)
 	f->sub_o_tail = op;
 }
 
-int odx_fab_send_msg(odx_fab *f, int dst, uint32_t type, const void *payload, size_t len)
+/* With f->lock held: queues op for dst unless dst is failed or unknown (then frees it), releases
+ * the lock and wakes the progress thread. */
+static int submit_to_peer_unlock(odx_fab *f, int dst, struct fab_op *op)
 {
-	if (!f || len > FAB_CTRL_PAYLOAD_MAX || (len && !payload))
-		return ODX_EINVAL;
-	struct fab_op *op = ctrl_new(f, dst, FAB_MSG_USER, type, payload, len, NULL, 0);
-	if (!op)
-		return ODX_ENOMEM;
-	pthread_mutex_lock(&f->lock);
 	int ret = check_peer_locked(f, dst);
+
 	if (!ret)
 		submit_op(f, op);
 	pthread_mutex_unlock(&f->lock);
@@ -1972,6 +1969,17 @@ int odx_fab_send_msg(odx_fab *f, int dst, uint32_t type, const void *payload, si
 	}
 	wake(f);
 	return 0;
+}
+
+int odx_fab_send_msg(odx_fab *f, int dst, uint32_t type, const void *payload, size_t len)
+{
+	if (!f || len > FAB_CTRL_PAYLOAD_MAX || (len && !payload))
+		return ODX_EINVAL;
+	struct fab_op *op = ctrl_new(f, dst, FAB_MSG_USER, type, payload, len, NULL, 0);
+	if (!op)
+		return ODX_ENOMEM;
+	pthread_mutex_lock(&f->lock);
+	return submit_to_peer_unlock(f, dst, op);
 }
 
 static int submit_xfer(odx_fab *f, bool is_send, int peer, uint64_t key, void *buf, size_t len,
@@ -2158,14 +2166,5 @@ int odx__fab_send_garbage(odx_fab *f, int dst, odx_fab_garbage kind, uint64_t se
 		len = f->last_ctrl_len;
 	}
 	op->len = len;
-	int ret = check_peer_locked(f, dst);
-	if (!ret)
-		submit_op(f, op);
-	pthread_mutex_unlock(&f->lock);
-	if (ret) {
-		op_free(op);
-		return ret;
-	}
-	wake(f);
-	return 0;
+	return submit_to_peer_unlock(f, dst, op);
 }
