@@ -339,6 +339,10 @@ typedef enum odx_variant_format {
 	ODX_FORMAT_PTX = 4,
 	ODX_FORMAT_CUBIN = 5,
 	ODX_FORMAT_HIP_CO = 6,
+	/* `code` is CUDA C++ source (need not end in a NUL), `entry` an extern "C" __global__
+	 * function in it; compiled by the CUDA backend through NVRTC for each device's
+	 * architecture, when libnvrtc can be opened (else the variant is skipped). */
+	ODX_FORMAT_CUDA_C = 7,
 } odx_variant_format;
 
 typedef struct odx_kernel_variant {
