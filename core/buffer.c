@@ -19,6 +19,8 @@
 
 int odx__task_memnode(const odx__task *t)
 {
+	if (odx__task_caller_runs(t))
+		return t->node;
 	if (t->kind != ODX__TASK_KERNEL)
 		return 0;
 	return t->ctx->devices[t->device].memnode;
@@ -646,7 +648,7 @@ static int alloc_missing(odx__task *t, const odx__task *producer, int m, bool di
 		odx_buffer *b = t->args[i].v.buffer;
 		odx__replica *r;
 		odx__copy_job *job;
-		bool fill;
+		bool zero, fill;
 
 		if (!stages_arg(t, i) || !first_use(t, i))
 			continue;
@@ -659,8 +661,10 @@ static int alloc_missing(odx__task *t, const odx__task *producer, int m, bool di
 			pthread_mutex_unlock(&b->lock);
 			continue;
 		}
-		fill = b->zero && node->pool && !direct;
-		rc = replica_alloc_as(ctx, b, m, b->zero && !fill, direct);
+		/* A write of the whole buffer from user memory needs no zeros underneath. */
+		zero = b->zero && !(t->kind == ODX__TASK_WRITE && t->args[i].access == ODX_W);
+		fill = zero && node->pool && !direct;
+		rc = replica_alloc_as(ctx, b, m, zero && !fill, direct);
 		if (rc == 0 && fill) {
 			job = job_new(b, SRC_ZERO, m, COPY_FETCH);
 			if (job) {
@@ -1084,14 +1088,168 @@ static bool progressed(void *arg)
 	return atomic_load(&e->ctx->progress) != e->seen;
 }
 
-/* Runs a read or write whose predecessors finished, on the calling thread: stage the host copy
- * (waiting for a copy back from a device if needed), copy the bytes, complete. */
+/*
+ * The memory node that a read or write (predecessors finished) copies from or to. Host RAM
+ * whenever it holds a copy worth using; otherwise the bytes move in one hop between user memory
+ * and a device's copy, with no host copy in between (one copy instead of two, and no host memory
+ * for a buffer that lives on a device):
+ *  - a read, from a device holding a valid copy, when host RAM holds none;
+ *  - a write, into the device copy the buffer already has (the most recently used one), which
+ *    must be valid unless the write covers the whole buffer;
+ *  - a whole-buffer write of a buffer with no copy anywhere, when the context has one device
+ *    memory node and it has room below the monitor's start watermark (where its first task will
+ *    most likely run).
+ * Registered buffers stay on the user's memory. tier.direct_access = false: always host RAM.
+ */
+static int access_node(const odx__task *t)
+{
+	odx_buffer *b = t->args[0].v.buffer;
+	odx_context *ctx = t->ctx;
+	bool whole = t->args[0].access == ODX_W;
+	uint64_t best_use = 0;
+	bool anywhere;
+	int m, best = 0;
+
+	if (!ctx->direct_access || b->registered || ctx->nmemnodes < 2)
+		return 0;
+	pthread_mutex_lock(&b->lock);
+	anywhere = b->replicas[0].allocated || atomic_load(&b->disk_state) != ODX__INVALID;
+	for (m = 1; m < ctx->nmemnodes; m++) {
+		const odx__replica *r = &b->replicas[m];
+		const odx__device *dev = ctx->memnodes[m].device;
+		bool valid = atomic_load(&r->state) != ODX__INVALID;
+
+		anywhere |= r->allocated;
+		if (!r->allocated || !dev || atomic_load(&dev->lost) || r->last_use < best_use)
+			continue;
+		if (t->kind == ODX__TASK_READ ? valid && !r->fetching
+					      : (whole || valid) && !r->evicting) {
+			best = m;
+			best_use = r->last_use;
+		}
+	}
+	if (t->kind == ODX__TASK_READ && atomic_load(&b->replicas[0].state) != ODX__INVALID)
+		best = 0;
+	pthread_mutex_unlock(&b->lock);
+	if (t->kind == ODX__TASK_WRITE && whole && !anywhere && ctx->nmemnodes == 2 &&
+	    ctx->memnodes[1].device && !atomic_load(&ctx->memnodes[1].device->lost)) {
+		const odx__memnode *node = &ctx->memnodes[1];
+
+		if (atomic_load(&node->used) + odx__pool_charge(node->pool, b->size) <=
+		    node->capacity / 100 * ctx->monitor_start)
+			best = 1;
+	}
+	return best;
+}
+
+typedef struct direct_copy {
+	odx_context *ctx;
+	_Atomic bool done;
+	int status;
+	char msg[ODX__MSG_MAX];
+} direct_copy;
+
+static void direct_copy_done(void *arg, int status, const char *msg)
+{
+	direct_copy *dc = arg;
+	odx_context *ctx = dc->ctx;
+
+	dc->status = status;
+	if (status)
+		snprintf(dc->msg, sizeof(dc->msg), "%s", msg ? msg : odx_strerror(status));
+	/* The caller may return as soon as it sees `done`: dc is not touched after it. */
+	atomic_store(&dc->done, true);
+	odx__wake_waiters(ctx);
+}
+
+static bool direct_copied(void *arg)
+{
+	return atomic_load(&((direct_copy *)arg)->done);
+}
+
+/* A staged read or write on device node t->node: one copy between user memory and the device
+ * replica, on the device's copy lane, waited for here. */
+static int direct_access(odx__task *t)
+{
+	odx_context *ctx = t->ctx;
+	odx_buffer *b = t->args[0].v.buffer;
+	int m = t->node;
+	odx__replica *r = &b->replicas[m];
+	odx__device *dev = ctx->memnodes[m].device;
+	direct_copy dc = {.ctx = ctx};
+	uint64_t t0 = ctx->tracing ? odx__now_ns() : 0;
+	void *map;
+	int rc;
+
+	odx__transfer_begin(b);
+	if (ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, mem_map) &&
+	    dev->ops->mem_map(dev->bdev, r->mem, &map) == 0) {
+		/* Mapped: nothing of the device touches these bytes now (the access's predecessors
+		 * finished), so a plain memcpy on this thread is the whole copy. */
+		char *p = (char *)map + r->off + t->host_off;
+
+		if (t->kind == ODX__TASK_READ)
+			memcpy(t->host_ptr, p, t->host_len);
+		else
+			memcpy(p, t->host_ptr, t->host_len);
+		dc.done = true;
+	}
+	rc = dc.done ? 0
+	     : t->kind == ODX__TASK_READ
+		     ? dev->ops->copy_d2h(dev->bdev, t->host_ptr, r->mem, r->off + t->host_off,
+					  t->host_len, direct_copy_done, &dc)
+		     : dev->ops->copy_h2d(dev->bdev, r->mem, r->off + t->host_off, t->host_ptr,
+					  t->host_len, direct_copy_done, &dc);
+	if (rc == 0) {
+		odx__wait_until(ctx, direct_copied, &dc, -1);
+		rc = dc.status;
+	} else {
+		snprintf(dc.msg, sizeof(dc.msg), "the copy could not be queued");
+	}
+	if (rc == 0) {
+		int from = t->kind == ODX__TASK_READ ? m : 0, to = t->kind == ODX__TASK_READ ? 0 : m;
+
+		atomic_fetch_add(&ctx->bytes_copied[from * ctx->nmemnodes + to], t->host_len);
+		atomic_fetch_add(&ctx->copies, 1);
+		odx__tier_progress(ctx);
+		if (ctx->tracing)
+			odx__trace_span(dev->copy_trace,
+					t->kind == ODX__TASK_READ ? "read" : "write", "copy", t0,
+					odx__now_ns(), b->id);
+	} else {
+		char why[ODX__MSG_MAX];
+		bool other = false;
+		int k;
+
+		/* A failed write may have left part of its bytes: that copy is no longer the
+		 * buffer's unless it is the only one left. */
+		pthread_mutex_lock(&b->lock);
+		for (k = 0; k < ctx->nmemnodes; k++)
+			other |= k != m && atomic_load(&b->replicas[k].state) != ODX__INVALID;
+		if (t->kind == ODX__TASK_WRITE && other)
+			odx__replica_set_state(b, m, ODX__INVALID);
+		pthread_mutex_unlock(&b->lock);
+		snprintf(why, sizeof(why), "%s %s %d (%s): %s%s",
+			 t->kind == ODX__TASK_READ ? "copy from" : "copy to", "device",
+			 dev->index, dev->name, dc.msg,
+			 t->kind == ODX__TASK_WRITE && !other
+				 ? "; the bytes written may be partly there"
+				 : "");
+		t->fetch_msg = strdup(why);
+	}
+	odx__transfer_end(b);
+	return rc;
+}
+
+/* Runs a read or write whose predecessors finished, on the calling thread: stage the copy it
+ * uses (waiting for a copy from another node if needed), copy the bytes, complete. */
 static int host_access_run(odx__task *t)
 {
 	odx_buffer *b = t->args[0].v.buffer;
 	char *replica0;
 	int rc;
 
+	t->node = access_node(t);
 	for (;;) {
 		epoch_wait e = {.ctx = t->ctx, .seen = atomic_load(&t->ctx->progress)};
 
@@ -1105,7 +1263,9 @@ static int host_access_run(odx__task *t)
 	if (rc == ODX__STAGE_FETCHING)
 		odx__wait_until(t->ctx, fetched, t, -1);
 	rc = atomic_load(&t->fetch_error);
-	if (rc == 0) {
+	if (rc == 0 && t->node != 0) {
+		rc = direct_access(t);
+	} else if (rc == 0) {
 		replica0 = (char *)(uintptr_t)b->replicas[0].mem + t->host_off;
 		if (t->kind == ODX__TASK_READ)
 			memcpy(t->host_ptr, replica0, t->host_len);

@@ -305,6 +305,14 @@ static const struct key_def keys[] = {
 			"its tier has room",
 	},
 	{
+		.name = "tier.direct_access",
+		.type = KEY_BOOL,
+		.def = "true",
+		.help = "odx_buffer_read and odx_buffer_write copy straight between user memory and "
+			"a device's copy of the buffer when host RAM holds none worth using (false: "
+			"always through the buffer's host copy)",
+	},
+	{
 		.name = "tier.watchdog_ms",
 		.type = KEY_INT,
 		.def = "30000",

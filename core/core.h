@@ -180,8 +180,8 @@ void odx__kernels_free_all(odx_context *ctx);
 
 enum odx__task_kind {
 	ODX__TASK_KERNEL = 0,
-	ODX__TASK_READ,    /* copy out of the host replica into a user pointer */
-	ODX__TASK_WRITE,   /* copy from a user pointer into the host replica */
+	ODX__TASK_READ,    /* copy out of a replica (t->node) into a user pointer */
+	ODX__TASK_WRITE,   /* copy from a user pointer into a replica (t->node) */
 	ODX__TASK_DESTROY, /* release a buffer after its last user */
 	ODX__TASK_SEND,    /* send the host replica to rank `peer` (distributed execution) */
 	ODX__TASK_RECV,    /* receive the buffer from rank `peer` into the host replica */
@@ -249,6 +249,7 @@ struct odx__task {
 	_Atomic int exec;           /* enum odx__exec_state (reads, writes) */
 	void *host_ptr;             /* reads / writes: user memory */
 	size_t host_off, host_len;
+	int node;                   /* reads / writes: the memory node copied from or to */
 	uint64_t t_start;           /* when its kernel was launched (stats, trace, models) */
 	odx__task *policy_next;     /* the Lua policy host's pending list (policy.c) */
 	odx__task *mem_next;        /* its device's queue of tasks waiting for room (worker.c) */
@@ -316,6 +317,8 @@ struct odx__device {
 	odx__task **staged;         /* tasks whose inputs arrived: FIFO ring */
 	int staged_head, staged_n, staged_cap;
 	bool sleeping;
+	bool inline_running;        /* a submitting thread stages and launches a task here: the
+				     * worker takes nothing meanwhile (under lock) */
 	bool stop;
 	_Atomic bool lost;          /* the backend reported ODX_EDEVLOST: place nothing more here */
 	/* Tasks placed here that could not be admitted for lack of room, in order (under lock).
@@ -364,6 +367,12 @@ void odx__device_push_staged(odx__device *d, odx__task *t);
 odx__task *odx__sched_next(odx_context *ctx, odx__device *d);
 /* Ends a placed task: updates and unpins its replicas, accounts, completes it (worker.c). */
 void odx__task_finish(odx__task *t, int status, const char *msg);
+/* Set while this thread is inside odx_submit: a task that becomes ready there may be launched
+ * by this thread itself when its device is idle (sched.c, odx__run_inline). */
+extern _Thread_local bool odx__submitting;
+/* Stages and launches t on dev from the submitting thread; dev->inline_running was set (and
+ * dev->load counted) under dev->lock by the caller. */
+void odx__run_inline(odx__device *dev, odx__task *t);
 
 /* Staging (buffer.c): reserves the task's whole working set on the memory node it runs against
  * (evicting idle copies if needed), makes its inputs valid there and pins them. READY: it can
@@ -567,6 +576,7 @@ struct odx_context {
 	_Atomic int transfers;        /* copies and spills in flight, until their callback's
 				       * last access: close waits for none */
 	bool prefetch;                /* tier.prefetch */
+	bool direct_access;           /* tier.direct_access */
 
 	/* distributed execution (dist.c) */
 	struct odx_fab *fab;          /* NULL on a single rank */

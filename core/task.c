@@ -100,6 +100,7 @@ odx__task *odx__task_new(odx_context *ctx)
 	atomic_init(&t->exec, ODX__EXEC_WAITING);
 	t->host_ptr = NULL;
 	t->host_off = t->host_len = 0;
+	t->node = 0;
 	t->t_start = 0;
 	t->mem_next = NULL;
 	t->hold_mask = 0;
@@ -680,9 +681,11 @@ ODX_API int odx_submit(odx_context *ctx, odx_kernel *kernel, const odx_arg *args
 		snprintf(t->tag, sizeof(t->tag), "%s", opts->tag);
 	if (event)
 		atomic_fetch_add(&t->refs, 1);
+	odx__submitting = true;
 	rc = odx__task_submit(ctx, t,
 			      (opts->flags & ODX_SUBMIT_NONBLOCK) ? ODX__ADMIT_NONBLOCK
 								  : ODX__ADMIT_WAIT);
+	odx__submitting = false;
 	if (rc) {
 		if (event)
 			odx__task_put(t);

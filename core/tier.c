@@ -288,6 +288,7 @@ int odx__tier_open(odx_context *ctx, char *err, size_t errlen)
 	pthread_mutex_init(&tier->lock, NULL);
 	pthread_cond_init(&tier->cond, NULL);
 	ctx->prefetch = odx__config_bool(ctx->config, "tier.prefetch");
+	ctx->direct_access = odx__config_bool(ctx->config, "tier.direct_access");
 	ctx->monitor_start = (unsigned)odx__config_int(ctx->config, "tier.monitor.start");
 	ctx->monitor_stop = (unsigned)odx__config_int(ctx->config, "tier.monitor.stop");
 	if (ctx->monitor_stop > ctx->monitor_start) {

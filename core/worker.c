@@ -226,6 +226,9 @@ static odx__task *next_task(odx_context *ctx, odx__device *dev)
 {
 	odx__task *t = dev->memwait_head;
 
+	/* A submitting thread is launching here: one launcher per device at a time. */
+	if (dev->inline_running)
+		return NULL;
 	if (!t || dev->staged_n > 0)
 		return odx__sched_next(ctx, dev);
 	/* A chained task is staged again only after its producer completed (see above). */
@@ -426,6 +429,30 @@ static void run(odx__task *t, odx__device *dev)
 		return;
 	}
 	kernel_failed(t, dev, rc, err, native);
+}
+
+_Thread_local bool odx__submitting;
+
+void odx__run_inline(odx__device *dev, odx__task *t)
+{
+	odx_context *ctx = t->ctx;
+	uint64_t seen = atomic_load(&ctx->progress);
+	int st;
+
+	/* What completes on this thread (and makes successors ready) goes through the queues. */
+	odx__submitting = false;
+	st = odx__stage(t, NULL);
+	if (st == ODX__STAGE_READY)
+		run(t, dev);
+	else if (st == ODX__STAGE_NOROOM)
+		wait_for_room(dev, &t, 1, seen);
+	/* ODX__STAGE_FETCHING: the last fetch's completion queues it as staged for the worker. */
+	pthread_mutex_lock(&dev->lock);
+	dev->inline_running = false;
+	if (dev->sleeping && (dev->ready.n > 0 || dev->staged_n > 0 || dev->memwait_head))
+		pthread_cond_signal(&dev->cond);
+	pthread_mutex_unlock(&dev->lock);
+	odx__submitting = true;
 }
 
 typedef struct worker_arg {

@@ -327,6 +327,14 @@ static void host_mem_free(void *dev, uint64_t handle, size_t size)
 	free((void *)(uintptr_t)handle);
 }
 
+/* Device memory is host memory. */
+static int host_mem_map(void *dev, uint64_t handle, void **ptr)
+{
+	(void)dev;
+	*ptr = (void *)(uintptr_t)handle;
+	return 0;
+}
+
 static int queue_job(host_dev *d, void *dst, const void *src, size_t n, int byte,
 		     odx_backend_done_fn done, void *arg)
 {
@@ -531,6 +539,7 @@ static const odx_backend_ops host_ops = {
 	.copy_d2d = host_copy_d2d,
 	.launch = host_launch,
 	.can_run = NULL,
+	.mem_map = host_mem_map,
 };
 
 const odx_backend_descriptor odx__host_descriptor = {

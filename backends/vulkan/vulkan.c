@@ -1329,6 +1329,19 @@ static void vkb_mem_free(void *dev, uint64_t handle, size_t size)
 	free(m);
 }
 
+/* Host-visible, coherent device memory (all of it on lavapipe and integrated GPUs, a resizable
+ * BAR on discrete ones) is mapped for its whole life: the core copies through the map. */
+static int vkb_mem_map(void *dev, uint64_t handle, void **ptr)
+{
+	const vkb_dev *d = dev;
+	const vkb_mem *m = (const vkb_mem *)(uintptr_t)handle;
+
+	if (!m->map || d->force_staging)
+		return ODX_ENOSYS;
+	*ptr = m->map;
+	return 0;
+}
+
 /* ---- copies ------------------------------------------------------------------------------- */
 
 /* A staging buffer of at least n bytes from the lane's pool (lane lock held). */
@@ -1990,6 +2003,7 @@ static const odx_backend_ops vkb_ops = {
 	.module_unload = vkb_module_unload,
 	.launch = vkb_launch,
 	.can_run = NULL,
+	.mem_map = vkb_mem_map,
 };
 
 static const odx_backend_descriptor vkb_descriptor = {

@@ -18,9 +18,11 @@
  *    falls back (see each operation) or reports ODX_ENOSYS.
  *
  * Threads: open/close/device_* are called from the thread opening or closing the context;
- * mem_*, copies and launch from the device's worker thread and from completion callbacks; a
- * backend must accept calls for different devices concurrently. Completion callbacks may be
- * called from any thread of the backend, but never from inside the call that queued the work.
+ * launch from the device's worker thread only; mem_*, copies and mem_map from the worker, from
+ * completion callbacks and from application threads (odx_buffer_read/write run on the caller),
+ * so a backend must accept them for one device from several threads at once, and calls for
+ * different devices concurrently. Completion callbacks may be called from any thread of the
+ * backend, but never from inside the call that queued the work.
  *
  * Errors: operations return 0 or a negative ODX_E* code. A backend translates vendor codes at its
  * edge and writes the vendor's own name and number into the message buffer it is given.
@@ -39,7 +41,7 @@ extern "C" {
 #endif
 
 #define ODX_BACKEND_ABI_MAJOR 1
-#define ODX_BACKEND_ABI_MINOR 2
+#define ODX_BACKEND_ABI_MINOR 3
 #define ODX_BACKEND_ABI_VERSION ((ODX_BACKEND_ABI_MAJOR << 16) | ODX_BACKEND_ABI_MINOR)
 
 /** True if table `t` (whose first member is its size) was built with member `op` in it. */
@@ -223,6 +225,19 @@ typedef struct odx_backend_ops {
 	int (*host_alloc)(void *dev, size_t size, void **ptr);
 	/** Returns what host_alloc gave (same `size`). */
 	void (*host_free)(void *dev, void *ptr, size_t size);
+
+	/* ---- ABI 1.3 ------------------------------------------------------------------------ */
+
+	/** Optional: the host address of the first byte of device memory `handle` (from
+	 * mem_alloc), when the host can read and write that memory directly and coherently (a
+	 * CPU device, an integrated GPU, host-visible coherent memory through a resizable BAR);
+	 * otherwise ODX_ENOSYS, and the core copies with copy_h2d / copy_d2h as before. The core
+	 * then copies user bytes in and out with memcpy on its own thread, only while no queued or
+	 * running work of the device touches those bytes: host writes made before a later copy or
+	 * launch is queued must be seen by it, and device writes must be visible to the host once
+	 * their `done` callback was called. The address stays valid until mem_free. Must be cheap:
+	 * the core asks at every access instead of caching. */
+	int (*mem_map)(void *dev, uint64_t handle, void **ptr);
 } odx_backend_ops;
 
 /** What a backend module describes itself with. Static storage in the module. */

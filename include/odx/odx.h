@@ -207,7 +207,7 @@ ODX_API int odx_device_count(odx_context *ctx);
 ODX_API int odx_device_get_info(odx_context *ctx, int device, odx_device_info *out);
 
 typedef enum odx_memnode_kind {
-	ODX_MEMNODE_HOST = 0,   /* pageable host RAM: where user reads and writes land */
+	ODX_MEMNODE_HOST = 0,   /* pageable host RAM: the buffers' host copies */
 	ODX_MEMNODE_DEVICE = 1, /* a device's own memory */
 } odx_memnode_kind;
 
@@ -250,16 +250,19 @@ ODX_API int odx_buffer_register(odx_context *ctx, void *ptr, size_t size, unsign
  * Copies `len` bytes from `src` into the buffer at `offset`, in program order: waits (up to
  * `timeout_ms`, -1 = forever) for every earlier task that reads or writes the buffer, then
  * writes. Tasks submitted afterwards see the new bytes. A range outside the buffer is refused
- * (ODX_ERANGE) without writing anything.
+ * (ODX_ERANGE) without writing anything. The bytes go into the buffer's host copy, or straight
+ * into a device's copy when the buffer has one there (or, written whole for the first time, on a
+ * context with one device: docs/memory.md, tier.direct_access); `src` is not used after return.
  */
 ODX_API int odx_buffer_write(odx_buffer *buf, size_t offset, const void *src, size_t len,
 			     int timeout_ms);
 
 /**
  * Copies `len` bytes at `offset` into `dst`, in program order: waits (up to `timeout_ms`) for the
- * last earlier task that writes the buffer, brings a valid copy to host memory if needed, and
- * copies. If that writer failed or was canceled, returns ODX_ECANCELED with the cause in
- * odx_last_error() and `dst` is not touched.
+ * last earlier task that writes the buffer, and copies from the buffer's host copy if it is
+ * valid, else straight from a device's valid copy (or brings one to host memory first when only
+ * the disk tier holds it). If that writer failed or was canceled, returns ODX_ECANCELED with the
+ * cause in odx_last_error() and `dst` is not touched.
  */
 ODX_API int odx_buffer_read(odx_buffer *buf, size_t offset, void *dst, size_t len, int timeout_ms);
 

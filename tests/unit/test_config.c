@@ -319,7 +319,7 @@ static void test_defaults(void **state)
 				       "tier.disk.direct=auto@default;tier.disk.engine=auto@default;"
 				       "tier.disk.fault=@default;tier.monitor.start=90@default;"
 				       "tier.monitor.stop=75@default;tier.prefetch=true@default;"
-				       "tier.watchdog_ms=30000@default;fabric.provider=auto@default;"
+				       "tier.direct_access=true@default;tier.watchdog_ms=30000@default;fabric.provider=auto@default;"
 				       "fabric.iface=@default;fabric.peer_timeout_ms=10000@default;"
 				       "fabric.retries=3@default;fabric.fault=@default;"));
 	assert_non_null(strstr(l.text, "backends=auto@default;policy=least_loaded@default;"

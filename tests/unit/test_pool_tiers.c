@@ -184,7 +184,9 @@ static void test_reloads_through_pinned_blocks(void **state)
 			    "host.threads",    "1",	 "host.bind",	      "false",
 			    "tier.host.limit", "256KiB", "tier.disk.limit",   "16MiB",
 			    "tier.disk.path",  root,	 "tier.pinned.size",  "1MiB",
-			    "tier.pinned.block", "64KiB", NULL};
+			    "tier.pinned.block", "64KiB",
+			    /* the writes land in host RAM (and spill), not on the device */
+			    "tier.direct_access", "false", NULL};
 	enum { NB = 8 };
 	odx_context *ctx;
 	odx_kernel *sum;

@@ -91,6 +91,8 @@ static int setup(void **state)
 	assert_int_equal(odx_config_set(cfg, "host.devices", "2"), 0);
 	assert_int_equal(odx_config_set(cfg, "host.threads", "1"), 0);
 	assert_int_equal(odx_config_set(cfg, "host.bind", "false"), 0);
+	/* The walk below names host RAM's state after every read and write. */
+	assert_int_equal(odx_config_set(cfg, "tier.direct_access", "false"), 0);
 	assert_int_equal(odx_open(&f.ctx, cfg), 0);
 	odx_config_destroy(cfg);
 	f.add = kernel(f.ctx, "add", k_add, ODX_RW, ODX_ARG_I32, 0);
