@@ -11,16 +11,20 @@
  * both go to cuModuleLoadDataEx. can_run checks what can be checked without the driver (a
  * cubin's architecture, a PTX target and ISA version) so that the core skips a variant this
  * device cannot load; what slips through fails in module_load with the driver's error and JIT
- * log. CUDA C++ source (NVRTC) is not an ODX variant format yet.
+ * log. ODX_FORMAT_CUDA_C holds CUDA C++ source, compiled per device through NVRTC (nvrtc.c,
+ * opened when such a variant is first looked at; config key cuda.nvrtc_library) and loaded the
+ * same way; without NVRTC those variants are skipped.
  */
 #include <ctype.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../gpu/gpu.h"
 #include "cuda_api.h"
+#include "nvrtc_api.h"
 
 #define CUB_MIN_DRIVER 11030 /* the first driver with cuGetProcAddress */
 
@@ -30,6 +34,12 @@ struct gpu_api {
 	int driver_version;
 	int api_version;
 	cub_table f;
+	/* NVRTC, opened by the first CUDA source variant looked at (any device's thread). */
+	pthread_mutex_t nvrtc_lock;
+	int nvrtc_state; /* 0: not tried yet, 1: open, -1: cannot be opened */
+	cub_nvrtc *nvrtc;
+	char nvrtc_library[256];
+	char nvrtc_reason[512];
 };
 
 /* ---- errors ------------------------------------------------------------------------------------ */
@@ -194,6 +204,7 @@ static int cub_open_fail(gpu_api *api, int rc)
 {
 	if (api->lib)
 		dlclose(api->lib);
+	pthread_mutex_destroy(&api->nvrtc_lock);
 	free(api);
 	return rc;
 }
@@ -210,8 +221,14 @@ static int cub_open(const odx_backend_host *env, gpu_api **out, char *reason, si
 		snprintf(reason, n, "out of memory");
 		return ODX_ENOMEM;
 	}
-	if (env->config_str)
+	pthread_mutex_init(&api->nvrtc_lock, NULL);
+	if (env->config_str) {
+		const char *nvrtc = NULL;
+
 		env->config_str(env->core, "cuda.library", &name);
+		if (env->config_str(env->core, "cuda.nvrtc_library", &nvrtc) == 0 && nvrtc)
+			snprintf(api->nvrtc_library, sizeof(api->nvrtc_library), "%s", nvrtc);
+	}
 	snprintf(api->lib_name, sizeof(api->lib_name), "%s", name);
 	api->lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
 	if (!api->lib) {
@@ -314,6 +331,8 @@ static int cub_open(const odx_backend_host *env, gpu_api **out, char *reason, si
 
 static void cub_close(gpu_api *api)
 {
+	cub_nvrtc_close(api->nvrtc);
+	pthread_mutex_destroy(&api->nvrtc_lock);
 	dlclose(api->lib);
 	free(api);
 }
@@ -513,6 +532,37 @@ static const char *cub_ptx_find(const odx_kernel_variant *v, const char *directi
 	return buf;
 }
 
+/* The PTX ISA versions a driver reads: CUDA 11.x 7.x, 12.x 8.x, 13.x 9.x; minor as the driver's. */
+static void cub_ptx_isa(const gpu_api *api, int *major, int *minor)
+{
+	*major = api->driver_version / 1000 - 4;
+	*minor = api->driver_version % 1000 / 10;
+}
+
+/* NVRTC for CUDA source variants, opened once per backend instance; NULL, the reason logged
+ * once, when it cannot be. */
+static cub_nvrtc *cub_nvrtc_get(gpu_api *api, const gpu_dev *d)
+{
+	cub_nvrtc *rt;
+
+	pthread_mutex_lock(&api->nvrtc_lock);
+	if (api->nvrtc_state == 0) {
+		if (cub_nvrtc_open(api->nvrtc_library, &api->nvrtc, api->nvrtc_reason,
+				   sizeof(api->nvrtc_reason)) == 0) {
+			api->nvrtc_state = 1;
+			gpu_log(d->st, ODX_LOG_INFO, "CUDA source variants are compiled by %s",
+				cub_nvrtc_describe(api->nvrtc));
+		} else {
+			api->nvrtc_state = -1;
+			gpu_log(d->st, ODX_LOG_WARN, "CUDA source variants are skipped: %s",
+				api->nvrtc_reason);
+		}
+	}
+	rt = api->nvrtc;
+	pthread_mutex_unlock(&api->nvrtc_lock);
+	return rt;
+}
+
 static bool cub_can_run(gpu_api *api, const gpu_dev *d, const odx_kernel_variant *v)
 {
 	char ver[32], target[32];
@@ -531,6 +581,19 @@ static bool cub_can_run(gpu_api *api, const gpu_dev *d, const odx_kernel_variant
 			d->index, arch, sm, v->entry ? v->entry : "");
 		return false;
 	}
+	if (v->format == ODX_FORMAT_CUDA_C) {
+		cub_nvrtc *rt = cub_nvrtc_get(api, d);
+
+		if (!rt)
+			return false;
+		if (cub_nvrtc_plan(rt, arch, &sm) != CUB_NVRTC_NONE)
+			return true;
+		gpu_log(d->st, ODX_LOG_INFO,
+			"CUDA device %d (arch %d) skips a CUDA source variant of kernel '%s': %s "
+			"targets sm_%d and newer",
+			d->index, arch, v->entry ? v->entry : "", cub_nvrtc_describe(rt), sm);
+		return false;
+	}
 	if (v->format != ODX_FORMAT_PTX)
 		return false;
 	/* PTX JIT-compiles for its target or newer ("sm_90a": that exact one), and only if the
@@ -543,8 +606,7 @@ static bool cub_can_run(gpu_api *api, const gpu_dev *d, const odx_kernel_variant
 			d->index, arch, target, v->entry ? v->entry : "");
 		return false;
 	}
-	dmaj = api->driver_version / 1000 - 4;
-	dmin = api->driver_version % 1000 / 10;
+	cub_ptx_isa(api, &dmaj, &dmin);
 	if (cub_ptx_find(v, ".version", ver, sizeof(ver)) &&
 	    sscanf(ver, "%d.%d", &vmaj, &vmin) == 2 &&
 	    (vmaj > dmaj || (vmaj == dmaj && vmin > dmin))) {
@@ -558,16 +620,83 @@ static bool cub_can_run(gpu_api *api, const gpu_dev *d, const odx_kernel_variant
 	return true;
 }
 
+/* cuModuleLoadDataEx with the JIT's error log: `log` receives that log, what the image was
+ * (`desc`) and, when the driver refuses the image itself, `hint`. */
+static int cub_load_image(gpu_api *api, const void *image, const char *desc, const char *hint,
+			  gpu_handle *module, char *log, size_t n)
+{
+	char errlog[4096] = "";
+	CUjit_option opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+	void *vals[2] = {errlog, (void *)(uintptr_t)sizeof(errlog)};
+	bool sticky;
+	int rc;
+
+	rc = api->f.cuModuleLoadDataEx((CUmodule *)module, image, 2, opts, vals);
+	errlog[sizeof(errlog) - 1] = '\0';
+	if (cub_translate(rc, &sticky) != ODX_ENOVARIANT)
+		hint = "";
+	/* The JIT log first: callers may have little room for the message. */
+	if (errlog[0])
+		snprintf(log, n, "JIT log: %s; image: %s%s", errlog, desc, hint);
+	else
+		snprintf(log, n, "image: %s%s", desc, hint);
+	return rc;
+}
+
+/* A CUDA source variant: NVRTC for this device's architecture, then the driver. Returns a
+ * negative ODX code when it fails before the driver sees an image. */
+static int cub_module_load_source(gpu_api *api, const gpu_dev *d, const odx_kernel_variant *v,
+				  gpu_handle *module, char *log, size_t n)
+{
+	cub_nvrtc *rt = cub_nvrtc_get(api, d);
+	cub_nvrtc_image img;
+	char desc[200], target[32], hint[300] = "";
+	char *full = NULL;
+	int rc, version;
+
+	if (!rt) {
+		snprintf(log, n, "CUDA source variant: %s", api->nvrtc_reason);
+		return ODX_EUNAVAIL;
+	}
+	rc = cub_nvrtc_compile(rt, v->code, v->code_size, v->entry, d->info.arch, &img, log, n,
+			       &full);
+	/* The message carries the error lines; the log sink gets all of it. */
+	if (full)
+		gpu_log(d->st, rc ? ODX_LOG_WARN : ODX_LOG_DEBUG,
+			"CUDA device %d: %s on kernel '%s' %s:\n%s", d->index,
+			cub_nvrtc_describe(rt), v->entry, rc ? "failed" : "succeeded with a log",
+			full);
+	free(full);
+	if (rc)
+		return rc;
+	if (img.target)
+		snprintf(target, sizeof(target), "%s_%d", img.cubin ? "sm" : "compute", img.target);
+	else
+		snprintf(target, sizeof(target), "its default architecture");
+	snprintf(desc, sizeof(desc), "CUDA source compiled by %s to %s for %s, %zu bytes",
+		 cub_nvrtc_describe(rt), img.cubin ? "a cubin" : "PTX", target, img.size);
+	version = cub_nvrtc_version(rt);
+	if (version > api->driver_version)
+		snprintf(hint, sizeof(hint),
+			 " (NVRTC %d.%d is newer than the driver, CUDA %d.%d: update the driver or "
+			 "point cuda.nvrtc_library at an NVRTC no newer than it)",
+			 version / 1000, version % 1000 / 10, api->driver_version / 1000,
+			 api->driver_version % 1000 / 10);
+	rc = cub_load_image(api, img.code, desc, hint, module, log, n);
+	free(img.code);
+	return rc;
+}
+
 static int cub_module_load(gpu_api *api, const gpu_dev *d, const odx_kernel_variant *v,
 			   gpu_handle *module, char *log, size_t n)
 {
-	char errlog[4096] = "", desc[96];
-	CUjit_option opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-	void *vals[2] = {errlog, (void *)(uintptr_t)sizeof(errlog)};
-	int kind = cub_image_kind(v), rc;
+	char desc[96], hint[96] = "";
+	int kind = cub_image_kind(v), rc, isa_major, isa_minor;
 	char *text = NULL;
 	const void *image = v->code;
 
+	if (v->format == ODX_FORMAT_CUDA_C)
+		return cub_module_load_source(api, d, v, module, log, n);
 	if (kind == CUB_IMAGE_CUBIN) {
 		int sm = cub_cubin_sm(v);
 
@@ -584,6 +713,9 @@ static int cub_module_load(gpu_api *api, const gpu_dev *d, const odx_kernel_vari
 		cub_ptx_find(v, ".target", target, sizeof(target));
 		snprintf(desc, sizeof(desc), "PTX .version %s .target %s, %zu bytes", ver, target,
 			 v->code_size);
+		cub_ptx_isa(api, &isa_major, &isa_minor);
+		snprintf(hint, sizeof(hint), " (the driver, CUDA %d.%d, reads PTX ISA up to %d.%d)",
+			 api->driver_version / 1000, isa_minor, isa_major, isa_minor);
 		/* The driver reads text up to a NUL, which a variant's code need not carry. */
 		text = malloc(v->code_size + 1);
 		if (!text) {
@@ -594,15 +726,8 @@ static int cub_module_load(gpu_api *api, const gpu_dev *d, const odx_kernel_vari
 		text[v->code_size] = '\0';
 		image = text;
 	}
-	rc = api->f.cuModuleLoadDataEx((CUmodule *)module, image, 2, opts, vals);
+	rc = cub_load_image(api, image, desc, hint, module, log, n);
 	free(text);
-	errlog[sizeof(errlog) - 1] = '\0';
-	/* The JIT log first: callers may have little room for the message. */
-	if (errlog[0])
-		snprintf(log, n, "JIT log: %s; image: %s", errlog, desc);
-	else
-		snprintf(log, n, "image: %s", desc);
-	(void)d;
 	return rc;
 }
 

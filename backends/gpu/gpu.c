@@ -828,6 +828,12 @@ int gpu_module_load(void *dev, const odx_kernel_variant *variant, void **module,
 	snprintf(m->entry, sizeof(m->entry), "%s", variant->entry);
 	log[0] = '\0';
 	native = st->v->module_load(st->api, d, variant, &m->mod, log, sizeof(log));
+	if (native < 0) {
+		/* Refused before the vendor's loader (a compiler's verdict): no native code. */
+		snprintf(error, error_size, "%s; device arch %d", log, d->info.arch);
+		free(m);
+		return native;
+	}
 	if (native) {
 		rc = gpu_fail(st, d, GPU_CALL_MODULE_LOAD, native, msg, sizeof(msg));
 		snprintf(error, error_size, "%s; %s; device arch %d", msg, log, d->info.arch);

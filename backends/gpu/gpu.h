@@ -126,7 +126,9 @@ typedef struct gpu_vendor {
 	/* Can this device run this variant (format, architecture, PTX version)? No vendor call. */
 	bool (*can_run)(gpu_api *api, const gpu_dev *dev, const odx_kernel_variant *v);
 	/* Loads a variant's image; `log` receives what the vendor's loader said (a JIT log) and
-	 * which kind of image it was. */
+	 * which kind of image it was. Returns the native code, or a negative ODX_E* code for a
+	 * failure before the vendor's loader saw an image (a source variant that does not
+	 * compile), with the whole explanation in `log`. */
 	int (*module_load)(gpu_api *api, const gpu_dev *dev, const odx_kernel_variant *v,
 			   gpu_handle *module, char *log, size_t n);
 	int (*module_unload)(gpu_api *api, gpu_handle module);
