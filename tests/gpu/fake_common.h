@@ -5,7 +5,8 @@
  *
  * A fake image is text: "ODXFAKE:<arch>" (e.g. "ODXFAKE:sm_90" or "ODXFAKE:gfx90a"); it loads
  * only on a device of that arch (else "no binary for GPU") and provides two functions:
- *   odx_test_axpy(x, y, float a, int n): y[i] = a * x[i] + y[i] for i < n
+ *   odx_test_axpy(x, y, float a, int n): y[i] = a * x[i] + y[i] for i < n (also under the
+ *   standard kernel's name, odx_axpy_f32, for real images of it)
  *   odx_test_fault(p): an illegal address (the launch poisons the context)
  * "ODXFAKE:badptx" fails like invalid PTX, with a JIT log.
  */
@@ -35,7 +36,8 @@ static long fake_env(const char *name, long def)
 /* 0 and the function id, or -1 if the module has no such function. */
 static int fake_function(const char *name)
 {
-	if (strcmp(name, "odx_test_axpy") == 0)
+	/* The test's own axpy and the standard kernel set's (same parameters). */
+	if (strcmp(name, "odx_test_axpy") == 0 || strcmp(name, "odx_axpy_f32") == 0)
 		return FAKE_FN_AXPY;
 	if (strcmp(name, "odx_test_fault") == 0)
 		return FAKE_FN_FAULT;

@@ -5,28 +5,47 @@
  * arithmetic: cuGetProcAddress resolving names to the functions below (CUDA_ERROR_NOT_FOUND for
  * others), devices, primary contexts, streams, events, memory as host malloc, copies as memcpy
  * (complete at once), modules of fake images (fake_common.h) and launches running them on the
- * host. Sticky errors behave like the real ones: after a faulting launch every call fails.
+ * host. Sticky errors behave like the real ones: after a faulting launch every call in that
+ * device's context fails (the other devices carry on).
+ *
+ * Real images are checked, not run as code: PTX text (its .version against the driver's ISA,
+ * its .target against the device, its .entry names) and cubins (ELF for EM_CUDA, the SM version
+ * in e_flags, the entry names in the string table), as NVRTC or nvcc write them; a fatbin is
+ * never unpacked (CUDA_ERROR_NO_BINARY_FOR_GPU). A function of a real image runs as the fake
+ * kernel of its name (odx_axpy_f32 and odx_test_axpy: axpy).
  *
  * Environment (read by cuInit):
  *   FAKE_CUDA_INIT_ERROR=N      cuInit returns N (34: the stub library)
  *   FAKE_CUDA_DRIVER_VERSION=N  what cuDriverGetVersion reports (default 12080)
  *   FAKE_CUDA_DEVICE_COUNT=N    devices (default 1)
+ *   FAKE_CUDA_ARCH=N            compute capability major * 10 + minor of every device (90)
  *   FAKE_CUDA_LAUNCH_ERROR=N    every launch makes N the context's sticky error (e.g. 700)
  *   FAKE_CUDA_ALLOC_FAIL=1      cuMemAlloc fails with CUDA_ERROR_OUT_OF_MEMORY
  * fake_cuda_live() counts allocations not yet freed (device, pinned, streams, events, modules).
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "cuda_api.h"
 #include "fake_common.h"
 
-static int init_error, driver_version = 12080, device_count = 1, launch_error, alloc_fail;
-static atomic_int sticky;
+#define FAKE_MAX_DEVICES 16
+
+static int init_error, device_count = 1, launch_error, alloc_fail, arch = 90;
+static atomic_int sticky[FAKE_MAX_DEVICES]; /* per device's primary context */
 static atomic_long live;
-static int ctx_token[16];
+static int ctx_token[FAKE_MAX_DEVICES];
 static _Thread_local CUcontext current;
+
+/* A loaded module: a fake image, or a copy of a real one whose entries can be looked up. */
+typedef struct fake_cu_module {
+	bool real;
+	bool cubin;
+	size_t size;
+	char *image;
+} fake_cu_module;
 
 FAKE_API long fake_cuda_live(void);
 FAKE_API long fake_cuda_live(void)
@@ -41,13 +60,20 @@ static CUresult f_cuInit(unsigned int flags)
 	device_count = (int)fake_env("FAKE_CUDA_DEVICE_COUNT", 1);
 	launch_error = (int)fake_env("FAKE_CUDA_LAUNCH_ERROR", 0);
 	alloc_fail = (int)fake_env("FAKE_CUDA_ALLOC_FAIL", 0);
-	atomic_store(&sticky, 0);
+	arch = (int)fake_env("FAKE_CUDA_ARCH", 90);
+	for (int i = 0; i < FAKE_MAX_DEVICES; i++)
+		atomic_store(&sticky[i], 0);
 	return init_error;
+}
+
+static int driver_version(void)
+{
+	return (int)fake_env("FAKE_CUDA_DRIVER_VERSION", 12080);
 }
 
 static CUresult f_cuDriverGetVersion(int *v)
 {
-	*v = (int)fake_env("FAKE_CUDA_DRIVER_VERSION", driver_version);
+	*v = driver_version();
 	return CUDA_SUCCESS;
 }
 
@@ -62,6 +88,8 @@ static const struct {
 	{CUDA_ERROR_NO_BINARY_FOR_GPU, "CUDA_ERROR_NO_BINARY_FOR_GPU",
 	 "no kernel image is available for execution on the device"},
 	{CUDA_ERROR_INVALID_PTX, "CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"},
+	{CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
+	 "the provided PTX was compiled with an unsupported toolchain."},
 	{CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
 	{CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
 	{CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
@@ -99,7 +127,7 @@ static CUresult f_cuDeviceGetCount(int *n)
 
 static CUresult f_cuDeviceGet(CUdevice *d, int ordinal)
 {
-	if (ordinal < 0 || ordinal >= device_count || ordinal >= 16)
+	if (ordinal < 0 || ordinal >= device_count || ordinal >= FAKE_MAX_DEVICES)
 		return CUDA_ERROR_INVALID_DEVICE;
 	*d = ordinal;
 	return CUDA_SUCCESS;
@@ -121,8 +149,8 @@ static CUresult f_cuDeviceTotalMem(size_t *bytes, CUdevice d)
 static CUresult f_cuDeviceGetAttribute(int *pi, CUdevice_attribute a, CUdevice d)
 {
 	(void)d;
-	*pi = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR	  ? 9
-	      : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? 0
+	*pi = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR	  ? arch / 10
+	      : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? arch % 10
 								  : 0;
 	return CUDA_SUCCESS;
 }
@@ -151,12 +179,18 @@ static CUresult f_cuCtxSetCurrent(CUcontext c)
 	return CUDA_SUCCESS;
 }
 
+/* The device whose primary context is current. */
+static int current_device(void)
+{
+	return (int)((int *)(void *)current - ctx_token);
+}
+
 /* Like the real driver: work needs a current context, and a poisoned context fails. */
 static CUresult ready(void)
 {
 	if (!current)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	return atomic_load(&sticky);
+	return atomic_load(&sticky[current_device()]);
 }
 
 static CUresult f_cuMemGetInfo(size_t *free_bytes, size_t *total)
@@ -310,13 +344,74 @@ static CUresult f_cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dc, CUdeviceptr s
 	return rc;
 }
 
+/* What follows `directive` in PTX text, or NULL if absent. */
+static const char *ptx_field(const char *text, const char *directive)
+{
+	const char *p = strstr(text, directive);
+
+	return p ? p + strlen(directive) : NULL;
+}
+
+/* Real PTX, checked like the driver's JIT would before compiling it. */
+static CUresult load_ptx(const char *text, char *log, size_t logsize)
+{
+	int vmaj = 0, vmin = 0, sm = 0;
+	int dmaj = driver_version() / 1000 - 4, dmin = driver_version() % 1000 / 10;
+	const char *version = ptx_field(text, ".version"), *target = ptx_field(text, ".target");
+
+	if (!version || sscanf(version, " %d.%d", &vmaj, &vmin) != 2 || !target ||
+	    sscanf(target, " sm_%d", &sm) != 1 || !strstr(text, ".entry")) {
+		if (log && logsize)
+			snprintf(log, logsize, "ptxas fatal: not PTX the fake driver understands");
+		return CUDA_ERROR_INVALID_PTX;
+	}
+	if (vmaj > dmaj || (vmaj == dmaj && vmin > dmin)) {
+		if (log && logsize)
+			snprintf(log, logsize,
+				 "ptxas application ptx input, line 1; fatal   : Unsupported .version "
+				 "%d.%d; current version is '%d.%d'",
+				 vmaj, vmin, dmaj, dmin);
+		return CUDA_ERROR_UNSUPPORTED_PTX_VERSION;
+	}
+	if (sm > arch) {
+		if (log && logsize)
+			snprintf(log, logsize,
+				 "ptxas fatal   : SM version specified by .target (sm_%d) is higher "
+				 "than the device's (sm_%d)",
+				 sm, arch);
+		return CUDA_ERROR_INVALID_PTX;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* A real cubin's size from its ELF header (the section headers come last), or 0. */
+static size_t cubin_size(const unsigned char *b)
+{
+	uint64_t shoff = 0, phoff = 0, end;
+	unsigned shnum = b[60] | b[61] << 8, shentsize = b[58] | b[59] << 8;
+	unsigned phnum = b[56] | b[57] << 8, phentsize = b[54] | b[55] << 8;
+
+	if (b[4] != 2 /* ELFCLASS64 */ || (b[18] | b[19] << 8) != 190 /* EM_CUDA */)
+		return 0;
+	for (int i = 7; i >= 0; i--) {
+		shoff = shoff << 8 | b[40 + i];
+		phoff = phoff << 8 | b[32 + i];
+	}
+	end = shoff + (uint64_t)shnum * shentsize;
+	if (phoff + (uint64_t)phnum * phentsize > end)
+		end = phoff + (uint64_t)phnum * phentsize;
+	return end < (1u << 30) ? (size_t)end : 0;
+}
+
 static CUresult f_cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned int nopts,
 				     CUjit_option *opts, void **vals)
 {
 	const char *text = image;
+	const unsigned char *bytes = image;
 	char *log = NULL;
-	size_t logsize = 0;
-	fake_module *fm;
+	size_t logsize = 0, size = 0;
+	fake_cu_module *fm;
+	bool real = false, cubin = false;
 	CUresult rc = ready();
 	unsigned i;
 
@@ -328,16 +423,40 @@ static CUresult f_cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned in
 		else if (opts[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
 			logsize = (size_t)(uintptr_t)vals[i];
 	}
-	if (strncmp(text, "ODXFAKE:", 8) != 0)
-		return CUDA_ERROR_INVALID_IMAGE;
-	if (strncmp(text + 8, "badptx", 6) == 0) {
+	/* Fatbins are not unpacked here: the fake never finds code for the device in one. */
+	if (bytes[0] == 0x50 && bytes[1] == 0xed && bytes[2] == 0x55 && bytes[3] == 0xba)
+		return CUDA_ERROR_NO_BINARY_FOR_GPU;
+	if (memcmp(bytes, "\177ELF", 4) == 0) {
+		int sm = bytes[49];
+
+		if (!(size = cubin_size(bytes)))
+			return CUDA_ERROR_INVALID_IMAGE;
+		/* SASS runs on its own major version, same or higher minor. */
+		if (sm / 10 != arch / 10 || sm % 10 > arch % 10)
+			return CUDA_ERROR_NO_BINARY_FOR_GPU;
+		real = cubin = true;
+	} else if (strncmp(text, "ODXFAKE:", 8) != 0) {
+		if ((rc = load_ptx(text, log, logsize)) != CUDA_SUCCESS)
+			return rc;
+		size = strlen(text) + 1;
+		real = true;
+	} else if (strncmp(text + 8, "badptx", 6) == 0) {
 		if (log && logsize)
 			snprintf(log, logsize, "ptxas fatal: fake syntax error on line 1");
 		return CUDA_ERROR_INVALID_PTX;
-	}
-	if (strncmp(text + 8, "sm_90", 5) != 0)
+	} else if (strncmp(text + 8, "sm_90", 5) != 0) {
 		return CUDA_ERROR_NO_BINARY_FOR_GPU;
+	}
 	fm = calloc(1, sizeof(*fm));
+	if (!fm || (real && !(fm->image = malloc(size)))) {
+		free(fm);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	fm->real = real;
+	fm->cubin = cubin;
+	fm->size = size;
+	if (real)
+		memcpy(fm->image, image, size);
 	atomic_fetch_add(&live, 1);
 	*m = (CUmodule)(void *)fm;
 	return CUDA_SUCCESS;
@@ -345,15 +464,34 @@ static CUresult f_cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned in
 
 static CUresult f_cuModuleUnload(CUmodule m)
 {
-	return free_token(m);
+	fake_cu_module *fm = (fake_cu_module *)(void *)m;
+
+	free(fm->image);
+	return free_token(fm);
+}
+
+/* Does a real image define `name`? PTX: ".entry name(", a cubin: "name" in a string table. */
+static bool has_entry(const fake_cu_module *fm, const char *name)
+{
+	size_t len = strlen(name);
+	const char *p = fm->image, *end = fm->image + fm->size;
+
+	while ((p = memmem(p, (size_t)(end - p), name, len)) != NULL) {
+		if (fm->cubin ? (p > fm->image && p[-1] == '\0' && p + len < end && p[len] == '\0')
+			      : (p - fm->image >= 7 && memcmp(p - 7, ".entry ", 7) == 0 &&
+				 p[len] == '('))
+			return true;
+		p += len;
+	}
+	return false;
 }
 
 static CUresult f_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
 {
+	const fake_cu_module *fm = (const fake_cu_module *)(void *)m;
 	int id = fake_function(name);
 
-	(void)m;
-	if (id < 0)
+	if (id < 0 || (fm->real && !has_entry(fm, name)))
 		return CUDA_ERROR_NOT_FOUND;
 	*f = (CUfunction)(uintptr_t)id;
 	return CUDA_SUCCESS;
@@ -391,7 +529,8 @@ static CUresult f_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigne
 		return CUDA_ERROR_INVALID_VALUE;
 	/* A fault shows at the next synchronisation, as on a GPU. */
 	if (launch_error || fake_run((int)(uintptr_t)f, params) != 0)
-		atomic_store(&sticky, launch_error ? launch_error : CUDA_ERROR_ILLEGAL_ADDRESS);
+		atomic_store(&sticky[current_device()],
+			     launch_error ? launch_error : CUDA_ERROR_ILLEGAL_ADDRESS);
 	return CUDA_SUCCESS;
 }
 

@@ -3,7 +3,8 @@
  * fake_hip.c - a fake HIP runtime (libfake_hip.so, given to ODX as hip.library) exporting the
  * functions the HIP backend takes with dlsym: devices, streams, events, memory as host malloc,
  * copies as memcpy, modules of fake images (fake_common.h, arch "gfx90a") and launches running
- * them on the host. Sticky errors behave like the real ones.
+ * them on the host. Sticky errors behave like the real ones: after a faulting launch every call
+ * on that device fails (the other devices carry on).
  *
  * Environment (read by hipInit):
  *   FAKE_HIP_INIT_ERROR=N     hipInit returns N (100: no device)
@@ -16,8 +17,10 @@
 #include "fake_common.h"
 #include "hip_api.h"
 
+#define FAKE_MAX_DEVICES 16
+
 static int device_count = 1, launch_error;
-static atomic_int sticky;
+static atomic_int sticky[FAKE_MAX_DEVICES]; /* per device */
 static atomic_long live;
 static _Thread_local int current = -1;
 
@@ -37,7 +40,7 @@ static hipError_t ready(void)
 {
 	if (current < 0)
 		return hipErrorInvalidContext;
-	return atomic_load(&sticky);
+	return atomic_load(&sticky[current]);
 }
 
 hipError_t hipInit(unsigned int flags)
@@ -45,7 +48,8 @@ hipError_t hipInit(unsigned int flags)
 	(void)flags;
 	device_count = (int)fake_env("FAKE_HIP_DEVICE_COUNT", 1);
 	launch_error = (int)fake_env("FAKE_HIP_LAUNCH_ERROR", 0);
-	atomic_store(&sticky, 0);
+	for (int i = 0; i < FAKE_MAX_DEVICES; i++)
+		atomic_store(&sticky[i], 0);
 	return (hipError_t)fake_env("FAKE_HIP_INIT_ERROR", 0);
 }
 
@@ -114,7 +118,7 @@ hipError_t hipDeviceGetPCIBusId(char *id, int len, int d)
 
 hipError_t hipSetDevice(int d)
 {
-	if (d < 0 || d >= device_count)
+	if (d < 0 || d >= device_count || d >= FAKE_MAX_DEVICES)
 		return hipErrorInvalidDevice;
 	current = d;
 	return hipSuccess;
@@ -312,6 +316,6 @@ hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned gx, unsigned gy, unsi
 	if (!gx || !gy || !gz || !bx || !by || !bz || !params)
 		return hipErrorInvalidValue;
 	if (launch_error || fake_run((int)(uintptr_t)f, params) != 0)
-		atomic_store(&sticky, launch_error ? launch_error : hipErrorIllegalAddress);
+		atomic_store(&sticky[current], launch_error ? launch_error : hipErrorIllegalAddress);
 	return hipSuccess;
 }

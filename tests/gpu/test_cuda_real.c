@@ -5,8 +5,10 @@
  * Exits 77 (skipped) with "SKIP: no CUDA device: <reason>" when ODX_BACKENDS=cuda cannot open.
  * Otherwise checks, in order: enumeration; round trips of odd sizes through the device; an axpy
  * kernel from every image it has (hand-written PTX always; nvcc PTX, cubin and fatbin when given
- * on the command line as --ptx/--cubin/--fatbin/--cubin-other FILE); variant choice (a cubin for
- * another architecture is skipped for the next variant); a broken image's error message; 1000
+ * on the command line as --ptx/--cubin/--fatbin/--cubin-other FILE); the same kernel as CUDA
+ * source compiled through NVRTC (reported as skipped when the backend cannot open NVRTC);
+ * variant choice (a cubin for another architecture is skipped for the next variant); a broken
+ * image's error message; 1000
  * tiny dependent launches; timings; and last the device-lost path (an illegal address), which
  * poisons the process's CUDA context. Results and timings are JSON lines on stdout:
  *   {"check":"...","ok":true,...}   {"timing":"...","value":...,"unit":"..."}
@@ -337,6 +339,40 @@ static void timings(odx_context *ctx, odx_kernel *k)
 	free(host);
 }
 
+/* axpy.cu's kernel as a CUDA source variant: NVRTC compiles it for this GPU (SASS for an
+ * architecture NVRTC lists, else PTX the driver JIT-compiles). */
+static void check_nvrtc(odx_context *ctx)
+{
+	static const char src[] =
+		"extern \"C\" __global__ void odx_test_axpy(const float *x, float *y, float a, "
+		"int n)\n{\n\tfor (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; "
+		"i += gridDim.x * blockDim.x)\n\t\ty[i] = __fadd_rn(__fmul_rn(a, x[i]), "
+		"y[i]);\n}\n";
+	odx_kernel_variant v = {.backend = ODX_BACKEND_CUDA, .format = ODX_FORMAT_CUDA_C,
+				.code = src, .code_size = sizeof(src) - 1,
+				.entry = "odx_test_axpy"};
+	odx_kernel *k = make_kernel(ctx, "axpy_nvrtc", &v, 1);
+	odx_buffer *x = NULL, *y = NULL;
+	char msg[1024] = "";
+	int rc;
+
+	if (!k)
+		return;
+	/* Without NVRTC the variant is skipped, and the kernel has none for this device. */
+	odx_buffer_create(ctx, 64, 0, &x);
+	odx_buffer_create(ctx, 64, 0, &y);
+	rc = run_axpy(ctx, k, x, y, 1.0f, 16, msg, sizeof(msg));
+	odx_buffer_destroy(x);
+	odx_buffer_destroy(y);
+	if (rc == ODX_ENOVARIANT && strstr(msg, "odx_submit")) {
+		printf("{\"check\":\"nvrtc\",\"skipped\":true,\"detail\":");
+		json_str("the CUDA backend cannot open NVRTC here (see the log)");
+		printf("}\n");
+		return;
+	}
+	check_axpy(ctx, k, "CUDA source through NVRTC", 1000003);
+}
+
 static void check_bad_image(odx_context *ctx)
 {
 	static const char junk[] = "\177ELF this is not a cubin, only a broken image for the test";
@@ -481,6 +517,7 @@ int main(int argc, char **argv)
 			check_axpy(ctx, k, "cubin for another arch, then PTX (variant choice)",
 				   4097);
 	}
+	check_nvrtc(ctx);
 	check_round_trips(ctx, k_hand);
 	check_bad_image(ctx);
 	check_many_launches(ctx, k_hand);

@@ -3,11 +3,13 @@
  * test_gpu_fake_driver.c - the CUDA or HIP backend (argv[1]: "cuda" or "hip") over a fake driver
  * (argv[2]: the path of libfake_cuda.so / libfake_hip.so): the whole task path with real
  * arithmetic, chunked staging, zero-filled allocations, copies between two devices, and the
- * error paths (no driver, stub library, no device, old driver, wrong architecture, argument
- * mismatch, a sticky error that loses the device). Results are labelled "fake driver": nothing
- * here touches a GPU.
+ * error paths (no driver, stub library, no device, old driver, wrong architecture skipped or
+ * refused at load and falling through to the next variant, argument mismatch, a sticky error
+ * that loses one device while the other carries on, CUDA source variants without NVRTC).
+ * Results are labelled "fake driver": nothing here touches a GPU.
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,6 +26,32 @@ static bool is_cuda;
 
 static long live_base; /* what earlier tests left (a failed one, or a lost device) */
 static long fake_live(void);
+
+/* The context's log, kept for tests that look for a message (info and above). */
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[16384];
+
+static void log_capture(void *user, odx_log_level level, const char *msg)
+{
+	size_t used;
+
+	(void)user;
+	(void)level;
+	pthread_mutex_lock(&log_lock);
+	used = strlen(log_text);
+	snprintf(log_text + used, sizeof(log_text) - used, "%s\n", msg);
+	pthread_mutex_unlock(&log_lock);
+}
+
+static void assert_logged(const char *needle)
+{
+	pthread_mutex_lock(&log_lock);
+	if (!strstr(log_text, needle)) {
+		pthread_mutex_unlock(&log_lock);
+		fail_msg("the log lacks \"%s\":\n%s", needle, log_text);
+	}
+	pthread_mutex_unlock(&log_lock);
+}
 
 static const char *const env_knobs[] = {"INIT_ERROR", "DRIVER_VERSION", "DEVICE_COUNT",
 					"LAUNCH_ERROR", "ALLOC_FAIL"};
@@ -61,22 +89,36 @@ static long fake_live(void)
 	return fn ? fn() - live_base : -1;
 }
 
-/* Opens a context on the fake driver (or `library` if not NULL); returns the code, sets *out. */
-static int open_ctx(const char *backends, const char *library, odx_context **out, char *err,
-		    size_t errlen)
+/* Opens a context on the fake driver (or `library` if not NULL), with one more configuration
+ * key if `key` is not NULL; returns the code, sets *out. The log goes to log_text. */
+static int open_ctx_with(const char *backends, const char *library, const char *key,
+			 const char *value, odx_context **out, char *err, size_t errlen)
 {
-	char key[64];
+	char lib_key[64];
 	odx_config *cfg = NULL;
 	int rc;
 
 	assert_ok(odx_config_create(&cfg));
-	snprintf(key, sizeof(key), "%s.library", backend);
+	snprintf(lib_key, sizeof(lib_key), "%s.library", backend);
 	assert_ok(odx_config_set(cfg, "backends", backends));
-	assert_ok(odx_config_set(cfg, key, library ? library : fake_path));
+	assert_ok(odx_config_set(cfg, lib_key, library ? library : fake_path));
+	assert_ok(odx_config_set(cfg, "log", "info"));
+	if (key)
+		assert_ok(odx_config_set(cfg, key, value));
+	assert_ok(odx_config_set_log(cfg, log_capture, NULL));
+	pthread_mutex_lock(&log_lock);
+	log_text[0] = '\0';
+	pthread_mutex_unlock(&log_lock);
 	rc = odx_open(out, cfg);
 	snprintf(err, errlen, "%s", odx_config_error(cfg));
 	odx_config_destroy(cfg);
 	return rc;
+}
+
+static int open_ctx(const char *backends, const char *library, odx_context **out, char *err,
+		    size_t errlen)
+{
+	return open_ctx_with(backends, library, NULL, NULL, out, err, errlen);
 }
 
 static odx_context *open_fake(void)
@@ -495,6 +537,189 @@ static void fake_driver_alloc_failure(void **state)
 	close_checked(ctx);
 }
 
+/* An image that passes can_run (nothing in it to read) but that the driver refuses at load, for
+ * another architecture: the core loads the kernel's next variant instead. */
+static void fake_driver_fallthrough_at_load(void **state)
+{
+	const char *wrong = is_cuda ? "ODXFAKE:sm_80" : "ODXFAKE:gfx1030";
+	odx_backend_kind kind = is_cuda ? ODX_BACKEND_CUDA : ODX_BACKEND_HIP;
+	odx_variant_format format = is_cuda ? ODX_FORMAT_PTX : ODX_FORMAT_HIP_CO;
+	odx_kernel_variant v[2] = {
+		{kind, format, NULL, wrong, strlen(wrong), "odx_test_axpy"},
+		{kind, format, NULL, good_image(), strlen(good_image()), "odx_test_axpy"},
+	};
+	enum { N = 300 };
+	float xs[N], out[N];
+	odx_context *ctx = open_fake();
+	odx_kernel *k;
+	odx_buffer *x, *y;
+	char msg[1024];
+
+	(void)state;
+	for (int i = 0; i < N; i++)
+		xs[i] = (float)(i % 13);
+	assert_ok(odx_kernel_create(ctx, "fallthrough", axpy_params, 4, v, 2, &k));
+	assert_ok(odx_buffer_create(ctx, sizeof(xs), 0, &x));
+	assert_ok(odx_buffer_create(ctx, sizeof(xs), 0, &y));
+	assert_ok(odx_buffer_write(x, 0, xs, sizeof(xs), TEST_TIMEOUT_MS));
+	assert_rc(axpy(ctx, k, x, y, 2.0f, N, 0, msg, sizeof(msg)), 0);
+	assert_ok(odx_buffer_read(y, 0, out, sizeof(out), TEST_TIMEOUT_MS));
+	for (int i = 0; i < N; i++)
+		assert_true(out[i] == 2.0f * xs[i]);
+	odx_buffer_destroy(x);
+	odx_buffer_destroy(y);
+	close_checked(ctx);
+}
+
+/* Two devices, a fault on the first: that device is lost (the first error named), tasks the
+ * core places go to the other one and give exact results, a task forced onto the lost one
+ * fails saying so. */
+static void fake_driver_lost_device_others_run(void **state)
+{
+	enum { N = 512 };
+	static const odx_param fault_params[] = {{ODX_ARG_BUFFER, ODX_RW, "p"}};
+	odx_kernel_variant fv = {
+		.backend = is_cuda ? ODX_BACKEND_CUDA : ODX_BACKEND_HIP,
+		.format = is_cuda ? ODX_FORMAT_PTX : ODX_FORMAT_HIP_CO,
+		.code = good_image(),
+		.code_size = strlen(good_image()),
+		.entry = "odx_test_fault",
+	};
+	const char *name = is_cuda ? "CUDA_ERROR_ILLEGAL_ADDRESS (700)" : "hipErrorIllegalAddress (700)";
+	odx_task_opts on_first = {.device = 1, .grid = {1, 1, 1}, .block = {1, 1, 1}};
+	float xs[N], out[N];
+	odx_context *ctx;
+	odx_kernel *k, *fk;
+	odx_buffer *p, *x, *y;
+	odx_event *ev = NULL;
+	odx_arg arg;
+	char msg[1024];
+
+	(void)state;
+	fake_set("DEVICE_COUNT", "2");
+	ctx = open_fake();
+	assert_int_equal(odx_device_count(ctx), 2);
+	k = fake_kernel(ctx, good_image(), 4);
+	assert_ok(odx_kernel_create(ctx, "fault", fault_params, 1, &fv, 1, &fk));
+	for (int i = 0; i < N; i++)
+		xs[i] = (float)(i % 17);
+	assert_ok(odx_buffer_create(ctx, 64, 0, &p));
+	assert_ok(odx_buffer_create(ctx, sizeof(xs), 0, &x));
+	assert_ok(odx_buffer_create(ctx, sizeof(xs), 0, &y));
+	assert_ok(odx_buffer_write(x, 0, xs, sizeof(xs), TEST_TIMEOUT_MS));
+	arg = ODX_BUF(p, ODX_RW);
+	assert_ok(odx_submit(ctx, fk, &arg, 1, &on_first, &ev));
+	assert_rc(odx_event_wait(ev, TEST_TIMEOUT_MS), ODX_EDEVLOST);
+	assert_contains(odx_event_message(ev), name);
+	odx_event_release(ev);
+	assert_logged("is lost");
+	for (int i = 0; i < 3; i++)
+		assert_rc(axpy(ctx, k, x, y, 1.0f, N, 0, msg, sizeof(msg)), 0);
+	assert_ok(odx_buffer_read(y, 0, out, sizeof(out), TEST_TIMEOUT_MS));
+	for (int i = 0; i < N; i++)
+		assert_true(out[i] == 3.0f * xs[i]);
+	assert_rc(axpy(ctx, k, x, y, 1.0f, N, 1, msg, sizeof(msg)), ODX_EDEVLOST);
+	assert_contains(msg, "lost");
+	odx_buffer_destroy(p);
+	odx_buffer_destroy(x);
+	odx_buffer_destroy(y);
+	assert_ok(odx_close(ctx));
+}
+
+/* PTX newer than the driver reads, where can_run cannot see its .version (past the first 4 KiB):
+ * the driver refuses it at load (CUDA_ERROR_UNSUPPORTED_PTX_VERSION, with the versions in the
+ * message) and the next variant runs. */
+static void fake_driver_ptx_too_new_at_load(void **state)
+{
+	static const char tail[] = ".version 9.9\n.target sm_80\n.address_size 64\n"
+				   ".visible .entry odx_test_axpy(\n)\n{\n\tret;\n}\n";
+	size_t pad = 5000, len = pad + sizeof(tail) - 1;
+	char *ptx;
+	odx_kernel_variant v[2];
+	odx_context *ctx;
+	odx_kernel *only, *both;
+	odx_buffer *x, *y;
+	char msg[1024];
+
+	(void)state;
+	if (!is_cuda)
+		skip();
+	ptx = malloc(len);
+	assert_non_null(ptx);
+	/* A long comment header, as some generators write: lines of "// ----". */
+	memset(ptx, '-', pad);
+	for (size_t i = 0; i < pad; i += 50) {
+		ptx[i] = ptx[i + 1] = '/';
+		ptx[i + 49] = '\n';
+	}
+	memcpy(ptx + pad, tail, sizeof(tail) - 1);
+	v[0] = (odx_kernel_variant){ODX_BACKEND_CUDA, ODX_FORMAT_PTX, NULL, ptx, len,
+				    "odx_test_axpy"};
+	v[1] = (odx_kernel_variant){ODX_BACKEND_CUDA, ODX_FORMAT_PTX, NULL, good_image(),
+				    strlen(good_image()), "odx_test_axpy"};
+	ctx = open_fake();
+	assert_ok(odx_kernel_create(ctx, "ptx_9_9", axpy_params, 4, v, 1, &only));
+	assert_ok(odx_kernel_create(ctx, "ptx_9_9_then_fake", axpy_params, 4, v, 2, &both));
+	free(ptx);
+	assert_ok(odx_buffer_create(ctx, 256, 0, &x));
+	assert_ok(odx_buffer_create(ctx, 256, 0, &y));
+	assert_rc(axpy(ctx, only, x, y, 1.0f, 64, 0, msg, sizeof(msg)), ODX_ENOVARIANT);
+	assert_contains(msg, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222)");
+	assert_contains(msg, "Unsupported .version 9.9");
+	assert_contains(msg, "the driver, CUDA 12.8, reads PTX ISA up to 8.8");
+	/* y's writer failed: a task on it now would be canceled, so fresh buffers. */
+	odx_buffer_destroy(x);
+	odx_buffer_destroy(y);
+	assert_ok(odx_buffer_create(ctx, 256, 0, &x));
+	assert_ok(odx_buffer_create(ctx, 256, 0, &y));
+	assert_rc(axpy(ctx, both, x, y, 1.0f, 64, 0, msg, sizeof(msg)), 0);
+	odx_buffer_destroy(x);
+	odx_buffer_destroy(y);
+	close_checked(ctx);
+}
+
+/* CUDA source needs NVRTC; without it a source variant is skipped (the reason logged once): a
+ * kernel with nothing else has no variant, one with a PTX image behind it runs that. */
+static void fake_driver_cuda_source_without_nvrtc(void **state)
+{
+	static const char src[] = "extern \"C\" __global__ void odx_test_axpy(const float *x, "
+				  "float *y, float a, int n) { }\n";
+	odx_kernel_variant v[2] = {
+		{ODX_BACKEND_CUDA, ODX_FORMAT_CUDA_C, NULL, src, sizeof(src) - 1, "odx_test_axpy"},
+		{ODX_BACKEND_CUDA, ODX_FORMAT_PTX, NULL, good_image(), strlen(good_image()),
+		 "odx_test_axpy"},
+	};
+	enum { N = 100 };
+	float xs[N], out[N];
+	odx_context *ctx = NULL;
+	odx_kernel *only, *both;
+	odx_buffer *x, *y;
+	char msg[1024];
+
+	(void)state;
+	if (!is_cuda)
+		skip();
+	if (open_ctx_with("cuda", NULL, "cuda.nvrtc_library", "/nonexistent/libodx-no-nvrtc.so",
+			  &ctx, msg, sizeof(msg)))
+		fail_msg("odx_open: %s", msg);
+	for (int i = 0; i < N; i++)
+		xs[i] = (float)i;
+	assert_ok(odx_buffer_create(ctx, sizeof(xs), 0, &x));
+	assert_ok(odx_buffer_create(ctx, sizeof(xs), 0, &y));
+	assert_ok(odx_buffer_write(x, 0, xs, sizeof(xs), TEST_TIMEOUT_MS));
+	assert_ok(odx_kernel_create(ctx, "source_only", axpy_params, 4, v, 1, &only));
+	assert_rc(axpy(ctx, only, x, y, 1.0f, N, 0, msg, sizeof(msg)), ODX_ENOVARIANT);
+	assert_logged("CUDA source variants are skipped");
+	assert_logged("/nonexistent/libodx-no-nvrtc.so");
+	assert_ok(odx_kernel_create(ctx, "source_then_ptx", axpy_params, 4, v, 2, &both));
+	assert_rc(axpy(ctx, both, x, y, 1.0f, N, 0, msg, sizeof(msg)), 0);
+	assert_ok(odx_buffer_read(y, 0, out, sizeof(out), TEST_TIMEOUT_MS));
+	assert_memory_equal(out, xs, sizeof(xs));
+	odx_buffer_destroy(x);
+	odx_buffer_destroy(y);
+	close_checked(ctx);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -509,6 +734,10 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(fake_driver_variant_choice, reset_env),
 		cmocka_unit_test_teardown(fake_driver_alloc_failure, reset_env),
 		cmocka_unit_test_teardown(fake_driver_arg_mismatch, reset_env),
+		cmocka_unit_test_teardown(fake_driver_fallthrough_at_load, reset_env),
+		cmocka_unit_test_teardown(fake_driver_lost_device_others_run, reset_env),
+		cmocka_unit_test_teardown(fake_driver_ptx_too_new_at_load, reset_env),
+		cmocka_unit_test_teardown(fake_driver_cuda_source_without_nvrtc, reset_env),
 		cmocka_unit_test_teardown(fake_driver_stub_library, reset_env),
 		cmocka_unit_test_teardown(fake_driver_old_driver, reset_env),
 		cmocka_unit_test_teardown(fake_driver_driver_11, reset_env),
