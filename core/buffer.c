@@ -1031,6 +1031,42 @@ ODX_API int odx_buffer_create(odx_context *ctx, size_t size, unsigned flags, odx
 	return 0;
 }
 
+/* Lets every device that can page-lock the user's memory do so, for fast copies (ABI 1.3). */
+static void host_register(odx_buffer *b)
+{
+	odx_context *ctx = b->ctx;
+	int d, rc;
+
+	for (d = 0; d < ctx->ndevices && d < 64; d++) {
+		odx__device *dev = &ctx->devices[d];
+
+		if (!ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, host_register) ||
+		    !ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, host_unregister))
+			continue;
+		rc = dev->ops->host_register(dev->bdev, b->user_ptr, b->size);
+		if (rc == 0)
+			b->host_registered |= 1ull << d;
+		else if (rc != ODX_ENOSYS)
+			odx__log(ctx, ODX_LOG_WARN,
+				 "odx_buffer_register: device %d (%s) could not page-lock %zu bytes "
+				 "at %p (%s): its copies of buffer %llu go through bounce buffers",
+				 d, dev->name, b->size, b->user_ptr, odx_strerror(rc),
+				 (unsigned long long)b->id);
+	}
+}
+
+static void host_unregister(odx_buffer *b)
+{
+	odx_context *ctx = b->ctx;
+	int d;
+
+	for (d = 0; d < ctx->ndevices && d < 64; d++)
+		if (b->host_registered & (1ull << d))
+			ctx->devices[d].ops->host_unregister(ctx->devices[d].bdev, b->user_ptr,
+							     b->size);
+	b->host_registered = 0;
+}
+
 ODX_API int odx_buffer_register(odx_context *ctx, void *ptr, size_t size, unsigned flags,
 				odx_buffer **out)
 {
@@ -1054,6 +1090,7 @@ ODX_API int odx_buffer_register(odx_context *ctx, void *ptr, size_t size, unsign
 	odx__replica_set_state(b, 0, ODX__MODIFIED);
 	/* User memory counts against host RAM but is never evicted (it is the user's). */
 	atomic_fetch_add(&ctx->memnodes[0].used, size);
+	host_register(b);
 	*out = b;
 	return 0;
 }
@@ -1461,6 +1498,8 @@ int odx__buffer_release_memory(odx_buffer *b)
 	pthread_mutex_lock(&b->lock);
 	odx__tier_disk_free(ctx, b);
 	pthread_mutex_unlock(&b->lock);
+	if (b->host_registered)
+		host_unregister(b);
 	for (i = 0; i < b->nreaders; i++)
 		odx__task_put(b->readers[i]);
 	free(b->readers);

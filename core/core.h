@@ -135,6 +135,7 @@ struct odx_buffer {
 	uint64_t valid_ranks;   /* ranks holding its latest version (bit r) */
 	uint32_t xfer_seq;      /* transfers of it so far: part of each transfer's key */
 	void *user_ptr;
+	uint64_t host_registered; /* registered buffers: devices (bit d) that page-locked user_ptr */
 	struct odx_buffer *prev, *next; /* ctx->buffers (live buffers) */
 	odx__replica replicas[]; /* one per memory node */
 };

@@ -238,6 +238,15 @@ typedef struct odx_backend_ops {
 	 * their `done` callback was called. The address stays valid until mem_free. Must be cheap:
 	 * the core asks at every access instead of caching. */
 	int (*mem_map)(void *dev, uint64_t handle, void **ptr);
+
+	/** Optional (1.3): page-locks the `size` bytes of application memory at `ptr` for this
+	 * device's copies (cuMemHostRegister, hipHostRegister), so that copies to and from it run
+	 * at full speed without a bounce. The core calls it for memory handed to it with
+	 * odx_buffer_register, at registration, from the application's thread. A failure (the
+	 * memory cannot be locked, ODX_ENOSYS) costs only speed: the core logs it and goes on. */
+	int (*host_register)(void *dev, void *ptr, size_t size);
+	/** Undoes host_register (same arguments), before the memory goes back to the application. */
+	void (*host_unregister)(void *dev, void *ptr, size_t size);
 } odx_backend_ops;
 
 /** What a backend module describes itself with. Static storage in the module. */
