@@ -742,6 +742,8 @@ int odx__stage(odx__task *t, const odx__task *producer)
 	/* Reserve before allocating, admit before running: all of the working set or nothing,
 	 * so two tasks can never each hold part of what the other needs. */
 	working_set_get(t, m, &ws);
+	if (ws.charged > atomic_load(&node->ws_max) && ws.charged <= node->capacity)
+		atomic_store(&node->ws_max, ws.charged);
 	if (ws.total > node->capacity) {
 		pthread_mutex_unlock(&node->lock);
 		snprintf(why, sizeof(why),
@@ -857,6 +859,8 @@ int odx__stage(odx__task *t, const odx__task *producer)
 	t->nstaged = rc ? i : t->nargs;
 	odx__copy_start_all(ctx, evictions);
 	odx__copy_start_all(ctx, jobs);
+	if (missing > 0)
+		odx__tier_kick(ctx, m);
 	return atomic_fetch_sub(&t->fetches, 1) == 1 ? ODX__STAGE_READY : ODX__STAGE_FETCHING;
 }
 
@@ -867,9 +871,10 @@ int odx__prefetch(odx__task *t)
 	odx__memnode *node = &ctx->memnodes[m];
 	odx__device *dev = &ctx->devices[t->device];
 	odx__copy_job *jobs = NULL;
-	uint64_t limit = node->capacity / 100 * ctx->monitor_start;
+	uint64_t limit, stop;
 	int i, n = 0;
 
+	odx__tier_watermarks(ctx, m, &limit, &stop);
 	pthread_mutex_lock(&node->lock);
 	for (i = 0; i < t->nargs && i < 64; i++) {
 		odx_buffer *b = t->args[i].v.buffer;
@@ -1171,9 +1176,10 @@ static int access_node(const odx__task *t)
 	if (t->kind == ODX__TASK_WRITE && whole && !anywhere && ctx->nmemnodes == 2 &&
 	    ctx->memnodes[1].device && !atomic_load(&ctx->memnodes[1].device->lost)) {
 		const odx__memnode *node = &ctx->memnodes[1];
+		uint64_t start, stop;
 
-		if (atomic_load(&node->used) + odx__pool_charge(node->pool, b->size) <=
-		    node->capacity / 100 * ctx->monitor_start)
+		odx__tier_watermarks(ctx, 1, &start, &stop);
+		if (atomic_load(&node->used) + odx__pool_charge(node->pool, b->size) <= start)
 			best = 1;
 	}
 	return best;

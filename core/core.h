@@ -95,6 +95,7 @@ typedef struct odx__memnode {
 				* come before buffer locks, device nodes before node 0 */
 	uint64_t evicting;     /* bytes being written down, free once that completes */
 	uint64_t peak;         /* highest `used` seen */
+	_Atomic uint64_t ws_max; /* largest working set admitted here (sizes the headroom) */
 	struct odx__pool *pool; /* device memory suballocator (pooled nodes), else NULL */
 	/* counters (ODX_STATS) */
 	_Atomic uint64_t drops;      /* clean copies freed to make room */
@@ -430,6 +431,13 @@ typedef struct odx__copy_job {
 	uint64_t t_issue;
 } odx__copy_job;
 
+/* Node m's watermarks in bytes (tier.monitor.start/stop, lowered so that the largest working set
+ * admitted there fits above start, and three of them above stop: the next admission finds room
+ * and the prefetch window has some). The monitor evicts from start down to stop; prefetch stays
+ * below start. */
+void odx__tier_watermarks(const odx_context *ctx, int m, uint64_t *start, uint64_t *stop);
+/* Wakes the monitor when node m is above its start watermark (after staging took room). */
+void odx__tier_kick(odx_context *ctx, int m);
 /* Capacities from tier.* (after the devices opened), the disk tier, the monitor thread. */
 int odx__tier_open(odx_context *ctx, char *err, size_t errlen);
 void odx__tier_stop(odx_context *ctx);  /* stops the monitor (before the workers stop) */

@@ -53,6 +53,7 @@ struct odx__tier {
 	uint64_t last_change_ns;
 	bool dumped;                /* one dump per stall */
 	_Atomic int room_waiters;   /* caller threads waiting for room on node 0 */
+	_Atomic bool kicked;        /* a node crossed its start watermark: the monitor runs now */
 	odx__lane_trace *disk_trace;
 	/* counters */
 	_Atomic uint64_t spills, spill_bytes, spill_errors;
@@ -928,6 +929,46 @@ static void dump_state(odx_context *ctx, uint64_t stalled_ms)
 	}
 }
 
+void odx__tier_watermarks(const odx_context *ctx, int m, uint64_t *start, uint64_t *stop)
+{
+	const odx__memnode *node = &ctx->memnodes[m];
+	uint64_t cap = node->capacity, ws = atomic_load(&node->ws_max);
+	uint64_t s = percent(cap, ctx->monitor_start), p = percent(cap, ctx->monitor_stop);
+
+	/* A task wider than a quarter of the tier gets no more headroom than a quarter: the
+	 * monitor would otherwise empty the tier for it. */
+	if (ws > cap / 4)
+		ws = cap / 4;
+	if (s > cap - ws)
+		s = cap - ws;
+	if (p > cap - 3 * ws)
+		p = cap - 3 * ws;
+	if (p > s)
+		p = s;
+	*start = s;
+	*stop = p;
+}
+
+/* Staging took room on node m: if that crossed its start watermark, the monitor makes headroom
+ * now rather than at its next tick (50 ms is many tasks: a streaming workload whose working set
+ * outgrows the tier would otherwise find the tier full at every admission and wait for each
+ * write-back). One wake-up until the monitor ran. */
+void odx__tier_kick(odx_context *ctx, int m)
+{
+	odx__tier *tier = ctx->tier;
+	uint64_t start, stop;
+
+	if (!tier)
+		return;
+	odx__tier_watermarks(ctx, m, &start, &stop);
+	/* (Signalling a monitor that is not there, stopped or never started, does nothing.) */
+	if (atomic_load(&ctx->memnodes[m].used) <= start || atomic_exchange(&tier->kicked, true))
+		return;
+	pthread_mutex_lock(&tier->lock);
+	pthread_cond_signal(&tier->cond);
+	pthread_mutex_unlock(&tier->lock);
+}
+
 /* Keeps each node below its start watermark, evicting down to the stop watermark. */
 static void keep_headroom(odx_context *ctx)
 {
@@ -935,11 +976,11 @@ static void keep_headroom(odx_context *ctx)
 
 	for (m = 0; m < ctx->nmemnodes; m++) {
 		odx__memnode *node = &ctx->memnodes[m];
-		uint64_t start = percent(node->capacity, ctx->monitor_start);
-		uint64_t stop = percent(node->capacity, ctx->monitor_stop);
+		uint64_t start, stop;
 		odx__copy_job *jobs = NULL;
 		char why[256];
 
+		odx__tier_watermarks(ctx, m, &start, &stop);
 		if (atomic_load(&node->used) <= start || (m == 0 && !odx__tier_has_disk(ctx)))
 			continue;
 		pthread_mutex_lock(&node->lock);
@@ -967,10 +1008,12 @@ static void *monitor_main(void *arg)
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000L;
 		}
-		pthread_cond_timedwait(&tier->cond, &tier->lock, &ts);
+		if (!atomic_load(&tier->kicked))
+			pthread_cond_timedwait(&tier->cond, &tier->lock, &ts);
 		if (tier->stop)
 			break;
 		pthread_mutex_unlock(&tier->lock);
+		atomic_store(&tier->kicked, false);
 
 		keep_headroom(ctx);
 		/* A safety net for lost wake-ups: tasks waiting for room are retried. */
