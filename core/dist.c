@@ -136,7 +136,9 @@ void odx__dist_close(odx_context *ctx)
 /* Submits this rank's side of one transfer of b from rank `src` to rank `dst`. */
 static int transfer(odx_context *ctx, odx_buffer *b, int src, int dst)
 {
-	uint64_t key = (b->id << 32) | b->xfer_seq++;
+	/* the transport's keys are 55 bits: 31 for the buffer, 24 for the count (transfers of one
+	 * buffer 16M apart are never in flight together) */
+	uint64_t key = ((b->id & 0x7fffffffull) << 24) | (b->xfer_seq++ & 0xffffff);
 	odx__task *t;
 	int rc;
 

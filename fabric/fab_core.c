@@ -4,10 +4,12 @@
  *
  * Only the progress thread touches libfabric objects (FI_THREAD_DOMAIN); API calls hand it
  * submissions through a locked list and an eventfd. Control messages are tagged sends with tag 0
- * into a pool of pre-posted buffers, bounded per peer by credits. A data transfer starts with an
- * RTS control message; small payloads ride inside it, larger ones go as tagged chunks the
- * receiver posts straight into the destination once it has both the RTS and its own receive, or
- * (pull mode) the receiver reads them with fi_read from a region the sender registered read-only
+ * into a pool of pre-posted buffers, bounded per peer by credits. A data transfer needs no
+ * announcement: both sides cut it into chunks the same way and tag each with the key and the
+ * chunk index, so the receiver posts every chunk straight into the destination at odx_fab_recv
+ * time and the sender sends at odx_fab_send time (remote CQ data lets the receiver check each
+ * chunk's job, key and length). Only the pull mode announces itself (RTS): the receiver then
+ * drops its posted chunks and reads with fi_read from a region the sender registered read-only
  * for that one transfer and closes when the receiver's FIN comes back.
  */
 #include <errno.h>
@@ -20,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,6 +44,12 @@
 #define FAB_SEQ_AHEAD_MAX 65536
 #define FAB_MAP_BUCKETS 1024
 #define FAB_WIREUP_TIMEOUT_MS 60000
+/* Data in motion keeps the progress thread polling (yielding, never sleeping): a data completion
+ * this recent, or one this recent while our own sends or reads are posted. Manual-progress
+ * providers move bytes only while polled (tcp sockets, shm's two-copy protocol), and a sleep in
+ * the middle of a stream costs up to 0.8 ms per wake-up. */
+#define FAB_ACTIVE_NS 1000000ll
+#define FAB_ACTIVE_TX_NS 20000000ll
 
 enum op_kind {
 	OP_CTRL_TX,
@@ -70,7 +79,10 @@ struct fab_op {
 	struct fid_mr *mr;
 	void *desc;
 	uint64_t tag, rma_addr, rma_key;
-	int rail;			  /* OP_CTRL_RX: the endpoint it is posted on */
+	uint64_t cq_data; /* raw OP_CTRL_TX with a data tag (the garbage hook) */
+	int rail;	  /* OP_CTRL_RX: the endpoint it is posted on */
+	bool detached;	  /* a data op its transfer gave up on: only released when it comes back */
+	bool sink;	  /* OP_DATA_RX: a second iov into the sink takes bytes beyond the chunk */
 	_Alignas(8) unsigned char data[]; /* control buffers: headers are read in place */
 };
 
@@ -82,7 +94,10 @@ struct fab_xfer {
 	bool tx_queued;
 	bool is_send, is_record, finished;
 	int peer;
-	uint64_t key, id;
+	uint64_t key;
+	uint64_t check;	     /* fab_data_check of this transfer (tagged mode) */
+	uint32_t own_chunks; /* a receive's chunks into its buffer; beyond them, into the sink */
+	bool mismatch;	     /* the sender's length differs: drain its chunks, then fail */
 	unsigned char *buf;
 	size_t len;
 	odx_fab_done_fn done;
@@ -94,7 +109,6 @@ struct fab_xfer {
 	struct fid_mr *mr;
 	void *desc;
 	uint64_t rma_addr, rma_key;
-	unsigned char *inline_data; /* unexpected RTS record with inline payload */
 };
 
 struct fab_map {
@@ -131,6 +145,9 @@ struct fab_rail {
 	struct fid_cq *cq;
 	struct fid_ep *ep;
 	bool mr_local, mr_endpoint, mr_virt, mr_prov_key, mr_raw, has_rma, has_source;
+	bool rx_iov2; /* receives take two iovs (the last chunk's sink) */
+	struct fid_mr *sink_mr;
+	void *sink_desc;
 	int cq_fd;
 };
 
@@ -145,6 +162,10 @@ struct odx_fab {
 	char provider[64];
 	struct fab_rail rail[FAB_RAILS_MAX];
 	int nrails;
+	/* Where bytes a receive has no room for go (never read): a sender longer than the receive,
+	 * or a forged message. Address space only: pages appear when something is written. */
+	unsigned char *sink;
+	size_t sink_len;
 	uint64_t next_mr_key;
 	struct fab_peer *peers;
 	char (*peer_str)[96]; /* fi_av_straddr of each rank, made before the progress thread starts */
@@ -160,9 +181,13 @@ struct odx_fab {
 
 	/* progress thread only */
 	struct fab_op *ready_head, *ready_tail, *delayed, *posted;
+	unsigned data_out; /* our data sends and reads posted to the provider */
+	int64_t last_data; /* when a data op last completed (or a send or read was posted) */
 	struct fab_xfer *active;
+	/* (peer, key): receives a pull announcement may still switch, announcements that came
+	 * before their receive (and self-sends before their self-receive), sends a FIN or NACK may
+	 * name */
 	struct fab_map posted_recvs, unexpected, sends;
-	uint64_t next_xfer_id;
 	int64_t log_window;
 	unsigned log_count, log_suppressed;
 	int64_t next_timer;
@@ -179,6 +204,7 @@ struct odx_fab {
 	unsigned char last_ctrl[128]; /* for the replay test hook (under lock) */
 	size_t last_ctrl_len;
 	int last_ctrl_peer;
+	atomic_uint garbage_calls;
 
 	_Atomic uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv, bad_msgs, retries, eagain,
 		transfers;
@@ -233,7 +259,7 @@ static void wake(odx_fab *f)
 	}
 }
 
-/* ---- maps: (peer, key) for receives and unexpected RTS, id for sends ----------------------- */
+/* ---- maps: (peer, key) --------------------------------------------------------------------- */
 
 static size_t bucket(uint64_t a, uint64_t b)
 {
@@ -265,9 +291,9 @@ static void map_remove(struct fab_xfer *x, size_t h)
 	x->map = NULL;
 }
 
-static size_t xfer_bucket(const odx_fab *f, const struct fab_xfer *x)
+static size_t xfer_bucket(const struct fab_xfer *x)
 {
-	return x->map == &f->sends ? bucket(x->id, 0) : bucket((uint64_t)x->peer, x->key);
+	return bucket((uint64_t)x->peer, x->key);
 }
 
 static struct fab_xfer *map_take_match(struct fab_map *m, int peer, uint64_t key)
@@ -276,20 +302,6 @@ static struct fab_xfer *map_take_match(struct fab_map *m, int peer, uint64_t key
 	for (struct fab_xfer **pp = &m->b[h]; *pp; pp = &(*pp)->hnext) {
 		struct fab_xfer *x = *pp;
 		if (x->peer == peer && x->key == key) {
-			*pp = x->hnext;
-			x->map = NULL;
-			return x;
-		}
-	}
-	return NULL;
-}
-
-static struct fab_xfer *map_take_id(struct fab_map *m, uint64_t id)
-{
-	size_t h = bucket(id, 0);
-	for (struct fab_xfer **pp = &m->b[h]; *pp; pp = &(*pp)->hnext) {
-		struct fab_xfer *x = *pp;
-		if (x->id == id) {
 			*pp = x->hnext;
 			x->map = NULL;
 			return x;
@@ -387,6 +399,10 @@ static void fault_delay(odx_fab *f, struct fab_op *op)
 
 static void posted_add(odx_fab *f, struct fab_op *op)
 {
+	if (op->kind == OP_DATA_TX || op->kind == OP_READ) {
+		f->data_out++;
+		f->last_data = fab_now_ns();
+	}
 	op->posted = true;
 	op->lprev = NULL;
 	op->lnext = f->posted;
@@ -399,6 +415,10 @@ static void posted_remove(odx_fab *f, struct fab_op *op)
 {
 	if (!op->posted)
 		return;
+	if (op->kind == OP_DATA_TX || op->kind == OP_READ)
+		f->data_out--;
+	if (op->kind == OP_DATA_TX || op->kind == OP_DATA_RX || op->kind == OP_READ)
+		f->last_data = fab_now_ns();
 	if (op->lprev)
 		op->lprev->lnext = op->lnext;
 	else
@@ -499,7 +519,6 @@ static void xfer_release(odx_fab *f, struct fab_xfer *x)
 	if (x->anext)
 		x->anext->aprev = x->aprev;
 	mr_close(&x->mr);
-	free(x->inline_data);
 	free(x);
 }
 
@@ -512,6 +531,19 @@ static void xfer_activate(odx_fab *f, struct fab_xfer *x)
 	f->active = x;
 }
 
+/* Takes a data op out of its transfer's window: the transfer goes on (or ends) without it, and
+ * the op is only released when the provider hands it back (or the queue drops it). */
+static void op_detach(odx_fab *f, struct fab_xfer *x, struct fab_op *op)
+{
+	if (op->slot >= 0)
+		x->ops[op->slot] = NULL;
+	op->slot = -1;
+	op->detached = true;
+	x->inflight--;
+	if (op->posted && op->kind != OP_DATA_TX)
+		fi_cancel(&peer_rail(f, x->peer)->ep->fid, op);
+}
+
 /* Calls done once; frees the transfer when the provider holds none of its operations. */
 static void xfer_finish(odx_fab *f, struct fab_xfer *x, int status, const char *msg)
 {
@@ -519,12 +551,13 @@ static void xfer_finish(odx_fab *f, struct fab_xfer *x, int status, const char *
 		return;
 	x->finished = true;
 	if (x->map)
-		map_remove(x, xfer_bucket(f, x));
+		map_remove(x, xfer_bucket(x));
 	if (status) {
-		/* never leave a receive posted into memory the caller gets back */
+		/* never leave a receive posted into memory the caller gets back; queued ops are
+		 * dropped when their turn comes */
 		for (int i = 0; i < FAB_WINDOW_MAX; i++)
-			if (x->ops[i] && x->ops[i]->posted && x->ops[i]->kind != OP_DATA_TX)
-				fi_cancel(&peer_rail(f, x->peer)->ep->fid, x->ops[i]);
+			if (x->ops[i])
+				op_detach(f, x, x->ops[i]);
 	}
 	if (x->is_send && x->mode == FAB_MODE_PULL)
 		mr_close(&x->mr); /* the read-only window closes with the transfer */
@@ -570,16 +603,29 @@ static void xfer_feed(odx_fab *f, struct fab_xfer *x)
 							       : OP_DATA_RX;
 		struct fab_op *op = op_new(kind, x->peer, 0);
 		if (!op) {
+			if (x->is_send)
+				p->tx_inflight--;
 			xfer_finish(f, x, ODX_ENOMEM, "out of memory for a transfer chunk");
 			return;
 		}
 		size_t off = (size_t)x->next_chunk * x->chunk;
 		op->xfer = x;
 		op->chunk = x->next_chunk;
-		op->buf = x->buf + off;
+		op->buf = x->buf ? x->buf + off : NULL;
 		op->len = x->len - off < x->chunk ? x->len - off : x->chunk;
 		op->desc = x->desc;
-		op->tag = fab_data_tag(x->id, x->next_chunk);
+		if (kind == OP_DATA_RX && op->chunk >= x->own_chunks) {
+			/* a longer sender's chunk beyond this buffer: drained (only with a sink,
+			 * see recv_mismatch_begin) */
+			op->buf = f->sink;
+			op->len = x->chunk < f->sink_len ? x->chunk : f->sink_len;
+			op->desc = NULL;
+		} else if (kind == OP_DATA_RX && f->sink && peer_rail(f, x->peer)->rx_iov2) {
+			/* the last chunk: a longer sender's bytes spill into the sink instead of
+			 * truncating (tcp;ofi_rxm drops the connection then) */
+			op->sink = op->chunk == x->own_chunks - 1;
+		}
+		op->tag = fab_data_tag(x->key, x->next_chunk);
 		op->rma_addr = x->rma_addr + off;
 		op->rma_key = x->rma_key;
 		for (int i = 0; i < FAB_WINDOW_MAX; i++) {
@@ -598,62 +644,87 @@ static void xfer_feed(odx_fab *f, struct fab_xfer *x)
 	}
 }
 
-static void send_nack(odx_fab *f, int peer, uint64_t id, int status)
+static void send_nack(odx_fab *f, int peer, uint64_t key, size_t len, int status)
 {
-	struct fab_fin n = {.xfer_id = id, .status = status};
+	struct fab_fin n = {.key = key, .len = len, .status = status};
 	ctrl_send(f, peer, FAB_MSG_NACK, &n, sizeof(n));
 }
 
-/* Receive x meets its announcement r (an unexpected record, or a local send to ourselves). */
-static void xfer_match(odx_fab *f, struct fab_xfer *x, struct fab_xfer *r)
+/* A receive learned that the sender's length (or chunking) differs: it fails, the sender is told
+ * (its send fails too unless it already completed). */
+static void recv_mismatch(odx_fab *f, struct fab_xfer *x, const char *what)
 {
-	if (r->len != x->len) {
+	char msg[300];
+	snprintf(msg, sizeof(msg),
+		 "rank %d sends %s for key %#llx than the receive posted for it, which expects %zu "
+		 "bytes",
+		 x->peer, what, (unsigned long long)x->key, x->len);
+	send_nack(f, x->peer, x->key, x->len, ODX_EINVAL);
+	xfer_finish(f, x, ODX_EINVAL, msg);
+}
+
+/* Registers a transfer's own buffer where the provider asks for local registration. */
+static int xfer_register(odx_fab *f, struct fab_xfer *x, uint64_t access)
+{
+	struct fab_rail *rl = peer_rail(f, x->peer);
+	if (!rl->mr_local || !x->len || x->mr)
+		return 0;
+	int ret = mr_register(f, rl, x->buf, x->len, access, &x->mr);
+	if (ret) {
+		xfer_finish(f, x, fab_err(ret),
+			    x->is_send ? "could not register the send buffer"
+				       : "could not register the receive buffer");
+		return ret;
+	}
+	x->desc = fi_mr_desc(x->mr);
+	return 0;
+}
+
+/* Receive x meets the pull announcement r: drop the chunks it posted, read instead. */
+static void recv_pull(odx_fab *f, struct fab_xfer *x, struct fab_xfer *r)
+{
+	size_t len = r->len;
+	x->rma_addr = r->rma_addr;
+	x->rma_key = r->rma_key;
+	x->chunk = r->chunk;
+	uint32_t nchunks = r->nchunks;
+	xfer_release(f, r);
+	if (len != x->len) {
+		char what[64];
+		snprintf(what, sizeof(what), "%zu bytes", len);
+		recv_mismatch(f, x, what);
+		return;
+	}
+	/* nothing is sent into these: the sender announced a pull */
+	for (int i = 0; i < FAB_WINDOW_MAX; i++)
+		if (x->ops[i])
+			op_detach(f, x, x->ops[i]);
+	x->mode = FAB_MODE_PULL;
+	x->nchunks = nchunks;
+	x->next_chunk = 0;
+	x->completed = 0;
+	if (xfer_register(f, x, FI_READ) == 0)
+		xfer_feed(f, x);
+}
+
+/* A transfer to ourselves meets its other half: a copy. */
+static void self_match(odx_fab *f, struct fab_xfer *rx, struct fab_xfer *tx)
+{
+	if (tx->len != rx->len) {
 		char msg[300];
 		snprintf(
 			msg, sizeof(msg),
 			"rank %d sends %zu bytes for key %#llx, the receive posted for it expects %zu",
-			x->peer, r->len, (unsigned long long)x->key, x->len);
-		if (r->is_send) {
-			xfer_finish(f, r, ODX_EINVAL, msg);
-		} else {
-			send_nack(f, x->peer, r->id, ODX_EINVAL);
-			xfer_release(f, r);
-		}
-		xfer_finish(f, x, ODX_EINVAL, msg);
+			rx->peer, tx->len, (unsigned long long)rx->key, rx->len);
+		xfer_finish(f, tx, ODX_EINVAL, msg);
+		xfer_finish(f, rx, ODX_EINVAL, msg);
 		return;
 	}
-	if (r->is_send) { /* to ourselves */
-		if (x->len)
-			memcpy(x->buf, r->buf, x->len);
-		xfer_finish(f, r, 0, NULL);
-		xfer_finish(f, x, 0, NULL);
-		return;
-	}
-	x->mode = r->mode;
-	x->id = r->id;
-	x->nchunks = r->nchunks;
-	x->chunk = r->chunk;
-	x->rma_addr = r->rma_addr;
-	x->rma_key = r->rma_key;
-	if (x->mode == FAB_MODE_INLINE) {
-		if (x->len)
-			memcpy(x->buf, r->inline_data, x->len);
-		xfer_release(f, r);
-		stat_add(&f->bytes_recv, x->len);
-		xfer_finish(f, x, 0, NULL);
-		return;
-	}
-	xfer_release(f, r);
-	if (peer_rail(f, x->peer)->mr_local) {
-		int ret = mr_register(f, peer_rail(f, x->peer), x->buf, x->len,
-				      x->mode == FAB_MODE_PULL ? FI_READ : FI_RECV, &x->mr);
-		if (ret) {
-			xfer_finish(f, x, fab_err(ret), "could not register the receive buffer");
-			return;
-		}
-		x->desc = fi_mr_desc(x->mr);
-	}
-	xfer_feed(f, x);
+	if (rx->len)
+		memcpy(rx->buf, tx->buf, rx->len);
+	stat_add(&f->bytes_recv, rx->len);
+	xfer_finish(f, tx, 0, NULL);
+	xfer_finish(f, rx, 0, NULL);
 }
 
 static void xfer_start(odx_fab *f, struct fab_xfer *x)
@@ -666,71 +737,63 @@ static void xfer_start(odx_fab *f, struct fab_xfer *x)
 			       p->state == PEER_FAILED ? "it is marked failed" : "it has closed");
 		return;
 	}
-	if (!x->is_send) {
-		struct fab_xfer *r = map_take_match(&f->unexpected, x->peer, x->key);
-		if (r)
-			xfer_match(f, x, r);
-		else
-			map_put(&f->posted_recvs, bucket((uint64_t)x->peer, x->key), x);
-		return;
-	}
 	if (x->peer == f->rank) {
-		struct fab_xfer *r = map_take_match(&f->posted_recvs, x->peer, x->key);
+		struct fab_map *other = x->is_send ? &f->posted_recvs : &f->unexpected;
+		struct fab_xfer *r = map_take_match(other, x->peer, x->key);
 		if (r)
-			xfer_match(f, r, x);
+			self_match(f, x->is_send ? r : x, x->is_send ? x : r);
 		else
-			map_put(&f->unexpected, bucket((uint64_t)x->peer, x->key), x);
+			map_put(x->is_send ? &f->unexpected : &f->posted_recvs,
+				bucket((uint64_t)x->peer, x->key), x);
 		return;
 	}
-	x->id = f->next_xfer_id++;
-	struct fab_rts rts = {.key = x->key, .len = x->len, .xfer_id = x->id};
-	if (x->len <= FAB_INLINE_MAX) {
-		rts.mode = FAB_MODE_INLINE;
-	} else {
-		rts.mode = FAB_MODE_TAGGED;
-		struct fab_rail *rl = peer_rail(f, x->peer);
-		if (x->len >= atomic_load(&f->pull_min) && rl->has_rma && !rl->mr_raw &&
-		    mr_register(f, rl, x->buf, x->len, FI_REMOTE_READ, &x->mr) == 0) {
-			uint64_t key = fi_mr_key(x->mr);
-			if (key == FI_KEY_NOTAVAIL) {
-				mr_close(&x->mr);
-			} else {
-				rts.mode = FAB_MODE_PULL;
-				rts.rma_key = key;
-				rts.rma_addr = rl->mr_virt ? (uint64_t)(uintptr_t)x->buf : 0;
-			}
+	x->mode = FAB_MODE_TAGGED;
+	x->chunk = fab_chunk_size(x->len, f->prof.chunk);
+	x->nchunks = fab_chunk_count(x->len, x->chunk);
+	x->own_chunks = x->nchunks;
+	x->check = fab_data_check(f->wu.job_key, x->key, x->len, x->chunk, x->nchunks);
+	struct fab_rail *rl = peer_rail(f, x->peer);
+	if (!x->is_send) {
+		/* a pull announced before this receive: read at once */
+		struct fab_xfer *r = map_take_match(&f->unexpected, x->peer, x->key);
+		map_put(&f->posted_recvs, bucket((uint64_t)x->peer, x->key), x);
+		if (r) {
+			recv_pull(f, x, r);
+			return;
 		}
-		rts.chunk = f->prof.chunk;
-		rts.nchunks = (uint32_t)((x->len + f->prof.chunk - 1) / f->prof.chunk);
-	}
-	x->mode = rts.mode;
-	x->chunk = rts.chunk;
-	x->nchunks = rts.nchunks;
-	struct fab_op *op = ctrl_new(f, x->peer, FAB_MSG_RTS, 0, &rts, sizeof(rts), x->buf,
-				     rts.mode == FAB_MODE_INLINE ? x->len : 0);
-	if (!op) {
-		xfer_finish(f, x, ODX_ENOMEM, "out of memory for a transfer announcement");
+		if (xfer_register(f, x, rl->has_rma ? FI_RECV | FI_READ : FI_RECV) == 0)
+			xfer_feed(f, x);
 		return;
 	}
-	map_put(&f->sends, bucket(x->id, 0), x);
-	if (rts.mode == FAB_MODE_INLINE) {
-		op->xfer = x; /* the send is done when its announcement is */
-		x->ops_out++;
-	}
-	ctrl_enqueue(f, op);
-	if (rts.mode == FAB_MODE_TAGGED) {
-		if (peer_rail(f, x->peer)->mr_local) {
-			int ret = mr_register(f, peer_rail(f, x->peer), x->buf, x->len, FI_SEND,
-					      &x->mr);
-			if (ret) {
-				xfer_finish(f, x, fab_err(ret),
-					    "could not register the send buffer");
+	map_put(&f->sends, bucket((uint64_t)x->peer, x->key), x);
+	if (x->len >= atomic_load(&f->pull_min) && x->len && rl->has_rma && !rl->mr_raw &&
+	    mr_register(f, rl, x->buf, x->len, FI_REMOTE_READ, &x->mr) == 0) {
+		uint64_t key = fi_mr_key(x->mr);
+		if (key == FI_KEY_NOTAVAIL) {
+			mr_close(&x->mr);
+		} else {
+			struct fab_rts rts = {.key = x->key,
+					      .len = x->len,
+					      .mode = FAB_MODE_PULL,
+					      .nchunks = x->nchunks,
+					      .chunk = x->chunk,
+					      .rma_addr = rl->mr_virt ? (uint64_t)(uintptr_t)x->buf
+								      : 0,
+					      .rma_key = key};
+			struct fab_op *op =
+				ctrl_new(f, x->peer, FAB_MSG_RTS, 0, &rts, sizeof(rts), NULL, 0);
+			if (!op) {
+				xfer_finish(f, x, ODX_ENOMEM,
+					    "out of memory for a pull announcement");
 				return;
 			}
-			x->desc = fi_mr_desc(x->mr);
+			x->mode = FAB_MODE_PULL;
+			ctrl_enqueue(f, op); /* done when the receiver's FIN comes back */
+			return;
 		}
-		xfer_feed(f, x);
 	}
+	if (xfer_register(f, x, FI_SEND) == 0)
+		xfer_feed(f, x);
 }
 
 /* ---- peers -------------------------------------------------------------------------------- */
@@ -768,7 +831,7 @@ static void peer_fail(odx_fab *f, int rank, const char *why)
 			continue;
 		if (x->is_record) {
 			if (x->map)
-				map_remove(x, xfer_bucket(f, x));
+				map_remove(x, xfer_bucket(x));
 			if (x->ops_out == 0)
 				xfer_release(f, x);
 			continue;
@@ -798,24 +861,13 @@ static bool window_accept(struct fab_peer *p, uint64_t seq)
 
 /* ---- incoming control messages ----------------------------------------------------------- */
 
-static void handle_rts(odx_fab *f, int src, const struct fab_rts *rts, const unsigned char *inl,
-		       size_t payload)
+/* A pull announcement: the receive it names reads instead of waiting for chunks. */
+static void handle_rts(odx_fab *f, int src, const struct fab_rts *rts, size_t payload)
 {
-	bool ok;
-	switch (rts->mode) {
-	case FAB_MODE_INLINE:
-		ok = payload == sizeof(*rts) + rts->len;
-		break;
-	case FAB_MODE_TAGGED:
-	case FAB_MODE_PULL:
-		ok = payload == sizeof(*rts) && rts->len > FAB_INLINE_MAX && rts->chunk > 0 &&
-		     rts->nchunks <= FAB_MAX_CHUNKS &&
-		     rts->nchunks == (rts->len + rts->chunk - 1) / rts->chunk &&
-		     (rts->mode == FAB_MODE_TAGGED || peer_rail(f, src)->has_rma);
-		break;
-	default:
-		ok = false;
-	}
+	bool ok = payload == sizeof(*rts) && rts->mode == FAB_MODE_PULL && rts->len > 0 &&
+		  rts->chunk > 0 && rts->nchunks <= FAB_MAX_CHUNKS &&
+		  rts->nchunks == (rts->len + rts->chunk - 1) / rts->chunk &&
+		  peer_rail(f, src)->has_rma;
 	if (!ok) {
 		fab_bad(f, "inconsistent transfer announcement from rank %d (mode %u, %llu bytes)",
 			src, rts->mode, (unsigned long long)rts->len);
@@ -830,25 +882,15 @@ static void handle_rts(odx_fab *f, int src, const struct fab_rts *rts, const uns
 	r->peer = src;
 	r->key = rts->key;
 	r->len = rts->len;
-	r->id = rts->xfer_id;
 	r->mode = rts->mode;
 	r->nchunks = rts->nchunks;
 	r->chunk = rts->chunk;
 	r->rma_addr = rts->rma_addr;
 	r->rma_key = rts->rma_key;
-	if (rts->mode == FAB_MODE_INLINE && rts->len) {
-		r->inline_data = malloc(rts->len);
-		if (!r->inline_data) {
-			free(r);
-			fab_log(f, "out of memory for an inline payload from rank %d", src);
-			return;
-		}
-		memcpy(r->inline_data, inl, rts->len);
-	}
 	xfer_activate(f, r);
 	struct fab_xfer *x = map_take_match(&f->posted_recvs, src, rts->key);
 	if (x)
-		xfer_match(f, x, r);
+		recv_pull(f, x, r);
 	else
 		map_put(&f->unexpected, bucket((uint64_t)src, rts->key), r);
 }
@@ -942,7 +984,7 @@ static void handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t l
 			break;
 		}
 		memcpy(&rts, payload, sizeof(rts));
-		handle_rts(f, src, &rts, payload + sizeof(rts), h.payload_len);
+		handle_rts(f, src, &rts, h.payload_len);
 		break;
 	}
 	case FAB_MSG_FIN:
@@ -953,23 +995,28 @@ static void handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t l
 			break;
 		}
 		memcpy(&fin, payload, sizeof(fin));
-		struct fab_xfer *x = map_take_id(&f->sends, fin.xfer_id);
-		if (!x || x->peer != src) {
-			if (x)
-				map_put(&f->sends, bucket(x->id, 0), x);
-			/* a NACK may refuse an inline send that already completed here */
+		struct fab_xfer *x = map_take_match(&f->sends, src, fin.key);
+		if (x && h.type == FAB_MSG_FIN && x->mode != FAB_MODE_PULL) {
+			map_put(&f->sends, bucket((uint64_t)src, fin.key), x);
+			x = NULL;
+		}
+		if (!x) {
+			/* a NACK may refuse a send that already completed here */
 			if (h.type == FAB_MSG_FIN)
-				fab_bad(f, "FIN from rank %d for unknown transfer %llu", src,
-					(unsigned long long)fin.xfer_id);
+				fab_bad(f, "FIN from rank %d for unknown pull transfer %#llx", src,
+					(unsigned long long)fin.key);
 			break;
 		}
 		if (h.type == FAB_MSG_FIN) {
+			stat_add(&f->bytes_sent, x->len);
 			xfer_finish(f, x, 0, NULL);
 		} else {
-			char msg[200];
+			char msg[240];
 			snprintf(msg, sizeof(msg),
-				 "rank %d refused the %zu-byte send for key %#llx: %s", src, x->len,
-				 (unsigned long long)x->key, odx_strerror(fin.status));
+				 "rank %d refused the %zu-byte send for key %#llx: its receive "
+				 "expects %llu bytes (%s)",
+				 src, x->len, (unsigned long long)x->key,
+				 (unsigned long long)fin.len, odx_strerror(fin.status));
 			xfer_finish(f, x, fin.status < 0 ? fin.status : ODX_EINVAL, msg);
 		}
 		break;
@@ -1044,21 +1091,33 @@ static void check_barrier(odx_fab *f)
 static void op_complete_error(odx_fab *f, struct fab_op *op, int fi_err, const char *detail);
 static void tx_credit_return(odx_fab *f, int peer);
 
+/* A data op leaves the provider (or the queues) without counting for its transfer. */
+static void data_op_release(odx_fab *f, struct fab_op *op)
+{
+	struct fab_xfer *x = op->xfer;
+	if (op->kind == OP_DATA_TX)
+		tx_credit_return(f, op->peer);
+	if (!op->detached) {
+		if (op->slot >= 0)
+			x->ops[op->slot] = NULL;
+		x->inflight--;
+	}
+	x->ops_out--;
+	op_free(op);
+	if (x->finished && x->ops_out == 0)
+		xfer_release(f, x);
+}
+
 /* Returns 0 when the op left the queue (posted, dropped or failed), -FI_EAGAIN to keep it. */
 static int op_post(odx_fab *f, struct fab_op *op)
 {
 	struct fab_peer *p = op->peer >= 0 ? &f->peers[op->peer] : NULL;
-	if (p && p->state == PEER_FAILED && op->kind != OP_CTRL_RX) {
-		struct fab_xfer *x = op->xfer;
-		if (x) {
-			if (op->slot >= 0)
-				x->ops[op->slot] = NULL;
-			x->ops_out--;
-			if (op->kind == OP_DATA_TX)
-				tx_credit_return(f, op->peer);
-			if (x->finished && x->ops_out == 0)
-				xfer_release(f, x);
-		}
+	bool data = op->kind == OP_DATA_TX || op->kind == OP_DATA_RX || op->kind == OP_READ;
+	if (data && (op->detached || op->xfer->finished || p->state == PEER_FAILED)) {
+		data_op_release(f, op); /* its transfer is over: never post into returned memory */
+		return 0;
+	}
+	if (p && p->state == PEER_FAILED && op->kind == OP_CTRL_TX) {
 		op_free(op);
 		return 0;
 	}
@@ -1097,21 +1156,49 @@ static int op_post(odx_fab *f, struct fab_op *op)
 				       : (op_complete_error(f, op, -r, "registration failed"), 0);
 		op->desc = fi_mr_desc(op->mr);
 	}
+	if (op->kind == OP_DATA_RX && rl->mr_local && !rl->sink_mr &&
+	    (op->sink || op->buf == f->sink)) {
+		int r = mr_register(f, rl, f->sink, f->sink_len, FI_RECV, &rl->sink_mr);
+		if (r)
+			return r == -FI_EAGAIN
+				       ? r
+				       : (op_complete_error(f, op, -r, "sink registration failed"),
+					  0);
+		rl->sink_desc = fi_mr_desc(rl->sink_mr);
+	}
 	ssize_t ret;
 	fi_addr_t addr = p ? p->addr : FI_ADDR_UNSPEC;
 	switch (op->kind) {
 	case OP_CTRL_TX:
-		ret = fi_tsend(rl->ep, op->buf, op->len, op->desc, addr, FAB_TAG_CTRL, op);
+		ret = op->tag ? fi_tsenddata(rl->ep, op->buf, op->len, op->desc, op->cq_data, addr,
+					     op->tag, op)
+			      : fi_tsend(rl->ep, op->buf, op->len, op->desc, addr, FAB_TAG_CTRL,
+					 op);
 		break;
 	case OP_CTRL_RX:
 		ret = fi_trecv(rl->ep, op->buf, FAB_CTRL_BUF, op->desc, FI_ADDR_UNSPEC,
 			       FAB_TAG_CTRL, 0, op);
 		break;
 	case OP_DATA_TX:
-		ret = fi_tsend(rl->ep, op->buf, op->len, op->desc, addr, op->tag, op);
+		ret = fi_tsenddata(rl->ep, op->buf, op->len, op->desc, op->xfer->check, addr,
+				   op->tag, op);
 		break;
 	case OP_DATA_RX:
-		ret = fi_trecv(rl->ep, op->buf, op->len, op->desc, addr, op->tag, 0, op);
+		if (op->sink || op->buf == f->sink) {
+			struct iovec iov[2] = {{op->buf, op->len}, {f->sink, f->sink_len}};
+			void *desc[2] = {op->desc, rl->sink_desc};
+			/* an empty chunk: the sink alone */
+			size_t n = !op->sink ? 1 : op->len ? 2 : 1;
+			if (op->sink && !op->len) {
+				iov[0] = iov[1];
+				desc[0] = desc[1];
+			}
+			if (op->buf == f->sink)
+				desc[0] = rl->sink_desc;
+			ret = fi_trecvv(rl->ep, iov, desc, n, addr, op->tag, 0, op);
+		} else {
+			ret = fi_trecv(rl->ep, op->buf, op->len, op->desc, addr, op->tag, 0, op);
+		}
 		break;
 	case OP_READ:
 		ret = fi_read(rl->ep, op->buf, op->len, op->desc, addr, op->rma_addr, op->rma_key,
@@ -1203,24 +1290,22 @@ static void tx_credit_return(odx_fab *f, int peer)
 static void data_op_done(odx_fab *f, struct fab_op *op)
 {
 	struct fab_xfer *x = op->xfer;
+	if (op->detached || x->finished) {
+		data_op_release(f, op);
+		return;
+	}
 	if (op->kind == OP_DATA_TX)
 		tx_credit_return(f, op->peer);
 	if (op->slot >= 0)
 		x->ops[op->slot] = NULL;
 	x->ops_out--;
 	x->inflight--;
-	if (x->finished) {
-		op_free(op);
-		if (x->ops_out == 0)
-			xfer_release(f, x);
-		return;
-	}
-	if (op->kind == OP_DATA_TX)
+	if (op->kind == OP_DATA_TX) {
 		stat_add(&f->bytes_sent, op->len);
-	else
+	} else {
 		stat_add(&f->bytes_recv, op->len);
-	if (op->kind != OP_DATA_TX)
 		f->peers[x->peer].last_heard = fab_now_ns();
+	}
 	op_free(op);
 	x->completed++;
 	if (x->completed < x->nchunks) {
@@ -1230,15 +1315,65 @@ static void data_op_done(odx_fab *f, struct fab_op *op)
 	if (x->is_send && x->mode == FAB_MODE_PULL)
 		return; /* waits for the receiver's FIN */
 	if (x->mode == FAB_MODE_PULL) {
-		struct fab_fin fin = {.xfer_id = x->id};
+		struct fab_fin fin = {.key = x->key, .len = x->len};
 		ctrl_send(f, x->peer, FAB_MSG_FIN, &fin, sizeof(fin));
 	}
-	if (x->is_send)
-		map_remove(x, xfer_bucket(f, x));
+	if (x->mismatch) {
+		char msg[300];
+		snprintf(msg, sizeof(msg),
+			 "rank %d sends a different length for key %#llx (in %u chunk%s) than the "
+			 "receive posted for it, which expects %zu bytes",
+			 x->peer, (unsigned long long)x->key, x->nchunks,
+			 x->nchunks == 1 ? "" : "s", x->len);
+		xfer_finish(f, x, ODX_EINVAL, msg);
+		return;
+	}
 	xfer_finish(f, x, 0, NULL);
 }
 
-static void op_complete(odx_fab *f, int rail, struct fab_op *op, size_t len, fi_addr_t from)
+/* The first chunk that says the sender's length differs: from now on the receive takes exactly
+ * the sender's chunks (beyond its own buffer into the sink) and then fails. Draining them, rather
+ * than cancelling, keeps the sender's chunks from waiting in the provider forever: shm completes
+ * a rank's sends in order, so one never received would hold back all later ones. */
+static void recv_mismatch_begin(odx_fab *f, struct fab_xfer *x, uint64_t data)
+{
+	uint32_t theirs = fab_check_chunks(data);
+	if (!f->sink && theirs > x->own_chunks)
+		theirs = x->own_chunks; /* nowhere to drain the rest: they stay in the provider */
+	x->mismatch = true;
+	send_nack(f, x->peer, x->key, x->len, ODX_EINVAL); /* the send fails early, if pending */
+	for (int i = 0; i < FAB_WINDOW_MAX; i++)
+		if (x->ops[i] && x->ops[i]->chunk >= theirs)
+			op_detach(f, x, x->ops[i]); /* chunks the sender does not have */
+	x->nchunks = theirs;
+	if (x->next_chunk > theirs)
+		x->next_chunk = theirs;
+}
+
+/* A chunk landed in a posted receive: the remote CQ data must name this job and key, else the
+ * bytes are foreign (another job, a forged or stale message): dropped, counted, and the chunk's
+ * receive posted again, so the real chunk still lands. A length disagreement starts the drain.
+ * Returns true when the op was consumed here (posted again). */
+static bool rx_checked(odx_fab *f, struct fab_op *op, size_t len, uint64_t data, bool truncated)
+{
+	struct fab_xfer *x = op->xfer;
+	if (op->detached || x->finished)
+		return false;
+	if ((data ^ x->check) >> 32) {
+		fab_bad(f,
+			"a data message from rank %d for key %#llx chunk %u does not carry this "
+			"job's check for it (another job, stale or forged); receive posted again",
+			op->peer, (unsigned long long)x->key, op->chunk);
+		push_ready(f, op);
+		return true;
+	}
+	if (!x->mismatch && (truncated || (uint32_t)data != (uint32_t)x->check || len != op->len))
+		recv_mismatch_begin(f, x, data);
+	return false;
+}
+
+static void op_complete(odx_fab *f, int rail, struct fab_op *op, size_t len, uint64_t data,
+			fi_addr_t from)
 {
 	posted_remove(f, op);
 	switch (op->kind) {
@@ -1246,25 +1381,17 @@ static void op_complete(odx_fab *f, int rail, struct fab_op *op, size_t len, fi_
 		handle_ctrl(f, rail, op->buf, len, from);
 		push_ready(f, op);
 		break;
-	case OP_CTRL_TX: {
+	case OP_CTRL_TX:
 		stat_add(&f->msgs_sent, 1);
 		stat_add(&f->bytes_sent, op->len);
 		if (op->msg_type == FAB_MSG_HEARTBEAT)
 			f->peers[op->peer].hb_inflight = false;
-		struct fab_xfer *x = op->xfer;
 		op_free(op);
-		if (x) {
-			x->ops_out--;
-			if (!x->finished) {
-				map_remove(x, xfer_bucket(f, x));
-				stat_add(&f->bytes_sent, x->len);
-				xfer_finish(f, x, 0, NULL);
-			} else if (x->ops_out == 0) {
-				xfer_release(f, x);
-			}
-		}
 		break;
-	}
+	case OP_DATA_RX:
+		if (rx_checked(f, op, len, data, false))
+			break;
+		/* fall through */
 	default:
 		data_op_done(f, op);
 	}
@@ -1274,38 +1401,21 @@ static void op_complete_error(odx_fab *f, struct fab_op *op, int fi_err, const c
 {
 	posted_remove(f, op);
 	struct fab_xfer *x = op->xfer;
-	if (fi_err == FI_ECANCELED || (x && x->finished)) {
-		if (op->kind == OP_CTRL_RX && !atomic_load(&f->closing)) {
+	if (x && (fi_err == FI_ECANCELED || op->detached || x->finished)) {
+		data_op_release(f, op);
+		return;
+	}
+	if (fi_err == FI_ECANCELED) {
+		if (op->kind == OP_CTRL_RX && !atomic_load(&f->closing))
 			push_ready(f, op);
-			return;
-		}
-		if (x) {
-			if (op->slot >= 0)
-				x->ops[op->slot] = NULL;
-			x->ops_out--;
-			if (op->kind != OP_CTRL_TX)
-				x->inflight--;
-			if (op->kind == OP_DATA_TX)
-				tx_credit_return(f, op->peer);
-			if (x->finished && x->ops_out == 0)
-				xfer_release(f, x);
-		}
-		op_free(op);
+		else
+			op_free(op);
 		return;
 	}
 	if (op->kind == OP_CTRL_RX) {
 		/* e.g. FI_ETRUNC: something larger than any control message of ours */
 		fab_bad(f, "control receive failed: %s (%s)", fi_strerror(fi_err), detail);
 		push_ready(f, op);
-		return;
-	}
-	if (op->kind == OP_DATA_RX && fi_err == FI_ETRUNC) {
-		char msg[200];
-		snprintf(msg, sizeof(msg),
-			 "rank %d sent more than the %zu bytes expected for key %#llx", op->peer,
-			 x->len, (unsigned long long)x->key);
-		xfer_finish(f, x, ODX_EINVAL, msg);
-		op_complete_error(f, op, FI_ECANCELED, detail);
 		return;
 	}
 	stat_add(&f->retries, 1);
@@ -1335,7 +1445,7 @@ static int poll_rail(odx_fab *f, int rail)
 				   : fi_cq_read(rl->cq, e, 16);
 	if (n > 0) {
 		for (ssize_t i = 0; i < n; i++)
-			op_complete(f, rail, e[i].op_context, e[i].len,
+			op_complete(f, rail, e[i].op_context, e[i].len, e[i].data,
 				    rl->has_source ? from[i] : FI_ADDR_NOTAVAIL);
 		return (int)n;
 	}
@@ -1343,10 +1453,18 @@ static int poll_rail(odx_fab *f, int rail)
 		struct fi_cq_err_entry ee;
 		memset(&ee, 0, sizeof(ee));
 		if (fi_cq_readerr(rl->cq, &ee, 0) > 0 && ee.op_context) {
+			struct fab_op *op = ee.op_context;
+			if (op->kind == OP_DATA_RX && abs(ee.err) == FI_ETRUNC) {
+				/* bytes beyond the posted chunk and the sink: whose, and why */
+				posted_remove(f, op);
+				if (!rx_checked(f, op, ee.len, ee.data, true))
+					data_op_done(f, op);
+				return 1;
+			}
 			char detail[160];
 			snprintf(detail, sizeof(detail), "provider %s: %s", rl->prov,
 				 fi_cq_strerror(rl->cq, ee.prov_errno, ee.err_data, NULL, 0));
-			op_complete_error(f, ee.op_context, ee.err, detail);
+			op_complete_error(f, op, ee.err, detail);
 		}
 		return 1;
 	}
@@ -1445,6 +1563,11 @@ static void idle_wait(odx_fab *f, int rounds)
 		return;
 	}
 	int64_t now = fab_now_ns();
+	if (now - f->last_data < FAB_ACTIVE_NS ||
+	    (f->data_out && now - f->last_data < FAB_ACTIVE_TX_NS)) {
+		sched_yield();
+		return;
+	}
 	int64_t wait_ns = 10000000; /* heartbeats and timeouts are checked at least this often */
 	for (struct fab_op *op = f->delayed; op; op = op->next)
 		if (op->not_before - now < wait_ns)
@@ -1613,11 +1736,13 @@ static int open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, ch
 	rl->mr_raw = mr & FI_MR_RAW;
 	rl->has_rma = (info->caps & FI_RMA) != 0;
 	rl->has_source = (info->caps & FI_SOURCE) != 0 && !source_broken;
+	rl->rx_iov2 = info->rx_attr->iov_limit >= 2;
 	return 0;
 }
 
 static void close_rail(struct fab_rail *rl)
 {
+	mr_close(&rl->sink_mr);
 	if (rl->ep)
 		fi_close(&rl->ep->fid);
 	rl->ep = NULL;
@@ -1742,6 +1867,11 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 		goto out_free;
 	snprintf(f->rail[0].prov, sizeof(f->rail[0].prov), "%s", f->prof.prov);
 	atomic_store(&f->pull_min, f->prof.pull_min);
+	f->sink_len = f->prof.chunk;
+	f->sink = mmap(NULL, f->sink_len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (f->sink == MAP_FAILED)
+		f->sink = NULL; /* then a longer sender truncates (the provider's error) */
 	ret = fab_wireup_detect(&f->wu, err, errlen);
 	if (ret)
 		goto out_free;
@@ -1822,6 +1952,8 @@ out_wireup:
 	fab_wireup_finish(&f->wu);
 out_free:
 	close_rail(&f->rail[0]);
+	if (f->sink)
+		munmap(f->sink, f->sink_len);
 	free(f->peers);
 	if (f->wake_fd >= 0)
 		close(f->wake_fd);
@@ -1875,7 +2007,6 @@ void odx_fab_close(odx_fab *f)
 		struct fab_xfer *x = f->active;
 		f->active = x->anext;
 		mr_close(&x->mr);
-		free(x->inline_data);
 		free(x);
 	}
 	for (int i = 0; i < FAB_RAILS_MAX; i++)
@@ -1885,6 +2016,8 @@ void odx_fab_close(odx_fab *f)
 		close(f->wake_fd);
 	pthread_cond_destroy(&f->cond);
 	pthread_mutex_destroy(&f->lock);
+	if (f->sink)
+		munmap(f->sink, f->sink_len);
 	free(f->peer_str);
 	free(f->peers);
 	free(f);
@@ -1985,7 +2118,7 @@ int odx_fab_send_msg(odx_fab *f, int dst, uint32_t type, const void *payload, si
 static int submit_xfer(odx_fab *f, bool is_send, int peer, uint64_t key, void *buf, size_t len,
 		       odx_fab_done_fn done, void *arg)
 {
-	if (!f || (len && !buf))
+	if (!f || (len && !buf) || key >> FAB_KEY_BITS)
 		return ODX_EINVAL;
 	if (len > f->prof.max_xfer && peer != f->rank)
 		return ODX_ERANGE;
@@ -2106,7 +2239,8 @@ int odx_fab_peer_addr(const odx_fab *f, int rank, char *buf, size_t n)
 
 int odx__fab_send_garbage(odx_fab *f, int dst, odx_fab_garbage kind, uint64_t seed)
 {
-	if (!f || dst < 0 || dst >= f->size || dst == f->rank || kind >= ODX_FAB_GARBAGE_COUNT)
+	if (!f || dst < 0 || dst >= f->size || dst == f->rank || kind >= ODX_FAB_GARBAGE_COUNT ||
+	    (kind == ODX_FAB_GARBAGE_DATA && seed >> FAB_KEY_BITS))
 		return ODX_EINVAL;
 	uint64_t rng = seed * 0x9e3779b97f4a7c15ull + (uint64_t)kind;
 	struct fab_op *op = op_new(OP_CTRL_TX, dst, FAB_CTRL_BUF);
@@ -2154,11 +2288,19 @@ int odx__fab_send_garbage(odx_fab *f, int dst, odx_fab_garbage kind, uint64_t se
 	case ODX_FAB_GARBAGE_TYPE:
 		h.type = FAB_MSG_TYPE_END + (uint16_t)(fab_rand(&rng) % 100);
 		break;
+	case ODX_FAB_GARBAGE_DATA:
+		op->tag = fab_data_tag(seed, 0);
+		op->cq_data = fab_rand(&rng);
+		/* lengths step through short, equal and overlong between calls with one key */
+		len = 1 + (size_t)atomic_fetch_add(&f->garbage_calls, 1) * 1999 % 6000;
+		for (size_t i = 0; i < len; i++)
+			op->buf[i] = (unsigned char)fab_rand(&rng);
+		break;
 	case ODX_FAB_GARBAGE_REPLAY:
 	default:
 		break;
 	}
-	if (kind != ODX_FAB_GARBAGE_RANDOM)
+	if (kind != ODX_FAB_GARBAGE_RANDOM && kind != ODX_FAB_GARBAGE_DATA)
 		memcpy(op->buf, &h, len < sizeof(h) ? len : sizeof(h));
 	pthread_mutex_lock(&f->lock);
 	if (kind == ODX_FAB_GARBAGE_REPLAY && f->last_ctrl_len && f->last_ctrl_peer == dst) {

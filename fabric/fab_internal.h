@@ -18,11 +18,11 @@
  * Every control message starts with fab_hdr. Hosts are assumed to share endianness (checked by
  * the magic: a byte-swapped peer fails the magic test and is dropped). */
 #define FAB_MAGIC 0x4f445846u /* "ODXF" */
-#define FAB_VERSION 1
+#define FAB_VERSION 2
 
 enum fab_msg_type {
 	FAB_MSG_USER = 1,    /* odx_fab_send_msg payload */
-	FAB_MSG_RTS,	     /* a data transfer announcement (fab_rts body, maybe inline data) */
+	FAB_MSG_RTS,	     /* a pull announcement (fab_rts body) */
 	FAB_MSG_FIN,	     /* receiver finished an fi_read pull: sender may close its region */
 	FAB_MSG_NACK,	     /* receiver refused a transfer (length mismatch) */
 	FAB_MSG_HEARTBEAT,   /* liveness when idle (credit-exempt) */
@@ -46,24 +46,25 @@ struct fab_hdr {
 };
 
 enum fab_xfer_mode {
-	FAB_MODE_INLINE = 1,
-	FAB_MODE_TAGGED,
-	FAB_MODE_PULL
+	FAB_MODE_TAGGED = 2, /* chunks as tagged messages into receives posted at odx_fab_recv */
+	FAB_MODE_PULL	     /* the receiver reads the sender's read-only region (fi_read) */
 };
 
+/* A pull announcement: the only transfer mode that needs one. */
 struct fab_rts {
 	uint64_t key;
 	uint64_t len;
-	uint64_t xfer_id;
 	uint32_t mode;
 	uint32_t nchunks;
 	uint64_t chunk;
-	uint64_t rma_addr; /* FAB_MODE_PULL: address (or offset) and key of the read-only region */
+	uint64_t rma_addr; /* address (or offset) and key of the read-only region */
 	uint64_t rma_key;
 };
 
+/* FIN (pull done) and NACK (refused: status, and the length the receive expects). */
 struct fab_fin {
-	uint64_t xfer_id;
+	uint64_t key;
+	uint64_t len;
 	int32_t status;
 	uint32_t pad;
 };
@@ -75,23 +76,66 @@ struct fab_barrier_msg {
 /* Control buffers: header + payload. */
 #define FAB_CTRL_BUF 8192
 #define FAB_CTRL_PAYLOAD_MAX (FAB_CTRL_BUF - sizeof(struct fab_hdr))
-#define FAB_INLINE_MAX (FAB_CTRL_PAYLOAD_MAX - sizeof(struct fab_rts))
-_Static_assert(sizeof(struct fab_hdr) == 40 && sizeof(struct fab_rts) == 56,
-	       "wire structs changed: tests/fabric/fab_test.c straddles the 8096-byte inline limit");
+_Static_assert(sizeof(struct fab_hdr) == 40 && sizeof(struct fab_rts) == 48 &&
+		       sizeof(struct fab_fin) == 24,
+	       "wire structs changed: bump FAB_VERSION");
 
-/* Tags: control messages use tag 0; data chunks set the top bit, then 39 bits of the sender's
- * transfer id and 24 bits of chunk index. Data receives are directed at one source address, so
- * ids only need to be unique per sender. */
+/* Tags: control messages use tag 0. A data chunk sets the top bit, then carries the transfer key
+ * (FAB_KEY_BITS) and the chunk index, so the receiver can post every chunk at odx_fab_recv time,
+ * before anything arrives from the sender, and the provider's rendezvous lands the bytes in the
+ * destination. Receives are directed at one source address: keys need only be unique per pair
+ * of ranks and direction. */
 #define FAB_TAG_CTRL 0ull
 #define FAB_TAG_DATA (1ull << 63)
-#define FAB_TAG_ID_BITS 39
-#define FAB_TAG_CHUNK_BITS 24
+#define FAB_TAG_CHUNK_BITS 8
+#define FAB_KEY_BITS (63 - FAB_TAG_CHUNK_BITS)
+_Static_assert(FAB_KEY_BITS == ODX_FAB_KEY_BITS, "fabric.h promises 55-bit keys");
 #define FAB_MAX_CHUNKS (1u << FAB_TAG_CHUNK_BITS)
 
-static inline uint64_t fab_data_tag(uint64_t xfer_id, uint32_t chunk)
+static inline uint64_t fab_data_tag(uint64_t key, uint32_t chunk)
 {
-	return FAB_TAG_DATA | ((xfer_id & ((1ull << FAB_TAG_ID_BITS) - 1)) << FAB_TAG_CHUNK_BITS) |
-	       chunk;
+	return FAB_TAG_DATA | key << FAB_TAG_CHUNK_BITS | chunk;
+}
+
+static inline uint64_t fab_mix64(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/* The remote CQ data every chunk carries: the high half a digest of (job key, transfer key); the
+ * low half the sender's chunk count minus one (8 bits) and a digest of (length, chunk size) (24
+ * bits). The receiver checks it before it counts a chunk: the high half tells foreign bytes
+ * (another job, a forged or stale message) from a length or chunking disagreement, and the count
+ * tells it how many of the sender's chunks to drain before it fails the receive. */
+static inline uint64_t fab_data_check(uint64_t job_key, uint64_t key, uint64_t len, uint64_t chunk,
+				      uint32_t nchunks)
+{
+	uint64_t who = fab_mix64(job_key ^ fab_mix64(key + 0x9e3779b97f4a7c15ull));
+	uint64_t what = fab_mix64(len ^ fab_mix64(chunk));
+	return (who & 0xffffffff00000000ull) | (uint64_t)((nchunks - 1) & 0xff) << 24 |
+	       (what >> 40);
+}
+
+static inline uint32_t fab_check_chunks(uint64_t check)
+{
+	return (uint32_t)((check >> 24) & 0xff) + 1;
+}
+
+/* Deterministic chunking: both sides cut a transfer of `len` bytes the same way from the
+ * profile's chunk size (growing it past FAB_MAX_CHUNKS pieces); a 0-byte transfer is one empty
+ * message. */
+static inline size_t fab_chunk_size(size_t len, size_t chunk)
+{
+	return len / chunk >= FAB_MAX_CHUNKS ? (len + FAB_MAX_CHUNKS - 1) / FAB_MAX_CHUNKS : chunk;
+}
+
+static inline uint32_t fab_chunk_count(size_t len, size_t chunk)
+{
+	return len ? (uint32_t)((len + chunk - 1) / chunk) : 1;
 }
 
 /* ---- Provider profiles (fab_provider.c) ---------------------------------------------------- */

@@ -113,6 +113,11 @@ static struct fi_info *getinfo_for(const char *prov, const char *iface)
 	const uint64_t tries[] = {base | FI_SOURCE | FI_RMA, base | FI_SOURCE, base | FI_RMA, base};
 	for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
 		struct fi_info *info = getinfo_with(prov, iface, tries[i]);
+		/* Required too: 8 bytes of remote CQ data, which carry each data chunk's check */
+		if (info && info->domain_attr->cq_data_size < sizeof(uint64_t)) {
+			fi_freeinfo(info);
+			info = NULL;
+		}
 		if (info)
 			return info;
 	}

@@ -11,10 +11,11 @@
  *    that thread and must not block (queue work elsewhere).
  *  - Control messages (odx_fab_send_msg) are small, copied, eager, bounded per peer by credits and
  *    delivered unordered.
- *  - Data transfers (odx_fab_send / odx_fab_recv) are matched by (source rank, 64-bit key). The
- *    receiver pre-posts; a send may come before or after its recv. Keys must be unique among the
- *    transfers in flight between one pair of ranks; equal keys in flight at once match in an
- *    unspecified order.
+ *  - Data transfers (odx_fab_send / odx_fab_recv) are matched by (source rank, key), keys below
+ *    2^ODX_FAB_KEY_BITS. The receiver pre-posts; a send may come before or after its recv. Keys
+ *    must be unique among the transfers in flight from one rank to another: two in flight with
+ *    one key may mix their bytes. A key may be used again once both sides of its transfer are
+ *    done.
  *  - Every call that returns 0 for an operation with a done callback calls it exactly once later
  *    (success, ODX_EPEER naming the rank, ODX_EINVAL for a length mismatch, ODX_ECANCELED at
  *    close). A call that returns an error never calls done.
@@ -28,6 +29,9 @@
 #include <stdint.h>
 
 typedef struct odx_fab odx_fab;
+
+/* Transfer keys are this many bits wide (they travel in the provider's 64-bit tag). */
+#define ODX_FAB_KEY_BITS 55
 
 typedef struct odx_fab_params {
 	/* "auto" (NULL = auto), "tcp", "shm", "verbs", "cxi", "efa", "ue", or a raw libfabric
@@ -80,12 +84,14 @@ size_t odx_fab_max_msg(const odx_fab *f);
 int odx_fab_send_msg(odx_fab *f, int dst, uint32_t type, const void *payload, size_t len);
 
 /*
- * Data: the receiver knows in advance and pre-posts; matched by (src rank, 64-bit key). Any size
- * (0 .. many GiB, unaligned). src/dst memory stays untouched by the caller until done. The
- * transport picks tagged rendezvous or an fi_read pull from a region the SENDER registered
- * read-only for that transfer (closed afterwards) when the provider offers FI_RMA and it measured
- * faster; never registers anything for remote write. A send may be issued before or after the
- * matching recv is posted. Lengths must match: a mismatch fails both sides with ODX_EINVAL.
+ * Data: the receiver knows in advance and pre-posts; matched by (src rank, key < 2^55; a larger
+ * key is ODX_EINVAL). Any size (0 .. many GiB, unaligned). src/dst memory stays untouched by the
+ * caller until done. The receive is posted into dst at once (the provider's rendezvous then
+ * lands the bytes there), or, when the sender chose the pull, read with fi_read from a region the
+ * SENDER registered read-only for that transfer (closed afterwards); nothing is ever registered
+ * for remote write. A send may be issued before or after the matching recv is posted. Lengths
+ * must match: a mismatch fails the receive with ODX_EINVAL and the send too (ODX_EINVAL naming
+ * both sizes) unless it already completed.
  */
 int odx_fab_send(odx_fab *f, int dst, uint64_t key, const void *src, size_t len,
 		 odx_fab_done_fn done, void *arg);
@@ -129,6 +135,8 @@ typedef enum odx_fab_garbage {
 	ODX_FAB_GARBAGE_SENDER,	   /* claims to come from another rank */
 	ODX_FAB_GARBAGE_REPLAY,	   /* an exact copy of an earlier valid message */
 	ODX_FAB_GARBAGE_TYPE,	   /* valid header, unknown internal type */
+	ODX_FAB_GARBAGE_DATA,	   /* a data chunk for key `seed` (chunk 0) with random bytes, a
+				      random length and no valid check */
 	ODX_FAB_GARBAGE_COUNT
 } odx_fab_garbage;
 int odx__fab_send_garbage(odx_fab *f, int dst, odx_fab_garbage kind, uint64_t seed);

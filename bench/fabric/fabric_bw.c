@@ -5,11 +5,14 @@
  * provider, same sizes, busy-polling its own CQ), plus a 256 MiB memcpy as the in-node limit.
  * One JSON object per line on rank 0. Run with two ranks:
  *
- *   scripts/odx-run -n 2 build/bench/fabric/fabric_bw [-p tcp|shm|...] [-m max_bytes] [-q]
+ *   scripts/odx-run -n 2 build/bench/fabric/fabric_bw [-p tcp|shm|...] [-m max_bytes]
+ *                                                     [-n min_bytes] [-q]
  *
- * -q: quick (fewer iterations; the meson benchmark smoke pass). The raw loop exchanges its
+ * -q: quick (fewer iterations; the meson benchmark smoke pass). -n skips the sizes below
+ * min_bytes (and the memcpy reference), for a quick look at a few sizes. The raw loop exchanges its
  * endpoint names over odx_fab control messages, so both run under the same launcher.
  */
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -73,7 +76,9 @@ static int bw_window(size_t size)
 
 /* ---- ODX side ----------------------------------------------------------------------------- */
 
-static atomic_int odx_done;
+static atomic_int odx_done, odx_target;
+static pthread_mutex_t odx_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t odx_cond = PTHREAD_COND_INITIALIZER;
 static char name_buf[512];
 static size_t name_len;
 static atomic_int name_arrived;
@@ -82,7 +87,13 @@ static void on_done(void *arg, int status, const char *msg)
 {
 	if (status)
 		DIE("transfer failed: %s %s", odx_err_name(status), msg ? msg : "");
-	atomic_fetch_add(&odx_done, 1);
+	/* odx_target is 1 from the reset until the waiter names its target: a completion that
+	 * read it early signals anyway */
+	if (atomic_fetch_add(&odx_done, 1) + 1 >= atomic_load(&odx_target)) {
+		pthread_mutex_lock(&odx_lock); /* the waiter may be blocked: one wake-up per wait */
+		pthread_cond_signal(&odx_cond);
+		pthread_mutex_unlock(&odx_lock);
+	}
 	(void)arg;
 }
 
@@ -97,16 +108,30 @@ static void on_msg(void *user, int src, uint32_t type, const void *payload, size
 	(void)src;
 }
 
-/* Waits by yielding: on 2 cores a sleeping wait costs a wake-up per message, a pure spin starves
- * the progress thread. */
+/* Waits as an application thread would: a short yielding spin (a reply that is already on its
+ * way), then blocked until the last completion of the wait wakes it once, so the progress threads
+ * get the two cores rather than sharing them with spinning callers. The raw loop has no progress
+ * thread: it busy-polls its CQ on the calling thread. */
 static void odx_wait(int target)
 {
-	double limit = now_s() + 120;
-	while (atomic_load(&odx_done) < target) {
+	atomic_store(&odx_target, target);
+	double t0 = now_s(), limit = t0 + 120;
+	while (atomic_load(&odx_done) < target && now_s() - t0 < 20e-6)
 		sched_yield();
+	pthread_mutex_lock(&odx_lock);
+	while (atomic_load(&odx_done) < target) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 10000000; /* re-check the deadline every 10 ms */
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&odx_cond, &odx_lock, &ts);
 		if (now_s() > limit)
 			DIE("ODX wait timed out");
 	}
+	pthread_mutex_unlock(&odx_lock);
 }
 
 static void odx_bench(odx_fab *f, size_t size, unsigned char *buf, unsigned char *buf2,
@@ -121,15 +146,16 @@ static void odx_bench(odx_fab *f, size_t size, unsigned char *buf, unsigned char
 		if (i == 0)
 			t0 = now_s();
 		atomic_store(&odx_done, 0);
+		atomic_store(&odx_target, 1);
 		uint64_t k = key++;
 		if (rank == 0) {
-			odx_fab_recv(f, peer, k | (1ull << 62), buf2, size, on_done, NULL);
+			odx_fab_recv(f, peer, k | (1ull << 50), buf2, size, on_done, NULL);
 			odx_fab_send(f, peer, k, buf, size, on_done, NULL);
 			odx_wait(2);
 		} else {
 			odx_fab_recv(f, peer, k, buf2, size, on_done, NULL);
 			odx_wait(1);
-			odx_fab_send(f, peer, k | (1ull << 62), buf, size, on_done, NULL);
+			odx_fab_send(f, peer, k | (1ull << 50), buf, size, on_done, NULL);
 			odx_wait(2);
 		}
 	}
@@ -141,6 +167,7 @@ static void odx_bench(odx_fab *f, size_t size, unsigned char *buf, unsigned char
 		if (r == 0)
 			t0 = now_s();
 		atomic_store(&odx_done, 0);
+		atomic_store(&odx_target, 1);
 		uint64_t base = key;
 		key += (uint64_t)window + 1;
 		if (rank == 0) {
@@ -393,17 +420,19 @@ static double memcpy_gbps(void)
 int main(int argc, char **argv)
 {
 	const char *prov = "tcp";
-	size_t max = 64u << 20;
+	size_t max = 64u << 20, min = 0;
 	int opt;
-	while ((opt = getopt(argc, argv, "p:m:q")) != -1) {
+	while ((opt = getopt(argc, argv, "p:m:n:q")) != -1) {
 		if (opt == 'p')
 			prov = optarg;
 		else if (opt == 'm')
 			max = strtoull(optarg, NULL, 0);
+		else if (opt == 'n')
+			min = strtoull(optarg, NULL, 0);
 		else if (opt == 'q')
 			quick = true;
 		else
-			DIE("usage: fabric_bw [-p provider] [-m max_bytes] [-q]");
+			DIE("usage: fabric_bw [-p provider] [-m max_bytes] [-n min_bytes] [-q]");
 	}
 	odx_fab_params p = {.provider = prov, .iface = getenv("ODX_FABRIC_IFACE")};
 	odx_fab *f = NULL;
@@ -418,8 +447,9 @@ int main(int argc, char **argv)
 	const char *picked = odx_fab_provider(f);
 	size_t sizes[MAX_SIZES], nsizes = 0;
 	for (size_t s = 8; s <= max && nsizes < MAX_SIZES; s *= 4) {
-		sizes[nsizes++] = s;
-		if (s == 32768 && max >= 65536)
+		if (s >= min)
+			sizes[nsizes++] = s;
+		if (s == 32768 && max >= 65536 && min <= 65536)
 			sizes[nsizes++] = 65536;
 	}
 	if (nsizes && sizes[nsizes - 1] < max && nsizes < MAX_SIZES)
@@ -430,7 +460,7 @@ int main(int argc, char **argv)
 	memset(buf, 0x5a, max);
 	memset(buf2, 0, max);
 
-	double memcpy_bw = rank == 0 ? memcpy_gbps() : 0;
+	double memcpy_bw = rank == 0 && !min ? memcpy_gbps() : 1;
 	if (rank == 0)
 		printf("{\"bench\":\"fabric_bw\",\"test\":\"memcpy\",\"size\":%u,\"gbps\":%.3f}\n",
 		       256u << 20, memcpy_bw);

@@ -2,9 +2,13 @@
 /*
  * fab_test.c - one rank of the multi-process fabric tests, started by scripts/odx-run (or mpirun).
  *
- *   fab_test matrix   transfer matrix: sizes around the inline/chunk thresholds, unaligned, 64 MiB,
- *                     many in flight, receives posted before and after sends; data checked
- *   fab_test garbage  the matrix while a raw TCP client and a malformed-message sender hit rank 0
+ *   fab_test matrix   transfer matrix: sizes around the providers' eager limits and the chunk
+ *                     size, unaligned, 64 MiB, many in flight, receives posted before and after
+ *                     sends; data checked
+ *   fab_test garbage  the matrix while a raw TCP client and a malformed-message sender hit rank 0,
+ *                     after forged data messages aimed at a posted receive
+ *   fab_test mismatch sender and receiver disagree on lengths (2 ranks): the receive fails with
+ *                     ODX_EINVAL, the send completes or fails, nothing hangs, the next transfer works
  *   fab_test kill     the last rank dies mid-job; the others must see ODX_EPEER naming it
  *   fab_test ue       small transfers only (what the ue profile supports)
  *   fab_test huge     one FAB_TEST_BIG-byte transfer (above 4 GiB by hand; not in the suite)
@@ -50,10 +54,24 @@ static volatile int msgs_seen;
 		exit(1);                                                                           \
 	} while (0)
 
+struct xfer {
+	int peer;
+	uint64_t key;
+	size_t len, offset;
+	unsigned char *mem;
+	bool is_send;
+	int status, calls; /* written by on_done */
+	char msg[300];
+};
+
 static void on_done(void *arg, int status, const char *msg)
 {
+	struct xfer *x = arg;
 	pthread_mutex_lock(&W.lock);
 	W.pending--;
+	x->status = status;
+	x->calls++;
+	snprintf(x->msg, sizeof(x->msg), "%s", msg ? msg : "");
 	if (status) {
 		W.failed++;
 		if (status == ODX_EPEER)
@@ -64,7 +82,6 @@ static void on_done(void *arg, int status, const char *msg)
 	}
 	pthread_cond_broadcast(&W.cond);
 	pthread_mutex_unlock(&W.lock);
-	(void)arg;
 }
 
 static void on_msg(void *user, int src, uint32_t type, const void *payload, size_t len)
@@ -109,14 +126,6 @@ static unsigned char pattern(int src, int dst, uint64_t key, size_t i)
 			       (i >> 12));
 }
 
-struct xfer {
-	int peer;
-	uint64_t key;
-	size_t len, offset;
-	unsigned char *mem;
-	bool is_send;
-};
-
 static struct xfer *xfers;
 static size_t nxfers, cap;
 
@@ -146,11 +155,11 @@ static void add_xfer(int peer, uint64_t key, size_t len, size_t offset, bool is_
 /* The transfers this rank takes part in: the same plan is built on every rank. */
 static void build_plan(int size, size_t big, bool small_only)
 {
-	/* 8096 is the largest payload that rides inside the announcement (8 KiB control buffer minus
-	 * the 40-byte header and the 56-byte RTS body) */
-	static const size_t sizes[] = {0,    1,	    7,	   64,	  4095,		4096,
-				       8000, 8095,  8096,  8097,  8191,		8192,
-				       8193, 65535, 65536, 65537, 1048576 + 13, 4194304 - 3};
+	/* around 4 KiB (shm's inject limit), 8 KiB, 16 KiB (rxm's eager limit), 64 KiB and the
+	 * chunk size (FAB_TEST_BIG crosses 16 MiB chunks) */
+	static const size_t sizes[] = {0,     1,     7,	    64,	   4095,	 4096,	     8000,
+				       8095,  8096,  8097,  8191,  8192,	 8193,	     16384,
+				       16385, 65535, 65536, 65537, 1048576 + 13, 4194304 - 3};
 	uint64_t key = 1;
 	for (int s = 0; s < size; s++) {
 		for (int d = 0; d < size; d++) {
@@ -302,6 +311,138 @@ static void *garbage_client(void *arg)
 	return NULL;
 }
 
+static void wait_stats_bad(odx_fab *f, uint64_t at_least)
+{
+	odx_fab_stats st;
+	for (int t = 0; t < DEADLINE_S * 100; t++) {
+		odx_fab_get_stats(f, &st);
+		if (st.bad_msgs >= at_least)
+			return;
+		usleep(10000);
+	}
+	DIE("only %llu bad messages counted, expected %llu", (unsigned long long)st.bad_msgs,
+	    (unsigned long long)at_least);
+}
+
+/* Forged data messages (random bytes, lengths below, equal to and above the receive's, no
+ * valid check) hit a receive rank 0 posted for rank 1: each is dropped and counted, the receive
+ * posted again, and the real data, sent only after rank 0 counted them, lands intact. */
+static void forged_data(odx_fab *f)
+{
+	enum {
+		N = 4,
+		LEN = 3000
+	};
+	const uint64_t key = 1ull << 40;
+	static struct xfer x;
+	if (my_rank > 1)
+		return;
+	x = (struct xfer){.peer = 1 - my_rank, .key = key, .len = LEN, .offset = 1};
+	x.is_send = my_rank == 1;
+	x.mem = malloc(LEN + 2);
+	if (!x.mem)
+		DIE("out of memory");
+	memset(x.mem, 0xa5, LEN + 2);
+	for (size_t i = 0; x.is_send && i < LEN; i++)
+		x.mem[1 + i] = pattern(1, 0, key, i);
+	odx_fab_stats st;
+	odx_fab_get_stats(f, &st);
+	if (my_rank == 0)
+		post(f, &x);
+	if (odx_fab_barrier(f, 30000))
+		DIE("barrier before the forged data");
+	for (int k = 0; my_rank == 1 && k < N; k++)
+		if (odx__fab_send_garbage(f, 0, ODX_FAB_GARBAGE_DATA, key))
+			DIE("send_garbage data");
+	if (my_rank == 0)
+		wait_stats_bad(f, st.bad_msgs + N);
+	if (odx_fab_barrier(f, 30000))
+		DIE("barrier after the forged data");
+	if (my_rank == 1)
+		post(f, &x);
+	if (wait_all(DEADLINE_S) || x.calls != 1 || x.status)
+		DIE("transfer after forged data: %d calls, %s %s", x.calls, odx_err_name(x.status),
+		    x.msg);
+	for (size_t i = 0; my_rank == 0 && i < LEN; i++)
+		if (x.mem[1 + i] != pattern(1, 0, key, i))
+			DIE("byte %zu after forged data is %#x", i, x.mem[1 + i]);
+	if (my_rank == 0 && (x.mem[0] != 0xa5 || x.mem[LEN + 1] != 0xa5))
+		DIE("forged data wrote around the destination");
+	free(x.mem);
+	if (my_rank == 0)
+		printf("forged data: %d messages dropped, the real data landed\n", N);
+}
+
+/* Rank 0 sends, rank 1 receives with another length: sizes inside one chunk, more and fewer
+ * chunks than the receive (FAB_TEST chunk 1 MiB), and empty on either side. Half the receives
+ * are posted before the sends, half after. */
+static void run_mismatch(odx_fab *f)
+{
+	static const size_t pairs[][2] = {
+		{100, 200},	    {200, 100},		{20000, 20001},
+		{3 << 20, 1 << 20}, {1 << 20, 3 << 20}, {0, 5000},
+		{5000, 0},	    {9000, 8999},	{(3 << 20) + 1, (3 << 20) + 2}};
+	enum {
+		NP = sizeof(pairs) / sizeof(pairs[0])
+	};
+	static struct xfer xs[2 * NP + 1];
+	if (my_rank > 1)
+		return;
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < NP; i++) {
+			struct xfer *x = &xs[round * NP + i];
+			*x = (struct xfer){.peer = 1 - my_rank,
+					   .key = 500 + (uint64_t)(round * NP + i),
+					   .is_send = my_rank == 0};
+			x->len = pairs[i][my_rank];
+			x->mem = calloc(1, x->len + 1);
+		}
+		if (my_rank == 1 && round == 0)
+			for (int i = 0; i < NP; i++)
+				post(f, &xs[i]);
+		if (odx_fab_barrier(f, 30000))
+			DIE("mismatch barrier");
+		for (int i = 0; my_rank == 0 && i < NP; i++)
+			post(f, &xs[round * NP + i]);
+		if (my_rank == 1 && round == 1) {
+			usleep(20000); /* the data is there first */
+			for (int i = 0; i < NP; i++)
+				post(f, &xs[NP + i]);
+		}
+		if (wait_all(DEADLINE_S))
+			DIE("%d mismatched transfers still pending after %d s", W.pending,
+			    DEADLINE_S);
+	}
+	for (int i = 0; i < 2 * NP; i++) {
+		struct xfer *x = &xs[i];
+		if (x->calls != 1)
+			DIE("key %llu: done called %d times", (unsigned long long)x->key, x->calls);
+		if (!x->is_send && (x->status != ODX_EINVAL || !strstr(x->msg, "expects")))
+			DIE("mismatched receive of key %llu (%zu bytes) ended with %s: %s",
+			    (unsigned long long)x->key, x->len, odx_err_name(x->status), x->msg);
+		if (x->is_send && x->status != 0 && x->status != ODX_EINVAL)
+			DIE("mismatched send of key %llu ended with %s: %s",
+			    (unsigned long long)x->key, odx_err_name(x->status), x->msg);
+		printf("rank %d key %llu %s %zu: %s %s\n", my_rank, (unsigned long long)x->key,
+		       x->is_send ? "send" : "recv", x->len, odx_err_name(x->status), x->msg);
+		free(x->mem);
+	}
+	/* the transport goes on: a matching transfer across chunks */
+	struct xfer *x = &xs[2 * NP];
+	*x = (struct xfer){.peer = 1 - my_rank, .key = 600, .len = (2 << 20) + 5, .offset = 0};
+	x->is_send = my_rank == 0;
+	x->mem = malloc(x->len + 1);
+	for (size_t i = 0; i < x->len; i++)
+		x->mem[i] = x->is_send ? pattern(0, 1, 600, i) : 0;
+	post(f, x);
+	if (wait_all(DEADLINE_S) || x->status)
+		DIE("transfer after the mismatches: %s %s", odx_err_name(x->status), x->msg);
+	for (size_t i = 0; !x->is_send && i < x->len; i++)
+		if (x->mem[i] != pattern(0, 1, 600, i))
+			DIE("byte %zu after the mismatches is wrong", i);
+	free(x->mem);
+}
+
 static odx_fab *open_fab(void)
 {
 	/* mixed rails in auto mode: this rank opens no shm endpoint, so the others reach it over
@@ -370,12 +511,15 @@ int main(int argc, char **argv)
 	} else if (!strcmp(mode, "garbage")) {
 		pthread_t th = 0;
 		static char addr[256];
+		forged_data(f);
 		if (my_rank == 1) {
 			if (odx_fab_peer_addr(f, 0, addr, sizeof(addr)) == 0 &&
 			    strstr(addr, "fi_sockaddr_in://"))
 				pthread_create(&th, NULL, garbage_client, addr);
 			/* malformed messages through the real endpoint: these reach our layer */
 			for (int k = 0; k < 3 * ODX_FAB_GARBAGE_COUNT; k++) {
+				if (k % ODX_FAB_GARBAGE_COUNT == ODX_FAB_GARBAGE_DATA)
+					continue; /* forged_data aimed them at a posted receive */
 				ret = odx__fab_send_garbage(
 					f, 0, (odx_fab_garbage)(k % ODX_FAB_GARBAGE_COUNT),
 					(uint64_t)k);
@@ -394,6 +538,8 @@ int main(int argc, char **argv)
 		printf("bad messages dropped: %llu\n", (unsigned long long)st.bad_msgs);
 		if (my_rank == 0 && st.bad_msgs == 0)
 			DIE("rank 0 counted no bad messages");
+	} else if (!strcmp(mode, "mismatch")) {
+		run_mismatch(f);
 	} else if (!strcmp(mode, "kill")) {
 		int victim = size - 1;
 		if (my_rank == victim) {

@@ -146,6 +146,10 @@ static void test_single_rank(void)
 	CHECK(odx_fab_recv(f, 0, 7, b, 20, on_done, &d) == 0, "recv");
 	CHECK(wait_calls(&d, 2) == 2 && d.status == ODX_EINVAL && strstr(d.msg, "expects 20"),
 	      "length mismatch: %s", d.msg);
+	/* keys travel in the provider's tag: 55 bits */
+	CHECK(odx_fab_send(f, 0, 1ull << ODX_FAB_KEY_BITS, a, 10, on_done, &d) == ODX_EINVAL &&
+		      odx_fab_recv(f, 0, ~0ull, b, 10, on_done, &d) == ODX_EINVAL,
+	      "a key of more than %d bits accepted", ODX_FAB_KEY_BITS);
 	CHECK(odx_fab_barrier(f, 1000) == 0, "barrier of one");
 	for (int i = 0; i < 1000 && __atomic_load_n(&self_msgs, __ATOMIC_SEQ_CST) < 1; i++)
 		usleep(1000);
