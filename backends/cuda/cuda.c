@@ -66,6 +66,8 @@ static const char *cub_known_name(int code)
 		CUB_NAME(CUDA_ERROR_ILLEGAL_ADDRESS)
 		CUB_NAME(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
 		CUB_NAME(CUDA_ERROR_LAUNCH_FAILED)
+		CUB_NAME(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED)
+		CUB_NAME(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)
 		CUB_NAME(CUDA_ERROR_NOT_SUPPORTED)
 #undef CUB_NAME
 	default:
@@ -127,7 +129,10 @@ static int cub_translate(int code, bool *sticky)
 		return ODX_ENOVARIANT;
 	case CUDA_ERROR_FILE_NOT_FOUND:
 	case CUDA_ERROR_NOT_FOUND:
+	case CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED:
 		return ODX_ENOENT;
+	case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+		return ODX_EEXIST;
 	case CUDA_ERROR_OPERATING_SYSTEM:
 		return ODX_EIO;
 	case CUDA_ERROR_NOT_READY:
@@ -464,6 +469,18 @@ static int cub_host_free(gpu_api *api, void *ptr)
 	return api->f.cuMemFreeHost(ptr);
 }
 
+/* Portable: the pages count as pinned in every context, so one registration serves all
+ * devices. */
+static int cub_host_register(gpu_api *api, void *ptr, size_t n)
+{
+	return api->f.cuMemHostRegister(ptr, n, CU_MEMHOSTREGISTER_PORTABLE);
+}
+
+static int cub_host_unregister(gpu_api *api, void *ptr)
+{
+	return api->f.cuMemHostUnregister(ptr);
+}
+
 static int cub_h2d_async(gpu_api *api, uint64_t dst, const void *src, size_t n, gpu_handle s)
 {
 	return api->f.cuMemcpyHtoDAsync(dst, src, n, s);
@@ -786,8 +803,11 @@ static const gpu_vendor cub_vendor = {
 			[GPU_CALL_MODULE_FUNCTION] = "cuModuleGetFunction",
 			[GPU_CALL_LAUNCH] = "cuLaunchKernel",
 			[GPU_CALL_STREAM_SYNC] = "cuStreamSynchronize",
+			[GPU_CALL_HOST_REGISTER] = "cuMemHostRegister",
+			[GPU_CALL_HOST_UNREGISTER] = "cuMemHostUnregister",
 		},
 	.not_ready = CUDA_ERROR_NOT_READY,
+	.already_registered = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
 	.translate = cub_translate,
 	.err_name = cub_err_name,
 	.err_string = cub_err_string,
@@ -810,6 +830,8 @@ static const gpu_vendor cub_vendor = {
 	.memset_async = cub_memset_async,
 	.host_alloc = cub_host_alloc,
 	.host_free = cub_host_free,
+	.host_register = cub_host_register,
+	.host_unregister = cub_host_unregister,
 	.h2d_async = cub_h2d_async,
 	.d2h_async = cub_d2h_async,
 	.peer_async = cub_peer_async,

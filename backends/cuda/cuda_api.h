@@ -63,6 +63,8 @@ typedef int CUdriverProcAddressQueryResult;
 #define CUDA_ERROR_LAUNCH_TIMEOUT 702
 #define CUDA_ERROR_CONTEXT_IS_DESTROYED 709
 #define CUDA_ERROR_ASSERT 710
+#define CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED 712
+#define CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED 713
 #define CUDA_ERROR_HARDWARE_STACK_ERROR 714
 #define CUDA_ERROR_ILLEGAL_INSTRUCTION 715
 #define CUDA_ERROR_MISALIGNED_ADDRESS 716
@@ -87,6 +89,7 @@ typedef int CUdriverProcAddressQueryResult;
 #define CU_EVENT_BLOCKING_SYNC 0x1
 #define CU_EVENT_DISABLE_TIMING 0x2
 #define CU_MEMHOSTALLOC_PORTABLE 0x01
+#define CU_MEMHOSTREGISTER_PORTABLE 0x01
 
 /* CUdevice_attribute values */
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
@@ -134,6 +137,8 @@ typedef CUresult (*PFN_cuGetProcAddress_v1)(const char *symbol, void **pfn, int 
 	X(cuMemsetD8Async, (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream))  \
 	X(cuMemHostAlloc, (void **pp, size_t bytesize, unsigned int Flags))                        \
 	X(cuMemFreeHost, (void *p))                                                                \
+	X(cuMemHostRegister, (void *p, size_t bytesize, unsigned int Flags))                       \
+	X(cuMemHostUnregister, (void *p))                                                          \
 	X(cuMemcpyHtoDAsync,                                                                       \
 	  (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream))        \
 	X(cuMemcpyDtoHAsync,                                                                       \

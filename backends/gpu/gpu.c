@@ -6,6 +6,9 @@
  * thread per lane (compute, h2d, d2h) and one issue thread per copy lane. Done callbacks run only
  * on completion threads, never inside the call that queued the work, and never with a lock of
  * ours held (a callback may queue more work on any device).
+ *
+ * Page-locked host memory (host_register, host_alloc) is kept in one list per process, because
+ * the driver's registrations are per process: see "page-locked host memory" below.
  */
 #include <sched.h>
 #include <stdarg.h>
@@ -56,6 +59,36 @@ typedef struct gpu_module {
 	int checked;             /* 0: arguments not checked yet, 1: they match, <0: they do not */
 	char check_msg[256];
 } gpu_module;
+
+/*
+ * Host memory the driver keeps page-locked for us; copies from and to it skip the staging blocks.
+ * Process-wide, like the driver's own bookkeeping: a portable registration holds for every context
+ * of the process and a second registration of the same pages is refused, so the devices of one
+ * ODX context, and the contexts of one process, share one registration per range, counted. (One
+ * driver per process: this file is compiled into each vendor's module separately.)
+ */
+typedef enum gpu_pinned_kind {
+	GPU_PINNED_REGISTERED, /* host_register: ours, unregistered with the last reference */
+	GPU_PINNED_FOREIGN,    /* host_register found the pages locked already: left alone, and
+				* staged (how long and how much of it stays locked is not ours) */
+	GPU_PINNED_ALLOC,      /* host_alloc memory, until gpu_host_free */
+} gpu_pinned_kind;
+
+typedef struct gpu_pinned {
+	struct gpu_pinned *next;
+	char *base;
+	size_t size;
+	int refs;                /* host_register calls not undone yet */
+	gpu_pinned_kind kind;
+} gpu_pinned;
+
+/* pinned_lock guards the list (held briefly: the issue threads look ranges up); reg_lock
+ * serialises the driver calls that change it, which can take long for a large range. */
+static pthread_mutex_t pinned_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t pinned_reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static gpu_pinned *pinned_ranges;
+
+static bool pinned_covers(const void *p, size_t n);
 
 static uint64_t now_ns(void)
 {
@@ -327,13 +360,23 @@ static void issue_xfer(gpu_lane *lane, gpu_xfer *x)
 
 	if ((rc = check_lost(d, msg, sizeof(msg))) != 0)
 		goto out_fail;
-	if (x->kind == GPU_D2D) {
+	if (kind == GPU_D2D || (n > 0 && pinned_covers(host, n))) {
+		/* Device to device, or page-locked host memory: one copy, no bounce. */
+		gpu_call call = kind == GPU_D2D ? GPU_CALL_PEER
+				: kind == GPU_H2D ? GPU_CALL_H2D
+						  : GPU_CALL_D2H;
+
 		if ((rc = pending_get(lane, &p, msg, sizeof(msg))) != 0)
 			goto out_fail;
-		native = v->peer_async(d->st->api, x->dev_addr, d, x->peer_addr, x->peer, x->n,
-				       lane->stream);
+		if (kind == GPU_D2D)
+			native = v->peer_async(d->st->api, dev_addr, d, x->peer_addr, x->peer, n,
+					       lane->stream);
+		else if (kind == GPU_H2D)
+			native = v->h2d_async(d->st->api, dev_addr, host, n, lane->stream);
+		else
+			native = v->d2h_async(d->st->api, host, dev_addr, n, lane->stream);
 		if (native) {
-			rc = gpu_fail(d->st, d, GPU_CALL_PEER, native, msg, sizeof(msg));
+			rc = gpu_fail(d->st, d, call, native, msg, sizeof(msg));
 			goto out_fail;
 		}
 		native = v->event_record(d->st->api, p->event, lane->stream);
@@ -341,9 +384,7 @@ static void issue_xfer(gpu_lane *lane, gpu_xfer *x)
 			rc = gpu_fail(d->st, d, GPU_CALL_EVENT_RECORD, native, msg, sizeof(msg));
 			goto out_fail;
 		}
-		p->armed = true;
-		p->xfer = x;
-		p->last = true;
+		*p = (gpu_pending){.event = p->event, .armed = true, .xfer = x, .last = true};
 		pending_push(lane, p);
 		return;
 	}
@@ -697,12 +738,164 @@ void gpu_mem_free(void *dev, uint64_t handle, size_t size)
 	}
 }
 
-/* Pinned host memory for the core's staging pool (ABI 1.2): the kind the lanes stage through. */
+/* ---- page-locked host memory ------------------------------------------------------------------ */
+
+/* The host_register entry for exactly this range (host_alloc entries are not counted). Called
+ * with pinned_lock held. */
+static gpu_pinned *pinned_find(const void *base, size_t size)
+{
+	gpu_pinned *e;
+
+	for (e = pinned_ranges; e; e = e->next)
+		if (e->base == base && e->size == size && e->kind != GPU_PINNED_ALLOC)
+			return e;
+	return NULL;
+}
+
+static void pinned_add(gpu_pinned *e)
+{
+	pthread_mutex_lock(&pinned_lock);
+	e->next = pinned_ranges;
+	pinned_ranges = e;
+	pthread_mutex_unlock(&pinned_lock);
+}
+
+/* Called with pinned_lock held. */
+static void pinned_unlink(gpu_pinned *e)
+{
+	gpu_pinned **pp;
+
+	for (pp = &pinned_ranges; *pp; pp = &(*pp)->next)
+		if (*pp == e) {
+			*pp = e->next;
+			return;
+		}
+}
+
+/* Do the `n` bytes at `p` lie in memory the driver keeps page-locked for our copies? The core
+ * unregisters a range only once no copy of it is queued, so the answer holds until the copy's
+ * done callback. */
+static bool pinned_covers(const void *p, size_t n)
+{
+	const char *c = p;
+	gpu_pinned *e;
+	bool yes = false;
+
+	pthread_mutex_lock(&pinned_lock);
+	for (e = pinned_ranges; e && !yes; e = e->next)
+		yes = e->kind != GPU_PINNED_FOREIGN && c >= e->base && n <= e->size &&
+		      (size_t)(c - e->base) <= e->size - n;
+	pthread_mutex_unlock(&pinned_lock);
+	return yes;
+}
+
+/*
+ * ABI 1.3: page-locks application memory (portable: for every context of the process), once per
+ * range per process; the devices and contexts that register the same range again only count it.
+ * Memory the driver finds locked already (the application's own registration or pinned
+ * allocation, or a registered buffer sharing its pages) is accepted as it is, never unregistered
+ * by us, and copied through the staging blocks. Any other failure costs only speed: the native
+ * error is logged here, the core logs what it means.
+ */
+int gpu_host_register(void *dev, void *ptr, size_t size)
+{
+	gpu_dev *d = dev;
+	const gpu_state *st = d->st;
+	char msg[GPU_MSG_MAX];
+	gpu_pinned *e;
+	int rc, native;
+
+	if ((rc = check_lost(d, msg, sizeof(msg))) != 0)
+		goto out_log;
+	pthread_mutex_lock(&pinned_reg_lock);
+	pthread_mutex_lock(&pinned_lock);
+	e = pinned_find(ptr, size);
+	if (e)
+		e->refs++;
+	pthread_mutex_unlock(&pinned_lock);
+	if (e)
+		goto out_unlock;
+	e = calloc(1, sizeof(*e));
+	if (!e) {
+		snprintf(msg, sizeof(msg), "out of memory");
+		rc = ODX_ENOMEM;
+		goto out_unlock;
+	}
+	*e = (gpu_pinned){.base = ptr, .size = size, .refs = 1, .kind = GPU_PINNED_REGISTERED};
+	if ((rc = make_current(d, msg, sizeof(msg))) != 0)
+		goto out_free;
+	native = st->v->host_register(st->api, ptr, size);
+	if (native && native == st->v->already_registered) {
+		gpu_fail(st, d, GPU_CALL_HOST_REGISTER, native, msg, sizeof(msg));
+		gpu_log(st, ODX_LOG_INFO,
+			"%s device %d (%s): %zu bytes at %p are page-locked already (%s): left as "
+			"they are, copies of them go through the staging blocks",
+			st->v->label, d->index, d->name, size, ptr, msg);
+		e->kind = GPU_PINNED_FOREIGN;
+	} else if (native) {
+		rc = gpu_fail(st, d, GPU_CALL_HOST_REGISTER, native, msg, sizeof(msg));
+		goto out_free;
+	}
+	pinned_add(e);
+	goto out_unlock;
+
+out_free:
+	free(e);
+out_unlock:
+	pthread_mutex_unlock(&pinned_reg_lock);
+	if (!rc)
+		return 0;
+out_log:
+	gpu_log(st, rc == ODX_ENOSYS ? ODX_LOG_INFO : ODX_LOG_WARN,
+		"%s device %d (%s): page-locking %zu bytes at %p: %s", st->v->label, d->index,
+		d->name, size, ptr, msg);
+	return rc;
+}
+
+void gpu_host_unregister(void *dev, void *ptr, size_t size)
+{
+	gpu_dev *d = dev;
+	const gpu_state *st = d->st;
+	char msg[GPU_MSG_MAX];
+	gpu_pinned *e;
+	bool last = false;
+	int rc = 0, native;
+
+	pthread_mutex_lock(&pinned_reg_lock);
+	pthread_mutex_lock(&pinned_lock);
+	e = pinned_find(ptr, size);
+	if (e && --e->refs == 0) {
+		pinned_unlink(e);
+		last = true;
+	}
+	pthread_mutex_unlock(&pinned_lock);
+	if (!e) {
+		gpu_log(st, ODX_LOG_WARN, "%s device %d: %zu bytes at %p were never page-locked",
+			st->v->label, d->index, size, ptr);
+	} else if (last) {
+		if (e->kind == GPU_PINNED_REGISTERED) {
+			rc = make_current(d, msg, sizeof(msg));
+			if (!rc && (native = st->v->host_unregister(st->api, ptr)) != 0)
+				rc = gpu_fail(st, d, GPU_CALL_HOST_UNREGISTER, native, msg,
+					      sizeof(msg));
+			if (rc)
+				gpu_log(st, ODX_LOG_WARN,
+					"%s device %d (%s): unlocking %zu bytes at %p: %s",
+					st->v->label, d->index, d->name, size, ptr, msg);
+		}
+		free(e);
+	}
+	pthread_mutex_unlock(&pinned_reg_lock);
+}
+
+/* Pinned host memory for the core's staging pool (ABI 1.2); copies from and to it need no
+ * bounce. */
 int gpu_host_alloc(void *dev, size_t size, void **ptr)
 {
 	gpu_dev *d = dev;
 	const gpu_state *st = d->st;
 	char msg[GPU_MSG_MAX];
+	gpu_pinned *e;
 	void *p = NULL;
 	int rc, native;
 
@@ -712,6 +905,12 @@ int gpu_host_alloc(void *dev, size_t size, void **ptr)
 	if (native) {
 		rc = gpu_fail(st, d, GPU_CALL_HOST_ALLOC, native, msg, sizeof(msg));
 		goto out_log;
+	}
+	/* Without its record the memory only loses the direct path. */
+	e = calloc(1, sizeof(*e));
+	if (e) {
+		*e = (gpu_pinned){.base = p, .size = size, .refs = 1, .kind = GPU_PINNED_ALLOC};
+		pinned_add(e);
 	}
 	*ptr = p;
 	return 0;
@@ -729,9 +928,20 @@ void gpu_host_free(void *dev, void *ptr, size_t size)
 	gpu_dev *d = dev;
 	const gpu_state *st = d->st;
 	char msg[GPU_MSG_MAX];
+	gpu_pinned *e, **pp;
 	int native;
 
-	if (!ptr || make_current(d, msg, sizeof(msg)) != 0)
+	if (!ptr)
+		return;
+	pthread_mutex_lock(&pinned_lock);
+	for (pp = &pinned_ranges; (e = *pp) != NULL; pp = &e->next)
+		if (e->base == ptr && e->kind == GPU_PINNED_ALLOC) {
+			*pp = e->next;
+			free(e);
+			break;
+		}
+	pthread_mutex_unlock(&pinned_lock);
+	if (make_current(d, msg, sizeof(msg)) != 0)
 		return;
 	native = st->v->host_free(st->api, ptr);
 	if (native && atomic_load(&d->lost) == 0) {

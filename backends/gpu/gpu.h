@@ -11,7 +11,10 @@
  * Per device the skeleton runs three lanes, each an in-order vendor stream:
  *  - compute: launches go to the stream from the device's worker thread, with an event behind each;
  *  - h2d and d2h: copies are queued to an issue thread that stages the bytes through a few pinned
- *    blocks allocated at device open (chunks of GPU_STAGE_BLOCK bytes), with an event per chunk.
+ *    blocks allocated at device open (chunks of GPU_STAGE_BLOCK bytes), with an event per chunk;
+ *    a copy whose host side lies in memory the skeleton knows to be page-locked (a range it
+ *    registered with the driver for host_register, or memory from its host_alloc) goes to the
+ *    driver in one piece from and to that memory, with no bounce.
  * Each lane has a completion thread that waits for the oldest event of its lane (a bounded poll of
  * sched.idle_spin_us, then a blocking wait: no spinning) and calls the ABI's done callbacks in
  * order. One completion thread per lane, not per device, so that a long kernel does not hold back
@@ -64,6 +67,8 @@ typedef enum gpu_call {
 	GPU_CALL_MODULE_FUNCTION,
 	GPU_CALL_LAUNCH,
 	GPU_CALL_STREAM_SYNC,
+	GPU_CALL_HOST_REGISTER,
+	GPU_CALL_HOST_UNREGISTER,
 	GPU_CALL_COUNT
 } gpu_call;
 
@@ -85,6 +90,7 @@ typedef struct gpu_vendor {
 	const char *label;                       /* "CUDA": for messages */
 	const char *calls[GPU_CALL_COUNT];       /* vendor function name per gpu_call */
 	int not_ready;                           /* native "not ready" of an event query */
+	int already_registered;                  /* native "host memory already registered" */
 
 	/* The ODX code for a native failure; *sticky is set when the device's context is unusable
 	 * afterwards (illegal address, launch failure, ...). */
@@ -117,6 +123,10 @@ typedef struct gpu_vendor {
 	int (*memset_async)(gpu_api *api, uint64_t ptr, int byte, size_t n, gpu_handle stream);
 	int (*host_alloc)(gpu_api *api, void **ptr, size_t n); /* pinned */
 	int (*host_free)(gpu_api *api, void *ptr);
+	/* Page-locks existing host memory for every context of the process (portable), and undoes
+	 * it (`ptr` as registered). */
+	int (*host_register)(gpu_api *api, void *ptr, size_t n);
+	int (*host_unregister)(gpu_api *api, void *ptr);
 	int (*h2d_async)(gpu_api *api, uint64_t dst, const void *src, size_t n, gpu_handle stream);
 	int (*d2h_async)(gpu_api *api, void *dst, uint64_t src, size_t n, gpu_handle stream);
 	/* Optional (NULL: the core stages device-to-device copies through host memory). */
@@ -210,6 +220,8 @@ int gpu_mem_alloc(void *dev, size_t size, bool zero, uint64_t *handle);
 void gpu_mem_free(void *dev, uint64_t handle, size_t size);
 int gpu_host_alloc(void *dev, size_t size, void **ptr);
 void gpu_host_free(void *dev, void *ptr, size_t size);
+int gpu_host_register(void *dev, void *ptr, size_t size);
+void gpu_host_unregister(void *dev, void *ptr, size_t size);
 int gpu_copy_h2d(void *dev, uint64_t dst, size_t dst_off, const void *src, size_t n,
 		 odx_backend_done_fn done, void *arg);
 int gpu_copy_d2h(void *dev, void *dst, uint64_t src, size_t src_off, size_t n,
@@ -222,7 +234,8 @@ void gpu_module_unload(void *dev, void *module);
 int gpu_launch(void *dev, odx_backend_launch *l, odx_backend_done_fn done, void *arg);
 bool gpu_can_run(void *dev, const odx_kernel_variant *variant);
 
-/* The ops table of a vendor's backend, `open_fn` calling gpu_open with its vendor table. */
+/* The ops table of a vendor's backend, `open_fn` calling gpu_open with its vendor table. No
+ * mem_map (ABI 1.3): the host cannot address discrete device memory. */
 #define GPU_OPS_INIT(open_fn)                                                                      \
 	{                                                                                          \
 		.size = sizeof(odx_backend_ops), .open = (open_fn), .close = gpu_close,            \
@@ -232,6 +245,7 @@ bool gpu_can_run(void *dev, const odx_kernel_variant *variant);
 		.copy_d2d = gpu_copy_d2d, .module_load = gpu_module_load,                          \
 		.module_unload = gpu_module_unload, .launch = gpu_launch, .can_run = gpu_can_run,  \
 		.host_alloc = gpu_host_alloc, .host_free = gpu_host_free,                          \
+		.host_register = gpu_host_register, .host_unregister = gpu_host_unregister,        \
 	}
 
 /*

@@ -65,7 +65,10 @@ static int hipb_translate(int code, bool *sticky)
 		return ODX_ENOVARIANT;
 	case hipErrorFileNotFound:
 	case hipErrorNotFound:
+	case hipErrorHostMemoryNotRegistered:
 		return ODX_ENOENT;
+	case hipErrorHostMemoryAlreadyRegistered:
+		return ODX_EEXIST;
 	case hipErrorNotReady:
 		return ODX_EAGAIN;
 	case hipErrorNotSupported:
@@ -275,6 +278,16 @@ static int hipb_host_free(gpu_api *api, void *ptr)
 	return api->f.hipHostFree(ptr);
 }
 
+static int hipb_host_register(gpu_api *api, void *ptr, size_t n)
+{
+	return api->f.hipHostRegister(ptr, n, hipHostRegisterPortable);
+}
+
+static int hipb_host_unregister(gpu_api *api, void *ptr)
+{
+	return api->f.hipHostUnregister(ptr);
+}
+
 static int hipb_h2d_async(gpu_api *api, uint64_t dst, const void *src, size_t n, gpu_handle s)
 {
 	return api->f.hipMemcpyHtoDAsync((hipDeviceptr_t)(uintptr_t)dst, (void *)src, n, s);
@@ -354,8 +367,11 @@ static const gpu_vendor hipb_vendor = {
 			[GPU_CALL_MODULE_FUNCTION] = "hipModuleGetFunction",
 			[GPU_CALL_LAUNCH] = "hipModuleLaunchKernel",
 			[GPU_CALL_STREAM_SYNC] = "hipStreamSynchronize",
+			[GPU_CALL_HOST_REGISTER] = "hipHostRegister",
+			[GPU_CALL_HOST_UNREGISTER] = "hipHostUnregister",
 		},
 	.not_ready = hipErrorNotReady,
+	.already_registered = hipErrorHostMemoryAlreadyRegistered,
 	.translate = hipb_translate,
 	.err_name = hipb_err_name,
 	.err_string = hipb_err_string,
@@ -378,6 +394,8 @@ static const gpu_vendor hipb_vendor = {
 	.memset_async = hipb_memset_async,
 	.host_alloc = hipb_host_alloc,
 	.host_free = hipb_host_free,
+	.host_register = hipb_host_register,
+	.host_unregister = hipb_host_unregister,
 	.h2d_async = hipb_h2d_async,
 	.d2h_async = hipb_d2h_async,
 	.peer_async = hipb_peer_async,

@@ -41,6 +41,8 @@ typedef struct ihipModuleSymbol_t *hipFunction_t;
 #define hipErrorLaunchOutOfResources 701
 #define hipErrorLaunchTimeOut 702
 #define hipErrorAssert 710
+#define hipErrorHostMemoryAlreadyRegistered 712
+#define hipErrorHostMemoryNotRegistered 713
 #define hipErrorLaunchFailure 719
 #define hipErrorNotSupported 801
 #define hipErrorUnknown 999
@@ -50,6 +52,7 @@ typedef struct ihipModuleSymbol_t *hipFunction_t;
 #define hipEventBlockingSync 0x1
 #define hipEventDisableTiming 0x2
 #define hipHostMallocPortable 0x1
+#define hipHostRegisterPortable 0x1
 
 /* X(name, parameters): every function is required and returns hipError_t. */
 #define HIPB_FUNCTIONS(X)                                                                          \
@@ -75,6 +78,8 @@ typedef struct ihipModuleSymbol_t *hipFunction_t;
 	X(hipMemsetAsync, (void *dst, int value, size_t sizeBytes, hipStream_t stream))            \
 	X(hipHostMalloc, (void **ptr, size_t size, unsigned int flags))                            \
 	X(hipHostFree, (void *ptr))                                                                \
+	X(hipHostRegister, (void *hostPtr, size_t sizeBytes, unsigned int flags))                  \
+	X(hipHostUnregister, (void *hostPtr))                                                      \
 	X(hipMemcpyHtoDAsync,                                                                      \
 	  (hipDeviceptr_t dst, void *src, size_t sizeBytes, hipStream_t stream))                   \
 	X(hipMemcpyDtoHAsync,                                                                      \

@@ -9,10 +9,17 @@
  *   standard kernel's name, odx_axpy_f32, for real images of it)
  *   odx_test_fault(p): an illegal address (the launch poisons the context)
  * "ODXFAKE:badptx" fails like invalid PTX, with a JIT log.
+ *
+ * Page-locked host memory is tracked like a driver does: pinned allocations (page-aligned) and
+ * registered ranges, a registration refused when it shares a page with either. Every async copy
+ * is classified by its host side (registered, pinned allocation, pageable) and counted; the
+ * tests read the counters through fake_cuda_stat / fake_hip_stat.
  */
 #ifndef ODX_TESTS_GPU_FAKE_COMMON_H
 #define ODX_TESTS_GPU_FAKE_COMMON_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +65,164 @@ static int fake_run(int fn, void **params)
 		return 0;
 	}
 	return 1;
+}
+
+/* ---- page-locked host memory ---------------------------------------------------------------- */
+
+#define FAKE_PAGE 4096u
+#define FAKE_MAX_PINNED 256
+
+enum { FAKE_PAGEABLE = 0, FAKE_PIN_ALLOC = 1, FAKE_PIN_REGISTERED = 2 };
+
+typedef struct fake_pinned {
+	uintptr_t base;
+	size_t size; /* 0: free slot */
+	int kind;
+} fake_pinned;
+
+static pthread_mutex_t fake_pin_lock = PTHREAD_MUTEX_INITIALIZER;
+static fake_pinned fake_pins[FAKE_MAX_PINNED];
+
+/* What the tests read (fake_*_stat): counters since the library was loaded. */
+static const char *const fake_stat_names[] = {
+	"register_calls",   /* every host-register call, refused ones too */
+	"registered",       /* ranges registered now */
+	"unregister_calls", /* successful unregistrations */
+	"register_flags",   /* flags of the last registration */
+	"direct_copies",    /* async copies whose host side is a registered range */
+	"pinned_copies",    /* ... a pinned allocation (staging blocks, the core's pool) */
+	"pageable_copies",  /* ... neither */
+};
+enum {
+	FAKE_STAT_REGISTER_CALLS,
+	FAKE_STAT_REGISTERED,
+	FAKE_STAT_UNREGISTER_CALLS,
+	FAKE_STAT_REGISTER_FLAGS,
+	FAKE_STAT_DIRECT_COPIES,
+	FAKE_STAT_PINNED_COPIES,
+	FAKE_STAT_PAGEABLE_COPIES,
+	FAKE_STAT_COUNT
+};
+static atomic_long fake_stats[FAKE_STAT_COUNT];
+
+static long fake_stat_get(const char *name)
+{
+	for (int i = 0; i < FAKE_STAT_COUNT; i++)
+		if (strcmp(name, fake_stat_names[i]) == 0)
+			return atomic_load(&fake_stats[i]);
+	return -1;
+}
+
+/* Records a pinned range: 0, or 1 when it shares a page with one already there (nothing
+ * recorded), or -1 when the table is full. */
+static int fake_pin_add(const void *p, size_t size, int kind)
+{
+	uintptr_t lo = (uintptr_t)p / FAKE_PAGE * FAKE_PAGE;
+	uintptr_t hi = ((uintptr_t)p + size + FAKE_PAGE - 1) / FAKE_PAGE * FAKE_PAGE;
+	int i, slot = -1, rc = 0;
+
+	pthread_mutex_lock(&fake_pin_lock);
+	for (i = 0; i < FAKE_MAX_PINNED && rc == 0; i++) {
+		fake_pinned *e = &fake_pins[i];
+		uintptr_t elo = e->base / FAKE_PAGE * FAKE_PAGE;
+		uintptr_t ehi = (e->base + e->size + FAKE_PAGE - 1) / FAKE_PAGE * FAKE_PAGE;
+
+		if (!e->size) {
+			if (slot < 0)
+				slot = i;
+		} else if (lo < ehi && elo < hi) {
+			rc = 1;
+		}
+	}
+	if (rc == 0 && slot < 0)
+		rc = -1;
+	if (rc == 0)
+		fake_pins[slot] = (fake_pinned){(uintptr_t)p, size, kind};
+	pthread_mutex_unlock(&fake_pin_lock);
+	return rc;
+}
+
+/* Forgets the range of this kind that starts at p: 0, or -1 if there is none. */
+static int fake_pin_remove(const void *p, int kind)
+{
+	int i, rc = -1;
+
+	pthread_mutex_lock(&fake_pin_lock);
+	for (i = 0; i < FAKE_MAX_PINNED && rc; i++)
+		if (fake_pins[i].size && fake_pins[i].base == (uintptr_t)p &&
+		    fake_pins[i].kind == kind) {
+			fake_pins[i].size = 0;
+			rc = 0;
+		}
+	pthread_mutex_unlock(&fake_pin_lock);
+	return rc;
+}
+
+/* Counts an async copy by what its host side is. */
+static void fake_count_copy(const void *host, size_t n)
+{
+	uintptr_t p = (uintptr_t)host;
+	int i, kind = FAKE_PAGEABLE;
+
+	pthread_mutex_lock(&fake_pin_lock);
+	for (i = 0; i < FAKE_MAX_PINNED && kind == FAKE_PAGEABLE; i++)
+		if (fake_pins[i].size && p >= fake_pins[i].base &&
+		    p + n <= fake_pins[i].base + fake_pins[i].size)
+			kind = fake_pins[i].kind;
+	pthread_mutex_unlock(&fake_pin_lock);
+	if (kind == FAKE_PIN_REGISTERED)
+		atomic_fetch_add(&fake_stats[FAKE_STAT_DIRECT_COPIES], 1);
+	else if (kind == FAKE_PIN_ALLOC)
+		atomic_fetch_add(&fake_stats[FAKE_STAT_PINNED_COPIES], 1);
+	else
+		atomic_fetch_add(&fake_stats[FAKE_STAT_PAGEABLE_COPIES], 1);
+}
+
+/* Pinned allocations are whole pages, as a driver's are. */
+static void *fake_pinned_alloc(size_t n)
+{
+	size_t size = (n + FAKE_PAGE - 1) / FAKE_PAGE * FAKE_PAGE;
+	void *p = aligned_alloc(FAKE_PAGE, size ? size : FAKE_PAGE);
+
+	if (p && fake_pin_add(p, n ? n : 1, FAKE_PIN_ALLOC) != 0) {
+		free(p);
+		p = NULL;
+	}
+	return p;
+}
+
+static void fake_pinned_free(void *p)
+{
+	fake_pin_remove(p, FAKE_PIN_ALLOC);
+	free(p);
+}
+
+/* Registration as the drivers do it: 0, `already` when the range shares a page with pinned
+ * memory, `invalid` for a null or empty range or unknown flags, `no_memory` when the fake's
+ * table is full. */
+static int fake_register(void *p, size_t n, unsigned flags, int already, int invalid, int no_memory)
+{
+	int rc;
+
+	atomic_fetch_add(&fake_stats[FAKE_STAT_REGISTER_CALLS], 1);
+	if (!p || !n || (flags & ~0xfu))
+		return invalid;
+	rc = fake_pin_add(p, n, FAKE_PIN_REGISTERED);
+	if (rc)
+		return rc > 0 ? already : no_memory;
+	atomic_store(&fake_stats[FAKE_STAT_REGISTER_FLAGS], (long)flags);
+	atomic_fetch_add(&fake_stats[FAKE_STAT_REGISTERED], 1);
+	return 0;
+}
+
+/* 0, or `not_registered` unless `p` starts a registered range. */
+static int fake_unregister(void *p, int not_registered)
+{
+	if (fake_pin_remove(p, FAKE_PIN_REGISTERED) != 0)
+		return not_registered;
+	atomic_fetch_sub(&fake_stats[FAKE_STAT_REGISTERED], 1);
+	atomic_fetch_add(&fake_stats[FAKE_STAT_UNREGISTER_CALLS], 1);
+	return 0;
 }
 
 #endif /* ODX_TESTS_GPU_FAKE_COMMON_H */

@@ -21,7 +21,12 @@
  *   FAKE_CUDA_ARCH=N            compute capability major * 10 + minor of every device (90)
  *   FAKE_CUDA_LAUNCH_ERROR=N    every launch makes N the context's sticky error (e.g. 700)
  *   FAKE_CUDA_ALLOC_FAIL=1      cuMemAlloc fails with CUDA_ERROR_OUT_OF_MEMORY
- * fake_cuda_live() counts allocations not yet freed (device, pinned, streams, events, modules).
+ *   FAKE_CUDA_REGISTER_ERROR=N  cuMemHostRegister returns N (e.g. 2, 801)
+ * fake_cuda_live() counts allocations not yet freed (device, pinned, streams, events, modules);
+ * fake_cuda_stat(name) the page-locking counters of fake_common.h. cuMemHostRegister needs a
+ * current context and refuses memory sharing a page with pinned memory
+ * (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED); cuMemHostUnregister takes only the base of a
+ * registered range (else CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -33,7 +38,7 @@
 
 #define FAKE_MAX_DEVICES 16
 
-static int init_error, device_count = 1, launch_error, alloc_fail, arch = 90;
+static int init_error, device_count = 1, launch_error, alloc_fail, arch = 90, register_error;
 static atomic_int sticky[FAKE_MAX_DEVICES]; /* per device's primary context */
 static atomic_long live;
 static int ctx_token[FAKE_MAX_DEVICES];
@@ -53,6 +58,12 @@ FAKE_API long fake_cuda_live(void)
 	return atomic_load(&live);
 }
 
+FAKE_API long fake_cuda_stat(const char *name);
+FAKE_API long fake_cuda_stat(const char *name)
+{
+	return fake_stat_get(name);
+}
+
 static CUresult f_cuInit(unsigned int flags)
 {
 	(void)flags;
@@ -61,6 +72,7 @@ static CUresult f_cuInit(unsigned int flags)
 	launch_error = (int)fake_env("FAKE_CUDA_LAUNCH_ERROR", 0);
 	alloc_fail = (int)fake_env("FAKE_CUDA_ALLOC_FAIL", 0);
 	arch = (int)fake_env("FAKE_CUDA_ARCH", 90);
+	register_error = (int)fake_env("FAKE_CUDA_REGISTER_ERROR", 0);
 	for (int i = 0; i < FAKE_MAX_DEVICES; i++)
 		atomic_store(&sticky[i], 0);
 	return init_error;
@@ -95,6 +107,12 @@ static const struct {
 	{CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
 	 "an illegal memory access was encountered"},
 	{CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+	{CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+	 "part or all of the requested memory range is already mapped"},
+	{CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
+	 "pointer does not correspond to a registered memory region"},
+	{CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
+	{CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
 };
 
 static CUresult f_cuGetErrorName(CUresult e, const char **s)
@@ -299,7 +317,7 @@ static CUresult f_cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUst
 static CUresult f_cuMemHostAlloc(void **p, size_t n, unsigned int flags)
 {
 	(void)flags;
-	*p = malloc(n);
+	*p = fake_pinned_alloc(n);
 	if (!*p)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	atomic_fetch_add(&live, 1);
@@ -308,7 +326,30 @@ static CUresult f_cuMemHostAlloc(void **p, size_t n, unsigned int flags)
 
 static CUresult f_cuMemFreeHost(void *p)
 {
-	return free_token(p);
+	fake_pinned_free(p);
+	atomic_fetch_sub(&live, 1);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_cuMemHostRegister(void *p, size_t n, unsigned int flags)
+{
+	CUresult rc = ready();
+
+	if (rc)
+		return rc;
+	if (register_error) {
+		atomic_fetch_add(&fake_stats[FAKE_STAT_REGISTER_CALLS], 1);
+		return register_error;
+	}
+	return fake_register(p, n, flags, CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
+			     CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY);
+}
+
+static CUresult f_cuMemHostUnregister(void *p)
+{
+	CUresult rc = ready();
+
+	return rc ? rc : fake_unregister(p, CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
 }
 
 static CUresult f_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
@@ -316,8 +357,10 @@ static CUresult f_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, 
 	CUresult rc = ready();
 
 	(void)s;
-	if (!rc)
+	if (!rc) {
+		fake_count_copy(src, n);
 		memcpy((void *)(uintptr_t)dst, src, n);
+	}
 	return rc;
 }
 
@@ -326,8 +369,10 @@ static CUresult f_cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstre
 	CUresult rc = ready();
 
 	(void)s;
-	if (!rc)
+	if (!rc) {
+		fake_count_copy(dst, n);
 		memcpy(dst, (const void *)(uintptr_t)src, n);
+	}
 	return rc;
 }
 
@@ -566,6 +611,8 @@ static const struct {
 	FN(cuMemsetD8Async),
 	FN(cuMemHostAlloc),
 	FN(cuMemFreeHost),
+	FN(cuMemHostRegister),
+	FN(cuMemHostUnregister),
 	FN(cuMemcpyHtoDAsync),
 	FN(cuMemcpyDtoHAsync),
 	FN(cuMemcpyPeerAsync),

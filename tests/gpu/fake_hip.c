@@ -10,6 +10,11 @@
  *   FAKE_HIP_INIT_ERROR=N     hipInit returns N (100: no device)
  *   FAKE_HIP_DEVICE_COUNT=N   devices (default 1)
  *   FAKE_HIP_LAUNCH_ERROR=N   every launch makes N the sticky error (e.g. 700)
+ *   FAKE_HIP_REGISTER_ERROR=N hipHostRegister returns N (e.g. 2, 801)
+ * fake_hip_live() counts allocations not yet freed; fake_hip_stat(name) the page-locking
+ * counters of fake_common.h. hipHostRegister refuses memory sharing a page with pinned memory
+ * (hipErrorHostMemoryAlreadyRegistered); hipHostUnregister takes only the base of a registered
+ * range (else hipErrorHostMemoryNotRegistered).
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -19,7 +24,7 @@
 
 #define FAKE_MAX_DEVICES 16
 
-static int device_count = 1, launch_error;
+static int device_count = 1, launch_error, register_error;
 static atomic_int sticky[FAKE_MAX_DEVICES]; /* per device */
 static atomic_long live;
 static _Thread_local int current = -1;
@@ -28,6 +33,12 @@ FAKE_API long fake_hip_live(void);
 FAKE_API long fake_hip_live(void)
 {
 	return atomic_load(&live);
+}
+
+FAKE_API long fake_hip_stat(const char *name);
+FAKE_API long fake_hip_stat(const char *name)
+{
+	return fake_stat_get(name);
 }
 
 #define API(name, params) FAKE_API hipError_t name params;
@@ -48,6 +59,7 @@ hipError_t hipInit(unsigned int flags)
 	(void)flags;
 	device_count = (int)fake_env("FAKE_HIP_DEVICE_COUNT", 1);
 	launch_error = (int)fake_env("FAKE_HIP_LAUNCH_ERROR", 0);
+	register_error = (int)fake_env("FAKE_HIP_REGISTER_ERROR", 0);
 	for (int i = 0; i < FAKE_MAX_DEVICES; i++)
 		atomic_store(&sticky[i], 0);
 	return (hipError_t)fake_env("FAKE_HIP_INIT_ERROR", 0);
@@ -72,6 +84,14 @@ const char *hipGetErrorName(hipError_t e)
 		return "hipErrorIllegalAddress";
 	case hipErrorNotFound:
 		return "hipErrorNotFound";
+	case hipErrorOutOfMemory:
+		return "hipErrorOutOfMemory";
+	case hipErrorHostMemoryAlreadyRegistered:
+		return "hipErrorHostMemoryAlreadyRegistered";
+	case hipErrorHostMemoryNotRegistered:
+		return "hipErrorHostMemoryNotRegistered";
+	case hipErrorNotSupported:
+		return "hipErrorNotSupported";
 	default:
 		return "hipErrorUnknown";
 	}
@@ -228,7 +248,7 @@ hipError_t hipMemsetAsync(void *p, int v, size_t n, hipStream_t s)
 hipError_t hipHostMalloc(void **p, size_t n, unsigned int flags)
 {
 	(void)flags;
-	*p = malloc(n);
+	*p = fake_pinned_alloc(n);
 	if (!*p)
 		return hipErrorOutOfMemory;
 	atomic_fetch_add(&live, 1);
@@ -237,7 +257,28 @@ hipError_t hipHostMalloc(void **p, size_t n, unsigned int flags)
 
 hipError_t hipHostFree(void *p)
 {
-	return free_token(p);
+	fake_pinned_free(p);
+	atomic_fetch_sub(&live, 1);
+	return hipSuccess;
+}
+
+hipError_t hipHostRegister(void *p, size_t n, unsigned int flags)
+{
+	hipError_t rc = ready();
+
+	if (rc)
+		return rc;
+	if (register_error) {
+		atomic_fetch_add(&fake_stats[FAKE_STAT_REGISTER_CALLS], 1);
+		return register_error;
+	}
+	return fake_register(p, n, flags, hipErrorHostMemoryAlreadyRegistered, hipErrorInvalidValue,
+			     hipErrorOutOfMemory);
+}
+
+hipError_t hipHostUnregister(void *p)
+{
+	return fake_unregister(p, hipErrorHostMemoryNotRegistered);
 }
 
 hipError_t hipMemcpyHtoDAsync(hipDeviceptr_t dst, void *src, size_t n, hipStream_t s)
@@ -245,8 +286,10 @@ hipError_t hipMemcpyHtoDAsync(hipDeviceptr_t dst, void *src, size_t n, hipStream
 	hipError_t rc = ready();
 
 	(void)s;
-	if (!rc)
+	if (!rc) {
+		fake_count_copy(src, n);
 		memcpy(dst, src, n);
+	}
 	return rc;
 }
 
@@ -255,8 +298,10 @@ hipError_t hipMemcpyDtoHAsync(void *dst, hipDeviceptr_t src, size_t n, hipStream
 	hipError_t rc = ready();
 
 	(void)s;
-	if (!rc)
+	if (!rc) {
+		fake_count_copy(dst, n);
 		memcpy(dst, src, n);
+	}
 	return rc;
 }
 

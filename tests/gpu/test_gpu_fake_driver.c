@@ -5,7 +5,9 @@
  * arithmetic, chunked staging, zero-filled allocations, copies between two devices, and the
  * error paths (no driver, stub library, no device, old driver, wrong architecture skipped or
  * refused at load and falling through to the next variant, argument mismatch, a sticky error
- * that loses one device while the other carries on, CUDA source variants without NVRTC).
+ * that loses one device while the other carries on, CUDA source variants without NVRTC), and
+ * registered user memory (ABI 1.3 host_register: page-locked once per range, copied without a
+ * bounce, unlocked once; a refusal costs only the direct path).
  * Results are labelled "fake driver": nothing here touches a GPU.
  */
 #include <dlfcn.h>
@@ -43,6 +45,16 @@ static void log_capture(void *user, odx_log_level level, const char *msg)
 	pthread_mutex_unlock(&log_lock);
 }
 
+static bool logged(const char *needle)
+{
+	bool found;
+
+	pthread_mutex_lock(&log_lock);
+	found = strstr(log_text, needle) != NULL;
+	pthread_mutex_unlock(&log_lock);
+	return found;
+}
+
 static void assert_logged(const char *needle)
 {
 	pthread_mutex_lock(&log_lock);
@@ -53,8 +65,8 @@ static void assert_logged(const char *needle)
 	pthread_mutex_unlock(&log_lock);
 }
 
-static const char *const env_knobs[] = {"INIT_ERROR", "DRIVER_VERSION", "DEVICE_COUNT",
-					"LAUNCH_ERROR", "ALLOC_FAIL"};
+static const char *const env_knobs[] = {"INIT_ERROR",	  "DRIVER_VERSION", "DEVICE_COUNT",
+					"LAUNCH_ERROR", "ALLOC_FAIL",	  "REGISTER_ERROR"};
 
 static void fake_set(const char *knob, const char *value)
 {
@@ -87,6 +99,17 @@ static long fake_live(void)
 
 	memcpy(&fn, &sym, sizeof(fn));
 	return fn ? fn() - live_base : -1;
+}
+
+/* A page-locking counter of the fake (fake_common.h). */
+static long fake_stat(const char *name)
+{
+	long (*fn)(const char *) = NULL;
+	void *sym = dlsym(fake_lib, is_cuda ? "fake_cuda_stat" : "fake_hip_stat");
+
+	memcpy(&fn, &sym, sizeof(fn));
+	assert_non_null(fn);
+	return fn(name);
 }
 
 /* Opens a context on the fake driver (or `library` if not NULL), with one more configuration
@@ -720,6 +743,231 @@ static void fake_driver_cuda_source_without_nvrtc(void **state)
 	close_checked(ctx);
 }
 
+/* ---- registered user memory (ABI 1.3 host_register) ------------------------------------------ */
+
+/* The fake's counters at one moment, to compare with later. */
+typedef struct pin_stats {
+	long register_calls, registered, unregister_calls, direct, pinned, pageable;
+} pin_stats;
+
+static pin_stats pin_now(void)
+{
+	return (pin_stats){fake_stat("register_calls"),	 fake_stat("registered"),
+			   fake_stat("unregister_calls"), fake_stat("direct_copies"),
+			   fake_stat("pinned_copies"),	 fake_stat("pageable_copies")};
+}
+
+static const char *register_call(void)
+{
+	return is_cuda ? "cuMemHostRegister" : "hipHostRegister";
+}
+
+/* x and y registered (page-aligned, more than one staging block), axpy on each device in turn:
+ * one driver registration per range however many devices, copies straight from and to the
+ * user's memory, the result written back into it, one unregistration per range. */
+static void host_register_on(int ndevices)
+{
+	const int n = 3 * (1 << 20) + 5;
+	const size_t bytes = (size_t)n * 4, alloc = (bytes + 4095) / 4096 * 4096;
+	float *xs = aligned_alloc(4096, alloc), *ys = aligned_alloc(4096, alloc);
+	char count[8], msg[1024];
+	pin_stats before, after;
+	odx_context *ctx;
+	odx_kernel *k;
+	odx_buffer *x, *y;
+	int i, d;
+
+	assert_non_null(xs);
+	assert_non_null(ys);
+	for (i = 0; i < n; i++) {
+		xs[i] = (float)(i % 1000);
+		ys[i] = (float)(i % 7);
+	}
+	snprintf(count, sizeof(count), "%d", ndevices);
+	fake_set("DEVICE_COUNT", count);
+	ctx = open_fake();
+	assert_int_equal(odx_device_count(ctx), ndevices);
+	k = fake_kernel(ctx, good_image(), 4);
+	before = pin_now();
+	assert_ok(odx_buffer_register(ctx, xs, bytes, 0, &x));
+	assert_ok(odx_buffer_register(ctx, ys, bytes, 0, &y));
+	after = pin_now();
+	assert_int_equal(after.register_calls - before.register_calls, 2);
+	assert_int_equal(after.registered - before.registered, 2);
+	assert_int_equal(fake_stat("register_flags"), 1); /* portable */
+	for (d = 1; d <= ndevices; d++)
+		assert_rc(axpy(ctx, k, x, y, 1.0f, n, d, msg, sizeof(msg)), 0);
+	assert_ok(odx_buffer_destroy(x));
+	assert_ok(odx_buffer_destroy(y));
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	after = pin_now();
+	for (i = 0; i < n; i++)
+		if (ys[i] != (float)ndevices * xs[i] + (float)(i % 7))
+			fail_msg("y[%d] = %g after write-back, expected %g", i, ys[i],
+				 (float)ndevices * xs[i] + (float)(i % 7));
+	/* x went to the devices and y came back with no bounce; nothing pageable reached the
+	 * driver's async copies. */
+	assert_true(after.direct - before.direct >= 2);
+	assert_int_equal(after.pageable - before.pageable, 0);
+	assert_int_equal(after.unregister_calls - before.unregister_calls, 2);
+	assert_int_equal(after.registered, before.registered);
+	assert_int_equal(fake_stat("registered"), 0);
+	assert_false(logged("could not page-lock"));
+	close_checked(ctx);
+	free(xs);
+	free(ys);
+}
+
+static void fake_driver_host_register(void **state)
+{
+	(void)state;
+	host_register_on(1);
+}
+
+static void fake_driver_host_register_two_devices(void **state)
+{
+	(void)state;
+	host_register_on(2);
+}
+
+/* The driver refuses to page-lock: the buffer works as before through the staging blocks, the
+ * core warns, the backend names the native error, nothing is unregistered. A refusal the
+ * driver calls "not supported" is ODX_ENOSYS: the backend notes it, the core stays quiet. */
+static void host_register_refused(const char *code, const char *native)
+{
+	enum { N = 5000 };
+	float *xs = malloc(N * 4), *ys = malloc(N * 4);
+	pin_stats before, after;
+	odx_context *ctx;
+	odx_kernel *k;
+	odx_buffer *x, *y;
+	char msg[1024], want[128];
+
+	assert_non_null(xs);
+	assert_non_null(ys);
+	for (int i = 0; i < N; i++) {
+		xs[i] = (float)i;
+		ys[i] = 1.0f;
+	}
+	reset_env(NULL);
+	fake_set("REGISTER_ERROR", code);
+	ctx = open_fake();
+	k = fake_kernel(ctx, good_image(), 4);
+	before = pin_now();
+	assert_ok(odx_buffer_register(ctx, xs, N * 4, 0, &x));
+	assert_ok(odx_buffer_register(ctx, ys, N * 4, 0, &y));
+	assert_int_equal(pin_now().register_calls - before.register_calls, 2);
+	snprintf(want, sizeof(want), "%s: %s", register_call(), native);
+	assert_logged(want);
+	if (strcmp(code, "801") == 0)
+		assert_false(logged("could not page-lock"));
+	else
+		assert_logged("could not page-lock");
+	assert_rc(axpy(ctx, k, x, y, 3.0f, N, 0, msg, sizeof(msg)), 0);
+	assert_ok(odx_buffer_destroy(x));
+	assert_ok(odx_buffer_destroy(y));
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	after = pin_now();
+	for (int i = 0; i < N; i++)
+		if (ys[i] != 3.0f * (float)i + 1.0f)
+			fail_msg("y[%d] = %g after write-back, expected %g", i, ys[i],
+				 3.0f * (float)i + 1.0f);
+	assert_int_equal(after.direct - before.direct, 0);
+	assert_int_equal(after.pageable - before.pageable, 0);
+	assert_true(after.pinned - before.pinned >= 2);
+	assert_int_equal(after.unregister_calls - before.unregister_calls, 0);
+	close_checked(ctx);
+	free(xs);
+	free(ys);
+}
+
+static void fake_driver_host_register_refused(void **state)
+{
+	(void)state;
+	host_register_refused("2", is_cuda ? "CUDA_ERROR_OUT_OF_MEMORY (2)"
+					   : "hipErrorOutOfMemory (2)");
+	host_register_refused("801", is_cuda ? "CUDA_ERROR_NOT_SUPPORTED (801)"
+					     : "hipErrorNotSupported (801)");
+}
+
+/* Registrations that meet memory the driver has locked already. Two buffers sharing a page:
+ * the second is "already registered", accepted without an error, never unregistered by ODX and
+ * copied through the staging blocks. Two contexts registering the same range: one driver
+ * registration, undone when the second context lets go, copies direct in both. */
+static void fake_driver_host_register_shared(void **state)
+{
+	enum { A = 1500, B = 500, N = 2000 }; /* floats: a shares its second page with b */
+	float *mem = aligned_alloc(4096, 4 * 4096), *ys = malloc(N * 4);
+	pin_stats before, mid, after;
+	odx_context *ctx, *ctx2;
+	odx_kernel *k, *k2;
+	odx_buffer *a, *b, *y, *a2, *y2;
+	char msg[1024];
+
+	(void)state;
+	assert_non_null(mem);
+	assert_non_null(ys);
+	for (int i = 0; i < A + B; i++)
+		mem[i] = (float)(i % 100);
+	ctx = open_fake();
+	k = fake_kernel(ctx, good_image(), 4);
+	before = pin_now();
+	assert_ok(odx_buffer_register(ctx, mem, A * 4, 0, &a));
+	assert_ok(odx_buffer_register(ctx, mem + A, B * 4, 0, &b));
+	mid = pin_now();
+	assert_int_equal(mid.register_calls - before.register_calls, 2);
+	assert_int_equal(mid.registered - before.registered, 1);
+	assert_logged("page-locked already");
+	assert_logged(is_cuda ? "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED (712)"
+			      : "hipErrorHostMemoryAlreadyRegistered (712)");
+	assert_false(logged("could not page-lock"));
+	/* b is read through the staging blocks: no direct copy. */
+	assert_ok(odx_buffer_create(ctx, B * 4, 0, &y));
+	assert_rc(axpy(ctx, k, b, y, 1.0f, B, 0, msg, sizeof(msg)), 0);
+	assert_ok(odx_buffer_read(y, 0, ys, B * 4, TEST_TIMEOUT_MS));
+	for (int i = 0; i < B; i++)
+		assert_true(ys[i] == (float)((A + i) % 100));
+	assert_int_equal(pin_now().direct - mid.direct, 0);
+	/* a is read straight from the user's memory. */
+	assert_ok(odx_buffer_destroy(y));
+	assert_ok(odx_buffer_create(ctx, A * 4, 0, &y));
+	assert_rc(axpy(ctx, k, a, y, 2.0f, A, 0, msg, sizeof(msg)), 0);
+	assert_true(pin_now().direct - mid.direct >= 1);
+	assert_ok(odx_buffer_destroy(b));
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	assert_int_equal(pin_now().unregister_calls - before.unregister_calls, 0);
+
+	/* A second context on the same range as a. */
+	ctx2 = open_fake();
+	k2 = fake_kernel(ctx2, good_image(), 4);
+	mid = pin_now();
+	assert_ok(odx_buffer_register(ctx2, mem, A * 4, 0, &a2));
+	assert_int_equal(pin_now().register_calls - mid.register_calls, 0);
+	assert_ok(odx_buffer_destroy(a));
+	assert_ok(odx_buffer_destroy(y));
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	assert_int_equal(pin_now().unregister_calls - before.unregister_calls, 0);
+	assert_ok(odx_close(ctx));
+	/* Still page-locked for ctx2, whose copies still go direct. */
+	mid = pin_now();
+	assert_ok(odx_buffer_create(ctx2, A * 4, 0, &y2));
+	assert_rc(axpy(ctx2, k2, a2, y2, 1.0f, A, 0, msg, sizeof(msg)), 0);
+	assert_ok(odx_buffer_read(y2, 0, ys, A * 4, TEST_TIMEOUT_MS));
+	for (int i = 0; i < A; i++)
+		assert_true(ys[i] == (float)(i % 100));
+	assert_true(pin_now().direct - mid.direct >= 1);
+	assert_ok(odx_buffer_destroy(a2));
+	assert_ok(odx_buffer_destroy(y2));
+	assert_ok(odx_wait_all(ctx2, TEST_TIMEOUT_MS));
+	after = pin_now();
+	assert_int_equal(after.unregister_calls - before.unregister_calls, 1);
+	assert_int_equal(fake_stat("registered"), 0);
+	assert_int_equal(after.pageable - before.pageable, 0);
+	close_checked(ctx2);
+	free(mem);
+	free(ys);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -738,6 +986,10 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(fake_driver_lost_device_others_run, reset_env),
 		cmocka_unit_test_teardown(fake_driver_ptx_too_new_at_load, reset_env),
 		cmocka_unit_test_teardown(fake_driver_cuda_source_without_nvrtc, reset_env),
+		cmocka_unit_test_teardown(fake_driver_host_register, reset_env),
+		cmocka_unit_test_teardown(fake_driver_host_register_two_devices, reset_env),
+		cmocka_unit_test_teardown(fake_driver_host_register_refused, reset_env),
+		cmocka_unit_test_teardown(fake_driver_host_register_shared, reset_env),
 		cmocka_unit_test_teardown(fake_driver_stub_library, reset_env),
 		cmocka_unit_test_teardown(fake_driver_old_driver, reset_env),
 		cmocka_unit_test_teardown(fake_driver_driver_11, reset_env),
