@@ -178,6 +178,9 @@ struct odx_fab {
 	struct fab_xfer *sub_x_head, *sub_x_tail;
 	struct fab_op *sub_o_head, *sub_o_tail;
 	atomic_bool sleeping;
+	/* set with the lock held when a submission is queued, so an idle round of the progress
+	 * thread costs no lock; bar_check: rank 0 entered a barrier epoch */
+	atomic_bool has_subs, bar_check;
 
 	/* progress thread only */
 	struct fab_op *ready_head, *ready_tail, *delayed, *posted;
@@ -1232,7 +1235,7 @@ static int op_post(odx_fab *f, struct fab_op *op)
 static int post_ready(odx_fab *f)
 {
 	int posted = 0;
-	int64_t now = fab_now_ns();
+	int64_t now = f->delayed ? fab_now_ns() : 0;
 	for (struct fab_op **pp = &f->delayed; *pp;) {
 		struct fab_op *op = *pp;
 		if (op->not_before <= now) {
@@ -1523,7 +1526,10 @@ static void run_timers(odx_fab *f)
 
 static int take_submissions(odx_fab *f)
 {
+	if (!atomic_load(&f->has_subs))
+		return 0;
 	pthread_mutex_lock(&f->lock);
+	atomic_store(&f->has_subs, false);
 	struct fab_xfer *xs = f->sub_x_head;
 	struct fab_op *os = f->sub_o_head;
 	f->sub_x_head = f->sub_x_tail = NULL;
@@ -1547,10 +1553,7 @@ static int take_submissions(odx_fab *f)
 
 static bool has_submissions(odx_fab *f)
 {
-	pthread_mutex_lock(&f->lock);
-	bool any = f->sub_x_head || f->sub_o_head;
-	pthread_mutex_unlock(&f->lock);
-	return any;
+	return atomic_load(&f->has_subs);
 }
 
 /* Idle: spin briefly (latency), then yield (other ranks share the cores), then block on the CQ's
@@ -1624,7 +1627,8 @@ static int progress_once(odx_fab *f)
 	work += post_ready(f);
 	if (f->nrails)
 		run_timers(f);
-	check_barrier(f);
+	if (atomic_exchange(&f->bar_check, false))
+		check_barrier(f);
 	return work;
 }
 
@@ -2085,6 +2089,7 @@ static void submit_op(odx_fab *f, struct fab_op *op)
 	else
 		f->sub_o_head = op;
 	f->sub_o_tail = op;
+	atomic_store(&f->has_subs, true);
 }
 
 /* With f->lock held: queues op for dst unless dst is failed or unknown (then frees it), releases
@@ -2141,6 +2146,7 @@ static int submit_xfer(odx_fab *f, bool is_send, int peer, uint64_t key, void *b
 		else
 			f->sub_x_head = x;
 		f->sub_x_tail = x;
+		atomic_store(&f->has_subs, true);
 	}
 	pthread_mutex_unlock(&f->lock);
 	if (ret) {
@@ -2177,6 +2183,7 @@ int odx_fab_barrier(odx_fab *f, int timeout_ms)
 		return ODX_ECLOSED;
 	}
 	uint64_t epoch = ++f->bar_epoch;
+	atomic_store(&f->bar_check, true);
 	if (f->rank != 0) {
 		struct fab_barrier_msg b = {epoch};
 		struct fab_op *op = ctrl_new(f, 0, FAB_MSG_BARRIER_IN, 0, &b, sizeof(b), NULL, 0);
