@@ -341,7 +341,10 @@ static void copy_done(void *arg, int status, const char *msg)
 			} else {
 				odx__device *dev = &ctx->devices[w->task->device];
 
-				atomic_fetch_sub(&dev->demand_fetches, 1);
+				if (w->task->demand_counted) {
+					w->task->demand_counted = false;
+					atomic_fetch_sub(&dev->demand_fetches, 1);
+				}
 				odx__device_push_staged(dev, w->task);
 			}
 		}
@@ -354,6 +357,9 @@ static void copy_done(void *arg, int status, const char *msg)
 	free(job);
 	if (refetch)
 		copy_start(ctx, refetch);
+	/* A copy lane has one fewer demand copy, or room appeared: prefetch requests may start.
+	 * Before the transfer's end: ctx may be closed once the count drops. */
+	odx__prefetch_pump(ctx);
 	odx__transfer_end(b); /* the last access to b and ctx */
 }
 
@@ -507,8 +513,10 @@ static int stage_one(odx__task *t, odx_buffer *b, int m, bool reads, odx__copy_j
 	w->next = r->waiters;
 	r->waiters = w;
 	atomic_fetch_add(&t->fetches, 1);
-	if (!odx__task_caller_runs(t) && atomic_load(&t->fetches) == 2)
+	if (!odx__task_caller_runs(t) && !t->demand_counted) {
+		t->demand_counted = true;
 		atomic_fetch_add(&ctx->devices[t->device].demand_fetches, 1);
+	}
 out_unlock:
 	pthread_mutex_unlock(&b->lock);
 	return rc;
@@ -861,7 +869,14 @@ int odx__stage(odx__task *t, const odx__task *producer)
 	odx__copy_start_all(ctx, jobs);
 	if (missing > 0)
 		odx__tier_kick(ctx, m);
-	return atomic_fetch_sub(&t->fetches, 1) == 1 ? ODX__STAGE_READY : ODX__STAGE_FETCHING;
+	if (atomic_fetch_sub(&t->fetches, 1) != 1)
+		return ODX__STAGE_FETCHING;
+	/* Its fetches landed before this: the demand is over here, not in copy_done. */
+	if (t->demand_counted) {
+		t->demand_counted = false;
+		atomic_fetch_sub(&ctx->devices[t->device].demand_fetches, 1);
+	}
+	return ODX__STAGE_READY;
 }
 
 int odx__prefetch(odx__task *t)
@@ -922,6 +937,51 @@ int odx__prefetch(odx__task *t)
 		atomic_fetch_add(&dev->prefetches, (uint64_t)n);
 	odx__copy_start_all(ctx, jobs);
 	return n;
+}
+
+int odx__prefetch_copy(odx_context *ctx, odx_buffer *b, int m, uint64_t limit,
+		       odx__copy_job **jobs)
+{
+	odx__memnode *node = &ctx->memnodes[m];
+	odx__replica *r = &b->replicas[m];
+	odx__copy_job *job;
+	int src, rc = 0;
+
+	pthread_mutex_lock(&b->lock);
+	/* Already there or on its way; never written (reads as zeros where it lands). */
+	if (r->allocated || b->zero || atomic_load(&b->dead))
+		goto out;
+	if (atomic_load(&node->used) + odx__pool_charge(node->pool, b->size) > limit) {
+		rc = ODX_ENOSPC;
+		goto out;
+	}
+	src = pick_source(ctx, b, m);
+	if (src == -1)
+		goto out;
+	job = job_new(b, src, m, COPY_FETCH);
+	if (!job) {
+		rc = ODX_ENOMEM;
+		goto out;
+	}
+	rc = odx__replica_alloc(ctx, b, m, false);
+	if (rc) {
+		free(job);
+		odx__transfer_end(b);
+		goto out;
+	}
+	if (src == SRC_DISK)
+		b->disk_readers++;
+	else
+		b->replicas[src].pins++;
+	r->fetching = true;
+	/* The most recently used: least-recently-used eviction keeps it for the tasks to come. */
+	r->last_use = atomic_fetch_add_explicit(&ctx->lru_clock, 1, memory_order_relaxed) + 1;
+	job->next = *jobs;
+	*jobs = job;
+	rc = 1;
+out:
+	pthread_mutex_unlock(&b->lock);
+	return rc;
 }
 
 void odx__unstage(odx__task *t, int status)
@@ -1485,6 +1545,7 @@ int odx__buffer_release_memory(odx_buffer *b)
 	odx_context *ctx = b->ctx;
 	int m, i;
 
+	odx__prefetch_cancel(b);
 	while (!transfers_idle(b))
 		odx__wait_until(ctx, transfers_idle, b, 100);
 	buffer_unlist(b);

@@ -290,6 +290,7 @@ ODX_API int odx_open(odx_context **out, const odx_config *cfg)
 	pthread_cond_init(&ctx->wait_cond, NULL);
 	pthread_mutex_init(&ctx->submit_lock, NULL);
 	pthread_mutex_init(&ctx->objects_lock, NULL);
+	pthread_mutex_init(&ctx->pf_lock, NULL);
 	pthread_mutex_init(&ctx->error_lock, NULL);
 	ctx->t_open = odx__now_ns();
 
@@ -370,6 +371,8 @@ static void context_free(odx_context *ctx)
 
 	odx__dist_close(ctx); /* when odx_open failed after joining */
 	odx__tier_stop(ctx);
+	/* Prefetch requests that never started hold their buffers: they go now. */
+	odx__prefetch_close(ctx);
 	/* Copies the runtime started on its own (write-backs, prefetches, spills) finish first:
 	 * their callbacks use the devices and the buffers. */
 	odx__transfers_drain(ctx);
@@ -418,6 +421,7 @@ static void context_free(odx_context *ctx)
 	pthread_cond_destroy(&ctx->wait_cond);
 	pthread_mutex_destroy(&ctx->submit_lock);
 	pthread_mutex_destroy(&ctx->objects_lock);
+	pthread_mutex_destroy(&ctx->pf_lock);
 	pthread_mutex_destroy(&ctx->error_lock);
 	free(ctx);
 }

@@ -111,7 +111,8 @@ struct odx_buffer {
 	int home_rank;          /* owner rank (distributed execution); 0 on one process */
 	pthread_mutex_t lock;   /* replicas and dependency tracking */
 	/* dependency tracking, in submission order */
-	uint64_t version;       /* bumped by every writer at submission */
+	_Atomic uint64_t version; /* bumped by every writer at submission (under submit_lock);
+				   * read without it by prefetch requests */
 	odx__task *last_writer; /* referenced */
 	odx__task **readers;    /* referenced readers since last_writer */
 	int nreaders, capreaders;
@@ -246,6 +247,7 @@ struct odx__task {
 	int nstaged;                /* arguments 0..nstaged-1 are pinned */
 	bool no_effect;             /* an abandoned read or write: completes without touching data */
 	_Atomic int fetches;        /* outstanding fetches before it can run */
+	bool demand_counted;        /* counted in its device's demand_fetches until they land */
 	_Atomic int fetch_error;    /* a fetch for it failed */
 	char *fetch_msg;            /* why, written by whoever set fetch_error */
 	_Atomic int exec;           /* enum odx__exec_state (reads, writes) */
@@ -436,6 +438,21 @@ typedef struct odx__copy_job {
  * and the prefetch window has some). The monitor evicts from start down to stop; prefetch stays
  * below start. */
 void odx__tier_watermarks(const odx_context *ctx, int m, uint64_t *start, uint64_t *stop);
+/* Prefetch requests (prefetch.c). Levels are odx_prefetch_level. */
+#define ODX__PREFETCH_LEVELS 4
+typedef struct odx__prefetch_req odx__prefetch_req;
+/* Starts what pending requests can start, drops what the plan no longer wants. Call with no core
+ * lock held; cheap when nothing is pending. */
+void odx__prefetch_pump(odx_context *ctx);
+/* Drops b's pending requests (its release). */
+void odx__prefetch_cancel(odx_buffer *b);
+/* Frees what is left at close. */
+void odx__prefetch_close(odx_context *ctx);
+const char *odx__prefetch_level_name(int level);
+/* Node m's lock held: queues a copy bringing b to m if it is not there and fits below `limit`.
+ * 1: queued on *jobs; 0: nothing to do; ODX_ENOSPC: no room below limit; else an error. */
+int odx__prefetch_copy(odx_context *ctx, odx_buffer *b, int m, uint64_t limit,
+		       odx__copy_job **jobs);
 /* Wakes the monitor when node m is above its start watermark (after staging took room). */
 void odx__tier_kick(odx_context *ctx, int m);
 /* Capacities from tier.* (after the devices opened), the disk tier, the monitor thread. */
@@ -585,6 +602,12 @@ struct odx_context {
 	_Atomic int transfers;        /* copies and spills in flight, until their callback's
 				       * last access: close waits for none */
 	bool prefetch;                /* tier.prefetch */
+	/* prefetch requests (prefetch.c): one list per level, in arrival order */
+	pthread_mutex_t pf_lock;
+	struct odx__prefetch_req *pf_head[4];
+	_Atomic int pf_pending;
+	_Atomic bool pf_again;
+	_Atomic uint64_t pf_requests, pf_started, pf_cancelled;
 	bool direct_access;           /* tier.direct_access */
 
 	/* distributed execution (dist.c) */

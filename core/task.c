@@ -95,6 +95,7 @@ odx__task *odx__task_new(odx_context *ctx)
 	atomic_init(&t->chain, ODX__CHAIN_FREE);
 	t->no_effect = false;
 	atomic_init(&t->fetches, 0);
+	t->demand_counted = false;
 	atomic_init(&t->fetch_error, 0);
 	t->fetch_msg = NULL;
 	atomic_init(&t->exec, ODX__EXEC_WAITING);
@@ -299,6 +300,9 @@ void odx__task_complete(odx__task *t, int status, const char *msg)
 	}
 	if (succ != t->inline_succ)
 		free(succ);
+	/* A prefetch request may have waited for this writer, or for its device to go idle.
+	 * Before the count below: once every task is counted, ctx may be closing. */
+	odx__prefetch_pump(ctx);
 	atomic_fetch_add(t->device >= 0 ? &ctx->devices[t->device].completed
 					: &ctx->completed_other,
 			 1);
@@ -400,7 +404,7 @@ static int track_access(odx__task *t, odx_buffer *b, odx_access mode, edge_memo 
 		drop_ref(&b->last_writer);
 		atomic_fetch_add(&t->refs, 1);
 		b->last_writer = t;
-		b->version++;
+		atomic_fetch_add_explicit(&b->version, 1, memory_order_relaxed);
 		return rc;
 	}
 	if (b->nreaders == b->capreaders && (rc = readers_make_room(b)) != 0)

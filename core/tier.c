@@ -423,6 +423,7 @@ void odx__tier_changed(odx_context *ctx, int m)
 	}
 	if (m == 0 && ctx->tier && atomic_load(&ctx->tier->room_waiters) > 0)
 		odx__wake_waiters(ctx);
+	odx__prefetch_pump(ctx);
 }
 
 /* ---- choosing victims ------------------------------------------------------------------------ */
@@ -935,6 +936,12 @@ void odx__tier_watermarks(const odx_context *ctx, int m, uint64_t *start, uint64
 	uint64_t cap = node->capacity, ws = atomic_load(&node->ws_max);
 	uint64_t s = percent(cap, ctx->monitor_start), p = percent(cap, ctx->monitor_stop);
 
+	/* tier.monitor.start = 100 turns the monitor off: nothing to lower. */
+	if (ctx->monitor_start >= 100) {
+		*start = cap;
+		*stop = p;
+		return;
+	}
 	/* A task wider than a quarter of the tier gets no more headroom than a quarter: the
 	 * monitor would otherwise empty the tier for it. */
 	if (ws > cap / 4)
@@ -1016,6 +1023,7 @@ static void *monitor_main(void *arg)
 		atomic_store(&tier->kicked, false);
 
 		keep_headroom(ctx);
+		odx__prefetch_pump(ctx);
 		/* A safety net for lost wake-ups: tasks waiting for room are retried. */
 		for (d = 0; d < ctx->ndevices; d++)
 			if (atomic_load(&ctx->devices[d].memwait_n) > 0)
@@ -1109,6 +1117,15 @@ void odx__tier_stats_print(odx_context *ctx, void (*emit)(odx_context *, const c
 			 (unsigned long long)atomic_load(&dev->prefetches),
 			 (unsigned long long)atomic_load(&dev->prefetch_hits),
 			 (unsigned long long)atomic_load(&dev->prefetch_waste));
+		emit(ctx, line);
+	}
+	if (atomic_load(&ctx->pf_requests) > 0) {
+		snprintf(line, sizeof(line),
+			 "  prefetch requests (odx_buffer_prefetch): %llu made, %llu started a copy, "
+			 "%llu cancelled (plan changed)",
+			 (unsigned long long)atomic_load(&ctx->pf_requests),
+			 (unsigned long long)atomic_load(&ctx->pf_started),
+			 (unsigned long long)atomic_load(&ctx->pf_cancelled));
 		emit(ctx, line);
 	}
 	if (odx__tier_has_disk(ctx)) {

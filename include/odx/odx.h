@@ -269,6 +269,27 @@ ODX_API int odx_buffer_read(odx_buffer *buf, size_t offset, void *dst, size_t le
 /** The buffer's size in bytes (0 for NULL). */
 ODX_API size_t odx_buffer_size(const odx_buffer *buf);
 
+/** How soon a prefetched copy is wanted (odx_buffer_prefetch). */
+typedef enum odx_prefetch_level {
+	ODX_PREFETCH_NOW = 0,  /* needed now: starts at once, evicting idle copies if it must */
+	ODX_PREFETCH_NEXT = 1, /* for the next task: starts when the tier has room below its
+				* start watermark, never evicts */
+	ODX_PREFETCH_SOON = 2, /* as NEXT, and only while no task on the device waits for data */
+	ODX_PREFETCH_IDLE = 3, /* as SOON, and only when no task is queued or running there */
+} odx_prefetch_level;
+
+/**
+ * Hint: bring a copy of `buf` to `device`'s memory before the tasks that will need it there.
+ * The copy holds the contents as of this call: if a task that writes `buf` was submitted and has
+ * not finished, the copy starts after it. The request waits for its level's condition (see
+ * odx_prefetch_level); a copy that arrives is the most recently used one there. Cancelled with
+ * nothing moved if, before its copy starts, `buf` is written by a later task or call, the writer
+ * it waits for fails, `buf` is destroyed, or the device is lost. Returns at once: 0, or
+ * ODX_EINVAL (no such device or level), ODX_ECLOSED, ODX_ENOMEM. ODX_STATS counts requests,
+ * started copies and cancellations.
+ */
+ODX_API int odx_buffer_prefetch(odx_buffer *buf, int device, odx_prefetch_level level);
+
 /**
  * Hint: the program will not use `buf` again soon. Its copies become the first candidates when a
  * memory tier needs room (clean ones are dropped, dirty ones written one tier down), until a task
