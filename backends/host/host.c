@@ -59,14 +59,17 @@ typedef struct host_helper {
 	char error[HOST_ERR_MAX];
 } host_helper;
 
+#define HOST_COPY_THREADS 2
+
 struct host_dev {
 	host_state *st;
 	int odx_device;
 	unsigned threads;
 	unsigned bind_base;
 
-	/* copy lane */
-	pthread_t copy_thread;
+	/* copy lane: two threads taking copies in queue order (they may finish out of order) */
+	pthread_t copy_thread[HOST_COPY_THREADS];
+	unsigned copy_started;
 	pthread_mutex_t copy_lock;
 	pthread_cond_t copy_cond;
 	host_job *head, *tail;
@@ -235,7 +238,12 @@ static int host_device_open(void *state, int index, int odx_device, odx_backend_
 	pthread_mutex_init(&d->pool_lock, NULL);
 	pthread_cond_init(&d->work_cond, NULL);
 	pthread_cond_init(&d->done_cond, NULL);
-	if (pthread_create(&d->copy_thread, NULL, copy_lane_main, d) != 0) {
+	for (i = 0; i < HOST_COPY_THREADS; i++) {
+		if (pthread_create(&d->copy_thread[i], NULL, copy_lane_main, d) != 0)
+			break;
+		d->copy_started++;
+	}
+	if (d->copy_started == 0) {
 		free(d);
 		return ODX_ENOMEM;
 	}
@@ -258,7 +266,7 @@ static int host_device_open(void *state, int index, int odx_device, odx_backend_
 		 d->threads, d->threads == 1 ? "" : "s", st->async ? ", asynchronous" : "");
 	props->memory_bytes = st->memory;
 	props->compute_lanes = 1;
-	props->copy_lanes = 1;
+	props->copy_lanes = HOST_COPY_THREADS;
 	props->threads = (int)d->threads;
 	props->pci_bus_id[0] = '\0';
 	props->host_visible = true;
@@ -282,7 +290,8 @@ static void host_device_close(void *dev)
 	d->compute_stop = true;
 	pthread_cond_broadcast(&d->copy_cond);
 	pthread_mutex_unlock(&d->copy_lock);
-	pthread_join(d->copy_thread, NULL);
+	for (i = 0; i < d->copy_started; i++)
+		pthread_join(d->copy_thread[i], NULL);
 	if (d->compute_started)
 		pthread_join(d->compute_thread, NULL);
 
