@@ -1271,7 +1271,8 @@ static bool direct_copied(void *arg)
 }
 
 /* A staged read or write on device node t->node: one copy between user memory and the device
- * replica, on the device's copy lane, waited for here. */
+ * replica: a memcpy through the backend's map, else the backend's blocking copy, else a copy
+ * queued on its copy lane and waited for here. */
 static int direct_access(odx__task *t)
 {
 	odx_context *ctx = t->ctx;
@@ -1296,18 +1297,29 @@ static int direct_access(odx__task *t)
 		else
 			memcpy(p, t->host_ptr, t->host_len);
 		dc.done = true;
+	} else if (ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, copy_sync)) {
+		/* The backend waits for its own copy: no callback, no hand-off to this thread. */
+		rc = dev->ops->copy_sync(dev->bdev, t->kind == ODX__TASK_WRITE, r->mem,
+					 r->off + t->host_off, t->host_ptr, t->host_len, dc.msg,
+					 sizeof(dc.msg));
+		dc.status = rc;
+		dc.done = true;
 	}
-	rc = dc.done ? 0
-	     : t->kind == ODX__TASK_READ
-		     ? dev->ops->copy_d2h(dev->bdev, t->host_ptr, r->mem, r->off + t->host_off,
-					  t->host_len, direct_copy_done, &dc)
-		     : dev->ops->copy_h2d(dev->bdev, r->mem, r->off + t->host_off, t->host_ptr,
-					  t->host_len, direct_copy_done, &dc);
-	if (rc == 0) {
-		odx__wait_until(ctx, direct_copied, &dc, -1);
+	if (dc.done) {
 		rc = dc.status;
 	} else {
-		snprintf(dc.msg, sizeof(dc.msg), "the copy could not be queued");
+		rc = t->kind == ODX__TASK_READ
+			     ? dev->ops->copy_d2h(dev->bdev, t->host_ptr, r->mem,
+						  r->off + t->host_off, t->host_len,
+						  direct_copy_done, &dc)
+			     : dev->ops->copy_h2d(dev->bdev, r->mem, r->off + t->host_off,
+						  t->host_ptr, t->host_len, direct_copy_done, &dc);
+		if (rc == 0) {
+			odx__wait_until(ctx, direct_copied, &dc, -1);
+			rc = dc.status;
+		} else {
+			snprintf(dc.msg, sizeof(dc.msg), "the copy could not be queued");
+		}
 	}
 	if (rc == 0) {
 		int from = t->kind == ODX__TASK_READ ? m : 0, to = t->kind == ODX__TASK_READ ? 0 : m;

@@ -552,6 +552,28 @@ static int clb_copy_d2h(void *dev, void *dst, uint64_t src, size_t src_off, size
 	return rc;
 }
 
+/* A blocking copy on the copy queue, for a caller that waits anyway (ABI 1.3 copy_sync): one
+ * hand-off to the driver and back, no event callback. */
+static int clb_copy_sync(void *dev, bool to_device, uint64_t mem, size_t off, void *host, size_t n,
+			 char *error, size_t error_size)
+{
+	clb_dev *d = dev;
+	clb_region_out r;
+	cl_int err;
+	int rc;
+
+	rc = clb_region(d, (clb_buf *)(uintptr_t)mem, off, n, &r, error, error_size);
+	if (rc)
+		return rc;
+	err = to_device ? d->st->api.clEnqueueWriteBuffer(d->copy, r.mem, CL_TRUE, r.off, n, host,
+							  0, NULL, NULL)
+			: d->st->api.clEnqueueReadBuffer(d->copy, r.mem, CL_TRUE, r.off, n, host, 0,
+							 NULL, NULL);
+	clb_region_done(d, &r);
+	return clb_check(err, to_device ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer", d, n,
+			 error, error_size);
+}
+
 /* A hop of a staged copy is done: after the first, the bytes are in hop->bounce and go on to
  * the destination; after the second (or a failure), the core hears of it. */
 static void clb_hop_done(void *arg, int status, const char *msg)
@@ -805,6 +827,7 @@ static const odx_backend_ops clb_ops = {
 	.copy_h2d = clb_copy_h2d,
 	.copy_d2h = clb_copy_d2h,
 	.copy_d2d = clb_copy_d2d,
+	.copy_sync = clb_copy_sync,
 	.module_load = clb_module_load,
 	.module_unload = clb_module_unload,
 	.launch = clb_launch,

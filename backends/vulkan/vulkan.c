@@ -35,6 +35,12 @@
 #define VKB_MAX_DEVICES 16
 #define VKB_MSG_MAX 512
 #define VKB_WAIT_NS 1000000000ull /* one wait slice of a completion thread */
+/* An idle completion thread first waits on the timeline for the next value itself, this long at
+ * a time, this many times, before it sleeps on its condition variable: a submission made
+ * meanwhile then wakes it once (when it completes) instead of twice (when it is queued, then when
+ * it completes). */
+#define VKB_AHEAD_NS 2000000ull
+#define VKB_AHEAD_ROUNDS 2
 #define VKB_STAGING_MIN (64u << 10)
 #define VKB_STAGING_KEEP 8 /* staging buffers a lane keeps for reuse */
 #define VKB_PUSH_MAX 256    /* push-constant bytes ODX fills (every device offers >= 128) */
@@ -165,6 +171,8 @@ typedef struct vkb_lane {
 	vkb_pending *open_head, *open_tail;
 	int open_n;
 	char fail_msg[VKB_MSG_MAX]; /* why the last batch could not be submitted */
+	uint64_t waiting_ahead;      /* nonzero: the completion thread waits for this timeline value,
+				      * not on `cond` */
 	bool stop;
 	pthread_t thread;
 	bool started;
@@ -767,6 +775,32 @@ static void vkb_lane_recycle_cmd(vkb_lane *ln, VkCommandBuffer cmd)
 	ln->free_cmds[ln->nfree_cmds++] = cmd;
 }
 
+/* Signals the lane's next timeline value with an empty submission (after everything queued
+ * before it): wakes a completion thread waiting ahead for an entry that needs no submission of
+ * its own. If it fails, that thread's wait slice ends soon anyway. Lane lock held. */
+static void vkb_lane_signal_ahead(vkb_lane *ln)
+{
+	uint64_t signal = ln->submitted + 1;
+	VkTimelineSemaphoreSubmitInfo ts = {
+		.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
+		.signalSemaphoreValueCount = 1,
+		.pSignalSemaphoreValues = &signal,
+	};
+	VkSubmitInfo si = {
+		.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+		.pNext = &ts,
+		.signalSemaphoreCount = 1,
+		.pSignalSemaphores = &ln->timeline,
+	};
+	VkResult r;
+
+	pthread_mutex_lock(ln->queue_lock);
+	r = ln->dev->fn.vkQueueSubmit(ln->queue, 1, &si, VK_NULL_HANDLE);
+	pthread_mutex_unlock(ln->queue_lock);
+	if (r == VK_SUCCESS)
+		ln->submitted = signal;
+}
+
 /* Appends a pending entry; the lane lock is held. */
 static void vkb_lane_push(vkb_lane *ln, vkb_pending *p)
 {
@@ -776,6 +810,11 @@ static void vkb_lane_push(vkb_lane *ln, vkb_pending *p)
 	else
 		ln->head = p;
 	ln->tail = p;
+	/* The completion thread waits ahead for a value no submission has signalled yet: an
+	 * entry without a submission of its own (a copy through mapped memory, a failed batch)
+	 * makes one. */
+	if (ln->waiting_ahead && ln->submitted < ln->waiting_ahead)
+		vkb_lane_signal_ahead(ln);
 	pthread_cond_signal(&ln->cond);
 }
 
@@ -939,8 +978,29 @@ static void *vkb_completion_main(void *arg)
 		 * is still open once the list drains, and nothing else would submit it. */
 		if (!ln->head && ln->open_n)
 			vkb_lane_flush(ln);
-		while (!ln->head && !ln->stop)
-			pthread_cond_wait(&ln->cond, &ln->lock);
+		for (int ahead = 0; !ln->head && !ln->stop;) {
+			uint64_t next = ln->submitted + 1;
+			VkSemaphoreWaitInfo wi = {
+				.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,
+				.semaphoreCount = 1,
+				.pSemaphores = &ln->timeline,
+				.pValues = &next,
+			};
+			VkResult r;
+
+			if (ahead >= VKB_AHEAD_ROUNDS) {
+				pthread_cond_wait(&ln->cond, &ln->lock);
+				continue;
+			}
+			/* Waiting for a value before it is submitted is allowed for timeline
+			 * semaphores; the next submission signals exactly this one. */
+			ln->waiting_ahead = next;
+			pthread_mutex_unlock(&ln->lock);
+			r = ln->dev->fn.vkWaitSemaphores(ln->dev->device, &wi, VKB_AHEAD_NS);
+			pthread_mutex_lock(&ln->lock);
+			ln->waiting_ahead = 0;
+			ahead = r == VK_SUCCESS ? 0 : r == VK_TIMEOUT ? ahead + 1 : VKB_AHEAD_ROUNDS;
+		}
 		p = ln->head;
 		if (!p)
 			break; /* stopping and drained */

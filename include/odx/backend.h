@@ -247,6 +247,17 @@ typedef struct odx_backend_ops {
 	int (*host_register)(void *dev, void *ptr, size_t size);
 	/** Undoes host_register (same arguments), before the memory goes back to the application. */
 	void (*host_unregister)(void *dev, void *ptr, size_t size);
+
+	/** Optional (1.3): one copy between the `n` bytes of host memory at `host` and device
+	 * memory `mem` at byte `off` (to the device if `to_device`), returning once it completed:
+	 * 0, or a negative code with the reason in error[0..error_size). For a caller that waits
+	 * anyway (odx_buffer_read and odx_buffer_write run on the application's thread, and the
+	 * core uses this when mem_map is not offered): no completion callback and no thread
+	 * hand-off. Called with no core lock held; it may wait for copies queued before it on the
+	 * copy lane, never for work queued after it. Without it the core queues copy_h2d /
+	 * copy_d2h and waits for their `done`. */
+	int (*copy_sync)(void *dev, bool to_device, uint64_t mem, size_t off, void *host, size_t n,
+			 char *error, size_t error_size);
 } odx_backend_ops;
 
 /** What a backend module describes itself with. Static storage in the module. */

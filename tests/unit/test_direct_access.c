@@ -2,8 +2,8 @@
 /*
  * test_direct_access.c - odx_buffer_read and odx_buffer_write straight to and from a device's copy
  * (tier.direct_access), on whichever backend the environment selects with one device: host
- * devices and Vulkan map device memory (memcpy on the caller), OpenCL and Vulkan with
- * vulkan.force_staging copy through the backend's copy lane. Where the bytes land is observed
+ * devices and Vulkan map device memory (memcpy on the caller), OpenCL copies with its blocking
+ * copy_sync, and Vulkan with vulkan.force_staging through its copy lane (copy_h2d/d2h + done). Where the bytes land is observed
  * through the memory nodes' used bytes; what they are, through reads and kernels.
  */
 #include <setjmp.h>
