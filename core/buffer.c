@@ -887,50 +887,28 @@ int odx__prefetch(odx__task *t)
 	odx__device *dev = &ctx->devices[t->device];
 	odx__copy_job *jobs = NULL;
 	uint64_t limit, stop;
-	int i, n = 0;
+	int i, n = 0, rc;
 
 	odx__tier_watermarks(ctx, m, &limit, &stop);
 	pthread_mutex_lock(&node->lock);
 	for (i = 0; i < t->nargs && i < 64; i++) {
-		odx_buffer *b = t->args[i].v.buffer;
-		odx__replica *r;
-		int src;
+		odx_buffer *b;
 
 		if (!stages_arg(t, i) || !odx__task_stage_reads(t, i) || !first_use(t, i) ||
 		    (t->hold_mask & (1ull << i)))
 			continue;
-		r = &b->replicas[m];
-		pthread_mutex_lock(&b->lock);
-		if (r->allocated || b->zero ||
-		    atomic_load(&node->used) + odx__pool_charge(node->pool, b->size) > limit ||
-		    (src = pick_source(ctx, b, m)) == -1) {
-			pthread_mutex_unlock(&b->lock);
+		b = t->args[i].v.buffer;
+		rc = odx__prefetch_copy(ctx, b, m, limit, &jobs);
+		if (rc < 0 && rc != ODX_ENOSPC)
+			break;
+		if (rc != 1)
 			continue;
-		}
-		{
-			odx__copy_job *job = job_new(b, src, m, COPY_FETCH);
-
-			if (!job || odx__replica_alloc(ctx, b, m, false) != 0) {
-				if (job) {
-					free(job);
-					odx__transfer_end(b);
-				}
-				pthread_mutex_unlock(&b->lock);
-				break;
-			}
-			if (src == SRC_DISK)
-				b->disk_readers++;
-			else
-				b->replicas[src].pins++;
-			r->fetching = true;
-			r->holds++;
-			r->last_use = atomic_load_explicit(&ctx->lru_clock, memory_order_relaxed);
-			t->hold_mask |= 1ull << i;
-			job->next = jobs;
-			jobs = job;
-			n++;
-		}
+		/* Held for t: evicted before t ran only as a last resort (node lock still held). */
+		pthread_mutex_lock(&b->lock);
+		b->replicas[m].holds++;
 		pthread_mutex_unlock(&b->lock);
+		t->hold_mask |= 1ull << i;
+		n++;
 	}
 	pthread_mutex_unlock(&node->lock);
 	if (n)

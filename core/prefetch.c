@@ -45,6 +45,55 @@ static void req_free(odx__prefetch_req *q)
 	free(q);
 }
 
+/* Frees a list of requests taken off the levels (no lock held: their buffers may go). */
+static void req_free_all(odx__prefetch_req *drop)
+{
+	while (drop) {
+		odx__prefetch_req *next = drop->next;
+
+		req_free(drop);
+		drop = next;
+	}
+}
+
+/* pf_lock held: takes the requests `match` selects off every level, counted as cancelled, onto a
+ * list for req_free_all. */
+static odx__prefetch_req *take(odx_context *ctx, bool (*match)(odx__prefetch_req *, void *),
+			       void *arg)
+{
+	odx__prefetch_req *drop = NULL;
+	int lv;
+
+	for (lv = 0; lv < ODX__PREFETCH_LEVELS; lv++) {
+		odx__prefetch_req **pp = &ctx->pf_head[lv], *q;
+
+		while ((q = *pp) != NULL) {
+			if (!match(q, arg)) {
+				pp = &q->next;
+				continue;
+			}
+			*pp = q->next;
+			q->next = drop;
+			drop = q;
+			atomic_fetch_sub(&ctx->pf_pending, 1);
+			atomic_fetch_add(&ctx->pf_cancelled, 1);
+		}
+	}
+	return drop;
+}
+
+static bool of_buffer(odx__prefetch_req *q, void *b)
+{
+	return q->b == b;
+}
+
+static bool any(odx__prefetch_req *q, void *arg)
+{
+	(void)q;
+	(void)arg;
+	return true;
+}
+
 enum verdict { WAIT = 0, START = 1, DROP = 2 };
 
 /* Is request q (level lv) to start now, wait, or go? Counts why it goes. */
@@ -139,72 +188,32 @@ void odx__prefetch_pump(odx_context *ctx)
 		}
 		pthread_mutex_unlock(&ctx->pf_lock);
 		odx__copy_start_all(ctx, jobs);
-		while (drop) {
-			odx__prefetch_req *next = drop->next;
-
-			req_free(drop);
-			drop = next;
-		}
+		req_free_all(drop);
 	}
 }
 
 void odx__prefetch_cancel(odx_buffer *b)
 {
 	odx_context *ctx = b->ctx;
-	odx__prefetch_req *drop = NULL;
-	int lv;
+	odx__prefetch_req *drop;
 
 	if (atomic_load(&ctx->pf_pending) == 0)
 		return;
 	pthread_mutex_lock(&ctx->pf_lock);
-	for (lv = 0; lv < ODX__PREFETCH_LEVELS; lv++) {
-		odx__prefetch_req **pp = &ctx->pf_head[lv], *q;
-
-		while ((q = *pp) != NULL) {
-			if (q->b != b) {
-				pp = &q->next;
-				continue;
-			}
-			*pp = q->next;
-			q->next = drop;
-			drop = q;
-			atomic_fetch_sub(&ctx->pf_pending, 1);
-			atomic_fetch_add(&ctx->pf_cancelled, 1);
-		}
-	}
+	drop = take(ctx, of_buffer, b);
 	pthread_mutex_unlock(&ctx->pf_lock);
-	while (drop) {
-		odx__prefetch_req *next = drop->next;
-
-		req_free(drop);
-		drop = next;
-	}
+	req_free_all(drop);
 }
 
 void odx__prefetch_close(odx_context *ctx)
 {
-	odx__prefetch_req *drop = NULL;
-	int lv;
+	odx__prefetch_req *drop;
 
 	/* Every task finished: what still waits (for an idle device, for room) never will. */
 	pthread_mutex_lock(&ctx->pf_lock);
-	for (lv = 0; lv < ODX__PREFETCH_LEVELS; lv++)
-		while (ctx->pf_head[lv]) {
-			odx__prefetch_req *q = ctx->pf_head[lv];
-
-			ctx->pf_head[lv] = q->next;
-			q->next = drop;
-			drop = q;
-			atomic_fetch_sub(&ctx->pf_pending, 1);
-			atomic_fetch_add(&ctx->pf_cancelled, 1);
-		}
+	drop = take(ctx, any, NULL);
 	pthread_mutex_unlock(&ctx->pf_lock);
-	while (drop) {
-		odx__prefetch_req *next = drop->next;
-
-		req_free(drop);
-		drop = next;
-	}
+	req_free_all(drop);
 }
 
 const char *odx__prefetch_level_name(int level)

@@ -920,8 +920,8 @@ static void vkb_lane_flush(vkb_lane *ln)
 	ln->open_n = 0;
 }
 
-/* Waits until the lane's timeline reaches `value`, in slices, so close is never stuck. */
-static int vkb_lane_wait(vkb_lane *ln, uint64_t value, char *msg, size_t msg_size)
+/* One wait of at most `ns` for the lane's timeline to reach `value` (submitted or not yet). */
+static VkResult vkb_timeline_wait(vkb_lane *ln, uint64_t value, uint64_t ns)
 {
 	VkSemaphoreWaitInfo wi = {
 		.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,
@@ -929,12 +929,19 @@ static int vkb_lane_wait(vkb_lane *ln, uint64_t value, char *msg, size_t msg_siz
 		.pSemaphores = &ln->timeline,
 		.pValues = &value,
 	};
+
+	return ln->dev->fn.vkWaitSemaphores(ln->dev->device, &wi, ns);
+}
+
+/* Waits until the lane's timeline reaches `value`, in slices, so close is never stuck. */
+static int vkb_lane_wait(vkb_lane *ln, uint64_t value, char *msg, size_t msg_size)
+{
 	VkResult r;
 
 	if (atomic_load(&ln->completed) >= value)
 		return 0;
 	do
-		r = ln->dev->fn.vkWaitSemaphores(ln->dev->device, &wi, VKB_WAIT_NS);
+		r = vkb_timeline_wait(ln, value, VKB_WAIT_NS);
 	while (r == VK_TIMEOUT);
 	if (r == VK_SUCCESS) {
 		/* Two threads may wait (completion thread, a synchronous fill): keep the maximum. */
@@ -980,12 +987,6 @@ static void *vkb_completion_main(void *arg)
 			vkb_lane_flush(ln);
 		for (int ahead = 0; !ln->head && !ln->stop;) {
 			uint64_t next = ln->submitted + 1;
-			VkSemaphoreWaitInfo wi = {
-				.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,
-				.semaphoreCount = 1,
-				.pSemaphores = &ln->timeline,
-				.pValues = &next,
-			};
 			VkResult r;
 
 			if (ahead >= VKB_AHEAD_ROUNDS) {
@@ -996,7 +997,7 @@ static void *vkb_completion_main(void *arg)
 			 * semaphores; the next submission signals exactly this one. */
 			ln->waiting_ahead = next;
 			pthread_mutex_unlock(&ln->lock);
-			r = ln->dev->fn.vkWaitSemaphores(ln->dev->device, &wi, VKB_AHEAD_NS);
+			r = vkb_timeline_wait(ln, next, VKB_AHEAD_NS);
 			pthread_mutex_lock(&ln->lock);
 			ln->waiting_ahead = 0;
 			ahead = r == VK_SUCCESS ? 0 : r == VK_TIMEOUT ? ahead + 1 : VKB_AHEAD_ROUNDS;

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "core.h"
+#include "test_util.h"
 
 #define TIMEOUT_MS 20000
 #define N 4096 /* uint32 per buffer */
@@ -78,16 +79,8 @@ static int k_fail(const odx_host_launch *l)
 static odx_kernel *kernel(odx_context *ctx, const char *name, odx_host_fn fn, odx_access a0,
 			  odx_arg_kind k1, odx_access a1)
 {
-	odx_param p[2] = {{ODX_ARG_BUFFER, a0, "x"}, {k1, a1, "y"}};
-	odx_kernel *k = NULL;
-
-	assert_int_equal(odx_kernel_create(ctx, name, p, 2,
-					   &(odx_kernel_variant){.backend = ODX_BACKEND_HOST,
-								 .format = ODX_FORMAT_HOST_FN,
-								 .host_fn = fn},
-					   1, &k),
-			 0);
-	return k;
+	return test_host_kernel(ctx, name, (odx_param[]){{ODX_ARG_BUFFER, a0, "x"}, {k1, a1, "y"}},
+				2, fn);
 }
 
 struct fx {
