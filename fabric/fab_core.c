@@ -45,11 +45,12 @@
 #define FAB_MAP_BUCKETS 1024
 #define FAB_WIREUP_TIMEOUT_MS 60000
 /* Data in motion keeps the progress thread polling (yielding, never sleeping): a data completion
- * this recent, or one this recent while our own sends or reads are posted. Manual-progress
- * providers move bytes only while polled (tcp sockets, shm's two-copy protocol), and a sleep in
- * the middle of a stream costs up to 0.8 ms per wake-up. */
+ * this recent, or data ops posted and one posted or completed this recent. Manual-progress
+ * providers move bytes only while polled, on both sides (tcp sockets, shm's two-copy protocol),
+ * and a receiver asleep in the middle of a 16 MiB chunk stalls it. A receive posted long before
+ * its data comes stops counting after FAB_ACTIVE_POSTED_NS. */
 #define FAB_ACTIVE_NS 1000000ll
-#define FAB_ACTIVE_TX_NS 20000000ll
+#define FAB_ACTIVE_POSTED_NS 20000000ll
 
 enum op_kind {
 	OP_CTRL_TX,
@@ -184,8 +185,8 @@ struct odx_fab {
 
 	/* progress thread only */
 	struct fab_op *ready_head, *ready_tail, *delayed, *posted;
-	unsigned data_out; /* our data sends and reads posted to the provider */
-	int64_t last_data; /* when a data op last completed (or a send or read was posted) */
+	unsigned data_posted; /* data ops (sends, receives, reads) posted to the provider */
+	int64_t last_data;    /* when a data op was last posted or completed */
 	struct fab_xfer *active;
 	/* (peer, key): receives a pull announcement may still switch, announcements that came
 	 * before their receive (and self-sends before their self-receive), sends a FIN or NACK may
@@ -402,8 +403,8 @@ static void fault_delay(odx_fab *f, struct fab_op *op)
 
 static void posted_add(odx_fab *f, struct fab_op *op)
 {
-	if (op->kind == OP_DATA_TX || op->kind == OP_READ) {
-		f->data_out++;
+	if (op->kind == OP_DATA_TX || op->kind == OP_DATA_RX || op->kind == OP_READ) {
+		f->data_posted++;
 		f->last_data = fab_now_ns();
 	}
 	op->posted = true;
@@ -418,10 +419,10 @@ static void posted_remove(odx_fab *f, struct fab_op *op)
 {
 	if (!op->posted)
 		return;
-	if (op->kind == OP_DATA_TX || op->kind == OP_READ)
-		f->data_out--;
-	if (op->kind == OP_DATA_TX || op->kind == OP_DATA_RX || op->kind == OP_READ)
+	if (op->kind == OP_DATA_TX || op->kind == OP_DATA_RX || op->kind == OP_READ) {
+		f->data_posted--;
 		f->last_data = fab_now_ns();
+	}
 	if (op->lprev)
 		op->lprev->lnext = op->lnext;
 	else
@@ -1567,7 +1568,7 @@ static void idle_wait(odx_fab *f, int rounds)
 	}
 	int64_t now = fab_now_ns();
 	if (now - f->last_data < FAB_ACTIVE_NS ||
-	    (f->data_out && now - f->last_data < FAB_ACTIVE_TX_NS)) {
+	    (f->data_posted && now - f->last_data < FAB_ACTIVE_POSTED_NS)) {
 		sched_yield();
 		return;
 	}
