@@ -5,7 +5,8 @@
  * Threads per device: the core's worker (launches, allocations, module loads), one completion
  * thread per lane (compute, h2d, d2h) and one issue thread per copy lane. Done callbacks run only
  * on completion threads, never inside the call that queued the work, and never with a lock of
- * ours held (a callback may queue more work on any device).
+ * ours held (a callback may queue more work on any device). copy_sync runs on the application's
+ * thread, on a stream of its copy lane's, and calls no callback.
  *
  * Page-locked host memory (host_register, host_alloc) is kept in one list per process, because
  * the driver's registrations are per process: see "page-locked host memory" below.
@@ -486,8 +487,14 @@ static void lane_fini(gpu_lane *lane)
 	for (i = 0; i < GPU_STAGE_BLOCKS; i++)
 		if (lane->blocks[i].ptr)
 			st->v->host_free(st->api, lane->blocks[i].ptr);
+	for (i = 0; i < GPU_SYNC_PIECES; i++)
+		if (lane->sync_events[i])
+			st->v->event_destroy(st->api, lane->sync_events[i]);
+	if (lane->sync_stream)
+		st->v->stream_destroy(st->api, lane->sync_stream);
 	if (lane->stream)
 		st->v->stream_destroy(st->api, lane->stream);
+	pthread_mutex_destroy(&lane->sync_lock);
 	pthread_cond_destroy(&lane->block_cond);
 	pthread_cond_destroy(&lane->issue_cond);
 	pthread_cond_destroy(&lane->cond);
@@ -507,9 +514,23 @@ static int lane_init(gpu_dev *d, gpu_lane *lane, const char *name, bool copy, ch
 	pthread_cond_init(&lane->cond, NULL);
 	pthread_cond_init(&lane->issue_cond, NULL);
 	pthread_cond_init(&lane->block_cond, NULL);
+	pthread_mutex_init(&lane->sync_lock, NULL);
 	native = st->v->stream_create(st->api, &lane->stream);
-	if (native)
+	if (native) {
+		lane->stream = NULL;
 		return gpu_fail(st, d, GPU_CALL_STREAM_CREATE, native, msg, n);
+	}
+	if (copy && (native = st->v->stream_create(st->api, &lane->sync_stream)) != 0) {
+		lane->sync_stream = NULL;
+		return gpu_fail(st, d, GPU_CALL_STREAM_CREATE, native, msg, n);
+	}
+	for (i = 0; copy && i < GPU_SYNC_PIECES; i++) {
+		native = st->v->event_create(st->api, &lane->sync_events[i]);
+		if (native) {
+			lane->sync_events[i] = NULL;
+			return gpu_fail(st, d, GPU_CALL_EVENT_CREATE, native, msg, n);
+		}
+	}
 	for (i = 0; copy && i < GPU_STAGE_BLOCKS; i++) {
 		native = st->v->host_alloc(st->api, &lane->blocks[i].ptr, GPU_STAGE_BLOCK);
 		if (native) {
@@ -1004,6 +1025,170 @@ int gpu_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev, uint64_
 	return queue_xfer(&d->h2d, &(gpu_xfer){.kind = GPU_D2D, .dev_addr = dst + dst_off,
 					       .peer = src_dev, .peer_addr = src + src_off, .n = n,
 					       .done = done, .arg = arg});
+}
+
+/* ---- blocking copies (ABI 1.3 copy_sync) ------------------------------------------------------- */
+
+/*
+ * odx_buffer_read and odx_buffer_write between user memory and a device's copy, on the
+ * application's thread, which waits anyway. The shape, chosen without a GPU to measure it on:
+ *  - an asynchronous copy on the lane's sync stream and a wait for an event recorded behind it,
+ *    one caller per lane at a time, so that the wait covers exactly this copy: not the lane's own
+ *    stream, where a read would wait behind every prefetch and eviction queued there (and a
+ *    cuStreamSynchronize there behind the copies queued after it); and an event, polled briefly
+ *    and then slept on like the lanes' events, rather than cuStreamSynchronize, which spins or
+ *    yields as the context's scheduling flags say.
+ *  - not the synchronous cuMemcpyHtoD / hipMemcpyHtoD: they run on the legacy default stream,
+ *    which does not order the non-blocking lane streams, and from pageable memory they may
+ *    return before the bytes reached the device, so the core's next launch could miss them.
+ *  - pageable memory up to one piece goes to the driver as it is: the driver stages it as we
+ *    would, and a small read or write then never waits for a staging block held by the lane's
+ *    copies. A larger pageable copy borrows one block of the lane and goes through it in pieces,
+ *    the memcpy of one piece overlapping the transfer of the others. Page-locked memory
+ *    (registered, host_alloc) is copied in one piece with no bounce, as on the lanes.
+ */
+
+/* Queues one copy on the sync stream and records the event of `slot` behind it. */
+static int sync_issue(gpu_lane *lane, bool to_device, uint64_t addr, void *host, size_t n, int slot,
+		      char *msg, size_t msg_size)
+{
+	gpu_dev *d = lane->dev;
+	const gpu_state *st = d->st;
+	int native = to_device ? st->v->h2d_async(st->api, addr, host, n, lane->sync_stream)
+			       : st->v->d2h_async(st->api, host, addr, n, lane->sync_stream);
+
+	if (native)
+		return gpu_fail(st, d, to_device ? GPU_CALL_H2D : GPU_CALL_D2H, native, msg,
+				msg_size);
+	native = st->v->event_record(st->api, lane->sync_events[slot], lane->sync_stream);
+	return native ? gpu_fail(st, d, GPU_CALL_EVENT_RECORD, native, msg, msg_size) : 0;
+}
+
+static int sync_wait(gpu_lane *lane, int slot, char *msg, size_t msg_size)
+{
+	int native = wait_event(lane, lane->sync_events[slot]);
+
+	return native ? gpu_fail(lane->dev->st, lane->dev, GPU_CALL_EVENT_SYNC, native, msg,
+				 msg_size)
+		      : 0;
+}
+
+/* After a failure: no piece may still use the staging block when it goes back to the lane. The
+ * first error is the one reported. */
+static void sync_drain(gpu_lane *lane)
+{
+	const gpu_state *st = lane->dev->st;
+
+	st->v->stream_sync(st->api, lane->sync_stream);
+}
+
+/* Pageable memory to the device through one staging block: piece k fills slot k % PIECES once
+ * the piece before it in that slot has left. *at: where the failing piece starts. */
+static int sync_staged_h2d(gpu_lane *lane, uint64_t addr, const char *host, size_t n, size_t *at,
+			   char *msg, size_t msg_size)
+{
+	gpu_block *blk = block_take(lane);
+	char *slots = blk->ptr;
+	size_t off = 0, len, k = 0;
+	int slot, rc = 0;
+
+	while (off < n) {
+		slot = (int)(k % GPU_SYNC_PIECES);
+		len = n - off < GPU_SYNC_PIECE ? n - off : GPU_SYNC_PIECE;
+		*at = off;
+		if (k >= GPU_SYNC_PIECES && (rc = sync_wait(lane, slot, msg, msg_size)) != 0)
+			break;
+		memcpy(slots + (size_t)slot * GPU_SYNC_PIECE, host + off, len);
+		rc = sync_issue(lane, true, addr + off, slots + (size_t)slot * GPU_SYNC_PIECE, len,
+				slot, msg, msg_size);
+		if (rc)
+			break;
+		off += len;
+		k++;
+	}
+	/* One stream: the last piece's event completes after every piece before it. */
+	if (!rc)
+		rc = sync_wait(lane, (int)((k - 1) % GPU_SYNC_PIECES), msg, msg_size);
+	else
+		sync_drain(lane);
+	block_release(lane, blk);
+	return rc;
+}
+
+/* From the device into pageable memory through one staging block: every slot kept in flight,
+ * each piece copied out in order once its event completed. */
+static int sync_staged_d2h(gpu_lane *lane, uint64_t addr, char *host, size_t n, size_t *at,
+			   char *msg, size_t msg_size)
+{
+	gpu_block *blk = block_take(lane);
+	char *slots = blk->ptr;
+	size_t issued = 0, done = 0, k_issued = 0, k_done = 0, len;
+	int slot, rc = 0;
+
+	while (done < n) {
+		while (issued < n && k_issued - k_done < GPU_SYNC_PIECES) {
+			slot = (int)(k_issued % GPU_SYNC_PIECES);
+			len = n - issued < GPU_SYNC_PIECE ? n - issued : GPU_SYNC_PIECE;
+			*at = issued;
+			rc = sync_issue(lane, false, addr + issued,
+					slots + (size_t)slot * GPU_SYNC_PIECE, len, slot, msg,
+					msg_size);
+			if (rc)
+				goto out_drain;
+			issued += len;
+			k_issued++;
+		}
+		slot = (int)(k_done % GPU_SYNC_PIECES);
+		len = n - done < GPU_SYNC_PIECE ? n - done : GPU_SYNC_PIECE;
+		*at = done;
+		if ((rc = sync_wait(lane, slot, msg, msg_size)) != 0)
+			goto out_drain;
+		memcpy(host + done, slots + (size_t)slot * GPU_SYNC_PIECE, len);
+		done += len;
+		k_done++;
+	}
+	block_release(lane, blk);
+	return 0;
+
+out_drain:
+	sync_drain(lane);
+	block_release(lane, blk);
+	return rc;
+}
+
+int gpu_copy_sync(void *dev, bool to_device, uint64_t mem, size_t off, void *host, size_t n,
+		  char *error, size_t error_size)
+{
+	gpu_dev *d = dev;
+	gpu_lane *lane = to_device ? &d->h2d : &d->d2h;
+	const uint64_t addr = mem + off;
+	char msg[GPU_MSG_MAX];
+	size_t at = 0;
+	int rc;
+
+	if (n == 0)
+		return 0;
+	if ((rc = check_lost(d, error, error_size)) != 0)
+		return rc;
+	if ((rc = make_current(d, msg, sizeof(msg))) != 0)
+		goto out_msg;
+	pthread_mutex_lock(&lane->sync_lock);
+	if (n <= GPU_SYNC_PIECE || pinned_covers(host, n)) {
+		rc = sync_issue(lane, to_device, addr, host, n, 0, msg, sizeof(msg));
+		if (!rc)
+			rc = sync_wait(lane, 0, msg, sizeof(msg));
+	} else if (to_device) {
+		rc = sync_staged_h2d(lane, addr, host, n, &at, msg, sizeof(msg));
+	} else {
+		rc = sync_staged_d2h(lane, addr, host, n, &at, msg, sizeof(msg));
+	}
+	pthread_mutex_unlock(&lane->sync_lock);
+	if (!rc)
+		return 0;
+out_msg:
+	snprintf(error, error_size, "blocking %s copy of %zu bytes (at byte %zu): %s", lane->name,
+		 n, at, msg);
+	return rc;
 }
 
 /* ---- modules and launches ---------------------------------------------------------------------- */

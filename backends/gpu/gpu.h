@@ -15,6 +15,11 @@
  *    a copy whose host side lies in memory the skeleton knows to be page-locked (a range it
  *    registered with the driver for host_register, or memory from its host_alloc) goes to the
  *    driver in one piece from and to that memory, with no bounce.
+ * Each copy lane also serves the blocking copies of copy_sync (ABI 1.3: odx_buffer_read and
+ * odx_buffer_write to and from a device's copy, on the application's thread) on a second stream of
+ * its own, one caller at a time, so that such a copy waits neither for the lane's queue (prefetches,
+ * evictions) nor for anything queued after it; it borrows one staging block of its lane for a large
+ * pageable copy (see gpu_copy_sync).
  * Each lane has a completion thread that waits for the oldest event of its lane (a bounded poll of
  * sched.idle_spin_us, then a blocking wait: no spinning) and calls the ABI's done callbacks in
  * order. One completion thread per lane, not per device, so that a long kernel does not hold back
@@ -39,6 +44,11 @@
 /* Pinned staging per copy lane: GPU_STAGE_BLOCKS blocks of GPU_STAGE_BLOCK bytes. */
 #define GPU_STAGE_BLOCKS 4
 #define GPU_STAGE_BLOCK (8u << 20)
+/* copy_sync: a pageable copy larger than one piece is staged through one block of its lane, in
+ * pieces of GPU_SYNC_PIECE bytes, GPU_SYNC_PIECES of them in flight; smaller ones, and copies
+ * from and to page-locked memory, go to the driver in one piece. */
+#define GPU_SYNC_PIECES 4
+#define GPU_SYNC_PIECE (GPU_STAGE_BLOCK / GPU_SYNC_PIECES)
 #define GPU_MAX_ARGS 64
 #define GPU_MSG_MAX 512
 
@@ -190,6 +200,12 @@ typedef struct gpu_lane {
 	gpu_block blocks[GPU_STAGE_BLOCKS];
 	pthread_t issuer;
 	bool issuer_started;
+
+	/* Copy lanes only: copy_sync's stream and an event per piece in flight, given to one
+	 * caller at a time by sync_lock (held for the whole copy). */
+	pthread_mutex_t sync_lock;
+	gpu_handle sync_stream;
+	gpu_handle sync_events[GPU_SYNC_PIECES];
 } gpu_lane;
 
 struct gpu_dev {
@@ -228,6 +244,8 @@ int gpu_copy_d2h(void *dev, void *dst, uint64_t src, size_t src_off, size_t n,
 		 odx_backend_done_fn done, void *arg);
 int gpu_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev, uint64_t src,
 		 size_t src_off, size_t n, odx_backend_done_fn done, void *arg);
+int gpu_copy_sync(void *dev, bool to_device, uint64_t mem, size_t off, void *host, size_t n,
+		  char *error, size_t error_size);
 int gpu_module_load(void *dev, const odx_kernel_variant *variant, void **module, char *error,
 		    size_t error_size);
 void gpu_module_unload(void *dev, void *module);
@@ -235,7 +253,7 @@ int gpu_launch(void *dev, odx_backend_launch *l, odx_backend_done_fn done, void 
 bool gpu_can_run(void *dev, const odx_kernel_variant *variant);
 
 /* The ops table of a vendor's backend, `open_fn` calling gpu_open with its vendor table. No
- * mem_map (ABI 1.3): the host cannot address discrete device memory. */
+ * mem_map (ABI 1.3): the host cannot address discrete device memory; copy_sync instead. */
 #define GPU_OPS_INIT(open_fn)                                                                      \
 	{                                                                                          \
 		.size = sizeof(odx_backend_ops), .open = (open_fn), .close = gpu_close,            \
@@ -246,6 +264,7 @@ bool gpu_can_run(void *dev, const odx_kernel_variant *variant);
 		.module_unload = gpu_module_unload, .launch = gpu_launch, .can_run = gpu_can_run,  \
 		.host_alloc = gpu_host_alloc, .host_free = gpu_host_free,                          \
 		.host_register = gpu_host_register, .host_unregister = gpu_host_unregister,        \
+		.copy_sync = gpu_copy_sync,                                                        \
 	}
 
 /*

@@ -14,6 +14,12 @@
  * registered ranges, a registration refused when it shares a page with either. Every async copy
  * is classified by its host side (registered, pinned allocation, pageable) and counted; the
  * tests read the counters through fake_cuda_stat / fake_hip_stat.
+ *
+ * Blocking copies (ABI 1.3 copy_sync) are told apart by their thread: the test marks its own
+ * thread (fake_cuda_mark_caller / fake_hip_mark_caller), where only copy_sync issues copies, the
+ * lanes issuing theirs on threads of their own. fake_cuda_fail_copies / fake_hip_fail_copies(code,
+ * after) make every host<->device copy fail with `code` once `after` more have succeeded (code 0:
+ * none fails); an illegal address (700) also poisons the context, as a faulting copy would.
  */
 #ifndef ODX_TESTS_GPU_FAKE_COMMON_H
 #define ODX_TESTS_GPU_FAKE_COMMON_H
@@ -92,6 +98,8 @@ static const char *const fake_stat_names[] = {
 	"direct_copies",    /* async copies whose host side is a registered range */
 	"pinned_copies",    /* ... a pinned allocation (staging blocks, the core's pool) */
 	"pageable_copies",  /* ... neither */
+	"caller_copies",    /* async copies issued on the marked thread (copy_sync), any host side */
+	"caller_pageable",  /* ... of them, with pageable memory on the host side */
 };
 enum {
 	FAKE_STAT_REGISTER_CALLS,
@@ -101,9 +109,31 @@ enum {
 	FAKE_STAT_DIRECT_COPIES,
 	FAKE_STAT_PINNED_COPIES,
 	FAKE_STAT_PAGEABLE_COPIES,
+	FAKE_STAT_CALLER_COPIES,
+	FAKE_STAT_CALLER_PAGEABLE,
 	FAKE_STAT_COUNT
 };
 static atomic_long fake_stats[FAKE_STAT_COUNT];
+
+static _Thread_local int fake_on_caller; /* set on the thread the test marked */
+static atomic_int fake_copy_error;       /* injected: what failing copies return */
+static atomic_long fake_copy_ok_left;    /* copies that still succeed before they fail */
+
+static void fake_fail_copies(int code, long after)
+{
+	atomic_store(&fake_copy_ok_left, after);
+	atomic_store(&fake_copy_error, code);
+}
+
+/* 0, or the injected error this copy fails with. */
+static int fake_copy_fault(void)
+{
+	int code = atomic_load(&fake_copy_error);
+
+	if (!code || atomic_fetch_sub(&fake_copy_ok_left, 1) > 0)
+		return 0;
+	return code;
+}
 
 static long fake_stat_get(const char *name)
 {
@@ -176,6 +206,11 @@ static void fake_count_copy(const void *host, size_t n)
 		atomic_fetch_add(&fake_stats[FAKE_STAT_PINNED_COPIES], 1);
 	else
 		atomic_fetch_add(&fake_stats[FAKE_STAT_PAGEABLE_COPIES], 1);
+	if (fake_on_caller) {
+		atomic_fetch_add(&fake_stats[FAKE_STAT_CALLER_COPIES], 1);
+		if (kind == FAKE_PAGEABLE)
+			atomic_fetch_add(&fake_stats[FAKE_STAT_CALLER_PAGEABLE], 1);
+	}
 }
 
 /* Pinned allocations are whole pages, as a driver's are. */

@@ -23,8 +23,9 @@
  *   FAKE_CUDA_ALLOC_FAIL=1      cuMemAlloc fails with CUDA_ERROR_OUT_OF_MEMORY
  *   FAKE_CUDA_REGISTER_ERROR=N  cuMemHostRegister returns N (e.g. 2, 801)
  * fake_cuda_live() counts allocations not yet freed (device, pinned, streams, events, modules);
- * fake_cuda_stat(name) the page-locking counters of fake_common.h. cuMemHostRegister needs a
- * current context and refuses memory sharing a page with pinned memory
+ * fake_cuda_stat(name) the page-locking and copy counters of fake_common.h;
+ * fake_cuda_mark_caller() and fake_cuda_fail_copies(code, after) as described there.
+ * cuMemHostRegister needs a current context and refuses memory sharing a page with pinned memory
  * (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED); cuMemHostUnregister takes only the base of a
  * registered range (else CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED).
  */
@@ -62,6 +63,18 @@ FAKE_API long fake_cuda_stat(const char *name);
 FAKE_API long fake_cuda_stat(const char *name)
 {
 	return fake_stat_get(name);
+}
+
+FAKE_API void fake_cuda_mark_caller(void);
+FAKE_API void fake_cuda_mark_caller(void)
+{
+	fake_on_caller = 1;
+}
+
+FAKE_API void fake_cuda_fail_copies(int code, long after);
+FAKE_API void fake_cuda_fail_copies(int code, long after)
+{
+	fake_fail_copies(code, after);
 }
 
 static CUresult f_cuInit(unsigned int flags)
@@ -352,9 +365,20 @@ static CUresult f_cuMemHostUnregister(void *p)
 	return rc ? rc : fake_unregister(p, CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
 }
 
-static CUresult f_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+/* A copy between host and device: ready, unless a failure was injected (an illegal address
+ * poisons the context). */
+static CUresult copy_ready(void)
 {
 	CUresult rc = ready();
+
+	if (!rc && (rc = fake_copy_fault()) == CUDA_ERROR_ILLEGAL_ADDRESS)
+		atomic_store(&sticky[current_device()], rc);
+	return rc;
+}
+
+static CUresult f_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+	CUresult rc = copy_ready();
 
 	(void)s;
 	if (!rc) {
@@ -366,7 +390,7 @@ static CUresult f_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, 
 
 static CUresult f_cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s)
 {
-	CUresult rc = ready();
+	CUresult rc = copy_ready();
 
 	(void)s;
 	if (!rc) {

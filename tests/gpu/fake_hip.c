@@ -11,8 +11,9 @@
  *   FAKE_HIP_DEVICE_COUNT=N   devices (default 1)
  *   FAKE_HIP_LAUNCH_ERROR=N   every launch makes N the sticky error (e.g. 700)
  *   FAKE_HIP_REGISTER_ERROR=N hipHostRegister returns N (e.g. 2, 801)
- * fake_hip_live() counts allocations not yet freed; fake_hip_stat(name) the page-locking
- * counters of fake_common.h. hipHostRegister refuses memory sharing a page with pinned memory
+ * fake_hip_live() counts allocations not yet freed; fake_hip_stat(name) the page-locking and
+ * copy counters of fake_common.h; fake_hip_mark_caller() and fake_hip_fail_copies(code, after) as
+ * described there. hipHostRegister refuses memory sharing a page with pinned memory
  * (hipErrorHostMemoryAlreadyRegistered); hipHostUnregister takes only the base of a registered
  * range (else hipErrorHostMemoryNotRegistered).
  */
@@ -39,6 +40,18 @@ FAKE_API long fake_hip_stat(const char *name);
 FAKE_API long fake_hip_stat(const char *name)
 {
 	return fake_stat_get(name);
+}
+
+FAKE_API void fake_hip_mark_caller(void);
+FAKE_API void fake_hip_mark_caller(void)
+{
+	fake_on_caller = 1;
+}
+
+FAKE_API void fake_hip_fail_copies(int code, long after);
+FAKE_API void fake_hip_fail_copies(int code, long after)
+{
+	fake_fail_copies(code, after);
 }
 
 #define API(name, params) FAKE_API hipError_t name params;
@@ -76,6 +89,8 @@ const char *hipGetErrorName(hipError_t e)
 	switch (e) {
 	case hipSuccess:
 		return "hipSuccess";
+	case hipErrorInvalidValue:
+		return "hipErrorInvalidValue";
 	case hipErrorNoDevice:
 		return "hipErrorNoDevice";
 	case hipErrorNoBinaryForGpu:
@@ -281,9 +296,20 @@ hipError_t hipHostUnregister(void *p)
 	return fake_unregister(p, hipErrorHostMemoryNotRegistered);
 }
 
-hipError_t hipMemcpyHtoDAsync(hipDeviceptr_t dst, void *src, size_t n, hipStream_t s)
+/* A copy between host and device: ready, unless a failure was injected (an illegal address
+ * poisons the device). */
+static hipError_t copy_ready(void)
 {
 	hipError_t rc = ready();
+
+	if (!rc && (rc = (hipError_t)fake_copy_fault()) == hipErrorIllegalAddress)
+		atomic_store(&sticky[current], rc);
+	return rc;
+}
+
+hipError_t hipMemcpyHtoDAsync(hipDeviceptr_t dst, void *src, size_t n, hipStream_t s)
+{
+	hipError_t rc = copy_ready();
 
 	(void)s;
 	if (!rc) {
@@ -295,7 +321,7 @@ hipError_t hipMemcpyHtoDAsync(hipDeviceptr_t dst, void *src, size_t n, hipStream
 
 hipError_t hipMemcpyDtoHAsync(void *dst, hipDeviceptr_t src, size_t n, hipStream_t s)
 {
-	hipError_t rc = ready();
+	hipError_t rc = copy_ready();
 
 	(void)s;
 	if (!rc) {

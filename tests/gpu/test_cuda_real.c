@@ -8,10 +8,10 @@
  * on the command line as --ptx/--cubin/--fatbin/--cubin-other FILE); the same kernel as CUDA
  * source compiled through NVRTC (reported as skipped when the backend cannot open NVRTC);
  * variant choice (a cubin for another architecture is skipped for the next variant); a broken
- * image's error message; 1000
- * tiny dependent launches; timings; registered user memory (odx_buffer_register, page-locked by
- * cuMemHostRegister, copied with no bounce, written back exactly); and last the device-lost
- * path (an illegal address), which
+ * image's error message; 1000 tiny dependent launches; timings; reads and writes straight to and
+ * from a device's copy (copy_sync: 256 MiB staged both ways, 4 KiB straight to the driver);
+ * registered user memory (odx_buffer_register, page-locked by cuMemHostRegister, copied with no
+ * bounce, written back exactly); and last the device-lost path (an illegal address), which
  * poisons the process's CUDA context. Results and timings are JSON lines on stdout:
  *   {"check":"...","ok":true,...}   {"timing":"...","value":...,"unit":"..."}
  * Exit status: 0 all checks passed, 1 a check failed, 77 no CUDA device.
@@ -275,7 +275,7 @@ static void check_many_launches(odx_context *ctx, odx_kernel *k)
 static void timings(odx_context *ctx, odx_kernel *k)
 {
 	const int n = 1 << 26; /* 256 MiB of floats */
-	const size_t bytes = (size_t)n * 4;
+	const size_t bytes = (size_t)n * 4, half = bytes / 2;
 	float *host = malloc(bytes);
 	odx_buffer *x = NULL, *y = NULL;
 	char msg[1024] = "";
@@ -288,8 +288,13 @@ static void timings(odx_context *ctx, odx_kernel *k)
 		host[i] = (float)(i & 1023);
 	rc = odx_buffer_create(ctx, bytes, 0, &x);
 	rc = rc ? rc : odx_buffer_create(ctx, bytes, 0, &y);
-	rc = rc ? rc : odx_buffer_write(x, 0, host, bytes, TIMEOUT_MS);
-	rc = rc ? rc : odx_buffer_write(y, 0, host, bytes, TIMEOUT_MS);
+	/* In halves: a partial write of a buffer held nowhere goes to host RAM, so the task below
+	 * moves both buffers through the h2d lane (a whole first write would land on the device
+	 * at once: copy_sync, timed in sync_timings). */
+	rc = rc ? rc : odx_buffer_write(x, 0, host, half, TIMEOUT_MS);
+	rc = rc ? rc : odx_buffer_write(x, half, (char *)host + half, half, TIMEOUT_MS);
+	rc = rc ? rc : odx_buffer_write(y, 0, host, half, TIMEOUT_MS);
+	rc = rc ? rc : odx_buffer_write(y, half, (char *)host + half, half, TIMEOUT_MS);
 	/* h2d: a one-element task needs both buffers on the device: 512 MiB move. */
 	t0 = now_s();
 	rc = rc ? rc : run_axpy(ctx, k, x, y, 1.0f, 1, msg, sizeof(msg));
@@ -327,7 +332,8 @@ static void timings(odx_context *ctx, odx_kernel *k)
 		t1 = now_s();
 		if (!rc)
 			timing("odx_d2h", (double)bytes / (t1 - t0) / 1e9, "GB/s",
-			       "256 MiB device -> pinned staging -> host replica -> user memory");
+			       "256 MiB read from the device's copy into pageable user memory "
+			       "(copy_sync: staged through a pinned block in 2 MiB pieces)");
 	}
 	if (rc) {
 		char detail[1200];
@@ -339,6 +345,69 @@ static void timings(odx_context *ctx, odx_kernel *k)
 	odx_buffer_destroy(x);
 	odx_buffer_destroy(y);
 	free(host);
+}
+
+/* Reads and writes straight to and from a device's copy (ABI 1.3 copy_sync): a whole write of a
+ * new buffer lands on the device (staged in pieces: pageable memory), then small reads and writes
+ * of it, which go to the driver as they are. */
+static void sync_timings(odx_context *ctx)
+{
+	const size_t bytes = (size_t)256 << 20, small = 4096;
+	enum { SMALL_REPS = 1000 };
+	unsigned char *host = malloc(bytes), *back = malloc(bytes);
+	odx_buffer *z = NULL;
+	char detail[1200];
+	double t0, t1, t2;
+	int i, rc;
+
+	if (!host || !back) {
+		free(host);
+		free(back);
+		return;
+	}
+	for (size_t j = 0; j < bytes; j++)
+		host[j] = (unsigned char)(j * 131 + 7);
+	memset(back, 0, bytes); /* its pages faulted in before the clock starts */
+	odx_wait_all(ctx, TIMEOUT_MS); /* clears the failure of an earlier check */
+	rc = odx_buffer_create(ctx, bytes, 0, &z);
+	t0 = now_s();
+	rc = rc ? rc : odx_buffer_write(z, 0, host, bytes, TIMEOUT_MS);
+	t1 = now_s();
+	rc = rc ? rc : odx_buffer_read(z, 0, back, bytes, TIMEOUT_MS);
+	t2 = now_s();
+	if (rc)
+		snprintf(detail, sizeof(detail), "%s: %s", odx_err_name(rc), odx_last_error(ctx));
+	else
+		snprintf(detail, sizeof(detail), "256 MiB written whole and read back, %s",
+			 memcmp(host, back, bytes) ? "contents differ" : "exact");
+	check("copy_sync", !rc && memcmp(host, back, bytes) == 0, detail);
+	if (!rc) {
+		timing("odx_write_device", (double)bytes / (t1 - t0) / 1e9, "GB/s",
+		       "a whole write of a new 256 MiB buffer into its device copy (copy_sync: "
+		       "pageable user memory staged through a pinned block in 2 MiB pieces)");
+		timing("odx_read_device", (double)bytes / (t2 - t1) / 1e9, "GB/s",
+		       "the same 256 MiB read back into pageable user memory (copy_sync, staged)");
+		t0 = now_s();
+		for (i = 0; !rc && i < SMALL_REPS; i++) {
+			rc = odx_buffer_write(z, (size_t)i * small, host, small, TIMEOUT_MS);
+			rc = rc ? rc : odx_buffer_read(z, (size_t)i * small, back, small, TIMEOUT_MS);
+		}
+		t1 = now_s();
+		if (rc) {
+			snprintf(detail, sizeof(detail), "4 KiB copies: %s: %s", odx_err_name(rc),
+				 odx_last_error(ctx));
+			check("copy_sync_small", false, detail);
+		} else {
+			timing("odx_sync_4k", (t1 - t0) * 1e6 / (2.0 * SMALL_REPS), "us/copy",
+			       "4 KiB writes and reads of a device-resident buffer, alternating "
+			       "(copy_sync: pageable memory straight to the driver), call to return");
+		}
+	}
+	if (z)
+		odx_buffer_destroy(z);
+	odx_wait_all(ctx, TIMEOUT_MS);
+	free(host);
+	free(back);
 }
 
 /* User memory given to odx_buffer_register: the backend page-locks it (cuMemHostRegister), so
@@ -598,6 +667,7 @@ int main(int argc, char **argv)
 	check_bad_image(ctx);
 	check_many_launches(ctx, k_hand);
 	timings(ctx, k_hand);
+	sync_timings(ctx);
 	check_host_register(ctx, k_hand);
 	if (!getenv("ODX_TEST_SKIP_DEVICE_LOST"))
 		check_device_lost(ctx, k_hand);

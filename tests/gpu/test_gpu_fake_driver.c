@@ -7,7 +7,9 @@
  * refused at load and falling through to the next variant, argument mismatch, a sticky error
  * that loses one device while the other carries on, CUDA source variants without NVRTC), and
  * registered user memory (ABI 1.3 host_register: page-locked once per range, copied without a
- * bounce, unlocked once; a refusal costs only the direct path).
+ * bounce, unlocked once; a refusal costs only the direct path), and reads and writes straight to
+ * and from a device's copy (ABI 1.3 copy_sync: one driver copy per call on the application's
+ * thread, or one per piece when staged; odd offsets; failures named with the native error).
  * Results are labelled "fake driver": nothing here touches a GPU.
  */
 #include <dlfcn.h>
@@ -28,6 +30,7 @@ static bool is_cuda;
 
 static long live_base; /* what earlier tests left (a failed one, or a lost device) */
 static long fake_live(void);
+static void fake_fail_copies(int code, long after);
 
 /* The context's log, kept for tests that look for a message (info and above). */
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -82,6 +85,7 @@ static int reset_env(void **state)
 	if (fake_lib) {
 		live_base = 0;
 		live_base = fake_live();
+		fake_fail_copies(0, 0);
 	}
 	for (size_t i = 0; i < sizeof(env_knobs) / sizeof(env_knobs[0]); i++) {
 		char name[64];
@@ -110,6 +114,28 @@ static long fake_stat(const char *name)
 	memcpy(&fn, &sym, sizeof(fn));
 	assert_non_null(fn);
 	return fn(name);
+}
+
+/* A function of the fake (fake_common.h), by the name after "fake_cuda_" / "fake_hip_". */
+static void *fake_fn(const char *suffix)
+{
+	char name[64];
+	void *sym;
+
+	snprintf(name, sizeof(name), "fake_%s_%s", is_cuda ? "cuda" : "hip", suffix);
+	sym = dlsym(fake_lib, name);
+	assert_non_null(sym);
+	return sym;
+}
+
+/* Every host<->device copy fails with `code` once `after` more succeeded (code 0: none). */
+static void fake_fail_copies(int code, long after)
+{
+	void (*fn)(int, long);
+	void *sym = fake_fn("fail_copies");
+
+	memcpy(&fn, &sym, sizeof(fn));
+	fn(code, after);
 }
 
 /* Opens a context on the fake driver (or `library` if not NULL), with one more configuration
@@ -745,16 +771,20 @@ static void fake_driver_cuda_source_without_nvrtc(void **state)
 
 /* ---- registered user memory (ABI 1.3 host_register) ------------------------------------------ */
 
-/* The fake's counters at one moment, to compare with later. */
+/* The fake's counters at one moment, to compare with later. `pageable` counts only the lanes'
+ * copies: copy_sync's (on this thread) may hand small pageable copies to the driver. */
 typedef struct pin_stats {
 	long register_calls, registered, unregister_calls, direct, pinned, pageable;
 } pin_stats;
 
 static pin_stats pin_now(void)
 {
-	return (pin_stats){fake_stat("register_calls"),	 fake_stat("registered"),
-			   fake_stat("unregister_calls"), fake_stat("direct_copies"),
-			   fake_stat("pinned_copies"),	 fake_stat("pageable_copies")};
+	return (pin_stats){fake_stat("register_calls"),
+			   fake_stat("registered"),
+			   fake_stat("unregister_calls"),
+			   fake_stat("direct_copies"),
+			   fake_stat("pinned_copies"),
+			   fake_stat("pageable_copies") - fake_stat("caller_pageable")};
 }
 
 static const char *register_call(void)
@@ -968,6 +998,349 @@ static void fake_driver_host_register_shared(void **state)
 	free(ys);
 }
 
+/* ---- reads and writes straight to and from a device's copy (ABI 1.3 copy_sync) --------------- */
+
+/* GPU_SYNC_PIECE of backends/gpu/gpu.h: a pageable copy up to this size is one driver copy, a
+ * larger one is staged in pieces of this size, one driver copy each. */
+#define SYNC_PIECE ((size_t)2 << 20)
+#define STAGE_BLOCKS 4 /* GPU_STAGE_BLOCKS: staging blocks per copy lane */
+
+/* The copies of the fake at one moment: copy_sync's (issued on this thread, which main marked),
+ * those of them from or to pageable memory, and every copy, the lanes' included. */
+typedef struct sync_stats {
+	long calls, pageable, all;
+} sync_stats;
+
+static sync_stats sync_now(void)
+{
+	return (sync_stats){fake_stat("caller_copies"), fake_stat("caller_pageable"),
+			    fake_stat("direct_copies") + fake_stat("pinned_copies") +
+				    fake_stat("pageable_copies")};
+}
+
+/* Since `before`: copy_sync made `calls` driver copies, `pageable` of them straight from or to
+ * pageable memory, and the lanes none (the bytes took no other way). */
+static void expect_sync_copies(sync_stats before, long calls, long pageable, const char *what)
+{
+	sync_stats now = sync_now();
+
+	if (now.calls - before.calls != calls || now.pageable - before.pageable != pageable ||
+	    now.all - before.all != calls)
+		fail_msg(
+			"%s: %ld driver copies on the caller's thread (%ld pageable) and %ld on the "
+			"lanes; expected %ld (%ld pageable) and none",
+			what, now.calls - before.calls, now.pageable - before.pageable,
+			(now.all - before.all) - (now.calls - before.calls), calls, pageable);
+}
+
+/* The driver copies of one copy_sync of n pageable bytes, and how many of them are pageable. */
+static long sync_calls(size_t n)
+{
+	return n <= SYNC_PIECE ? 1 : (long)((n + SYNC_PIECE - 1) / SYNC_PIECE);
+}
+
+static long sync_pageable(size_t n)
+{
+	return n <= SYNC_PIECE ? 1 : 0;
+}
+
+static uint64_t node_used(odx_context *ctx, int memnode)
+{
+	odx_memnode_info info;
+
+	assert_ok(odx_memnode_get_info(ctx, memnode, &info));
+	return info.used_bytes;
+}
+
+static void fill_pattern(unsigned char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (unsigned char)((i * 131u + seed) ^ (i >> 13));
+}
+
+/* A new buffer written whole lands on the device (one device, room below the watermark) and is
+ * read back from there: copy_sync both ways, no lane copy, no host copy. Sizes: straight to
+ * the driver, one piece exactly, staged in pieces (fewer than the slots, and more: the slots
+ * are reused). */
+static void fake_driver_copy_sync_round_trip(void **state)
+{
+	static const size_t sizes[] = {1, 4099, SYNC_PIECE, (5u << 20) + 7, (19u << 20) + 5};
+	odx_context *ctx = open_fake();
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		size_t n = sizes[i];
+		unsigned char *in = malloc(n), *out = malloc(n);
+		uint64_t host0 = node_used(ctx, 0), dev0 = node_used(ctx, 1);
+		odx_buffer *b;
+		sync_stats before;
+		char what[64];
+
+		assert_non_null(in);
+		assert_non_null(out);
+		fill_pattern(in, n, (unsigned)i);
+		memset(out, 0, n);
+		assert_ok(odx_buffer_create(ctx, n, 0, &b));
+		snprintf(what, sizeof(what), "write of %zu bytes", n);
+		before = sync_now();
+		assert_ok(odx_buffer_write(b, 0, in, n, TEST_TIMEOUT_MS));
+		expect_sync_copies(before, sync_calls(n), sync_pageable(n), what);
+		assert_true(node_used(ctx, 1) >= dev0 + n);
+		assert_int_equal(node_used(ctx, 0), host0);
+		snprintf(what, sizeof(what), "read of %zu bytes", n);
+		before = sync_now();
+		assert_ok(odx_buffer_read(b, 0, out, n, TEST_TIMEOUT_MS));
+		expect_sync_copies(before, sync_calls(n), sync_pageable(n), what);
+		assert_memory_equal(out, in, n);
+		assert_int_equal(node_used(ctx, 0), host0);
+		assert_ok(odx_buffer_destroy(b));
+		free(in);
+		free(out);
+	}
+	close_checked(ctx);
+}
+
+/* Kernels see what copy_sync wrote and copy_sync reads what they wrote: x and y written, axpy,
+ * y read, all without a lane copy. */
+static void fake_driver_copy_sync_kernel(void **state)
+{
+	enum {
+		N = 100003
+	};
+	float *xs = malloc(N * 4), *ys = malloc(N * 4), *out = malloc(N * 4);
+	odx_context *ctx = open_fake();
+	odx_kernel *k = fake_kernel(ctx, good_image(), 4);
+	odx_buffer *x, *y;
+	sync_stats before;
+	char msg[1024];
+
+	(void)state;
+	for (int i = 0; i < N; i++) {
+		xs[i] = (float)(i % 1000);
+		ys[i] = (float)(i % 3);
+	}
+	assert_ok(odx_buffer_create(ctx, N * 4, 0, &x));
+	assert_ok(odx_buffer_create(ctx, N * 4, 0, &y));
+	before = sync_now();
+	assert_ok(odx_buffer_write(x, 0, xs, N * 4, TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_write(y, 0, ys, N * 4, TEST_TIMEOUT_MS));
+	assert_rc(axpy(ctx, k, x, y, 2.0f, N, 0, msg, sizeof(msg)), 0);
+	assert_ok(odx_buffer_read(y, 0, out, N * 4, TEST_TIMEOUT_MS));
+	expect_sync_copies(before, 3, 3, "write x, write y, axpy, read y");
+	for (int i = 0; i < N; i++)
+		if (out[i] != 2.0f * xs[i] + ys[i])
+			fail_msg("y[%d] = %g, expected %g", i, out[i], 2.0f * xs[i] + ys[i]);
+	odx_buffer_destroy(x);
+	odx_buffer_destroy(y);
+	close_checked(ctx);
+	free(xs);
+	free(ys);
+	free(out);
+}
+
+/* Partial writes and reads at odd offsets of a buffer living on the device, small (straight) and
+ * large (staged), checked against a model of the buffer. */
+static void fake_driver_copy_sync_partial(void **state)
+{
+	const size_t n = (7u << 20) + 11;
+	static const struct {
+		size_t off, len;
+	} writes[] = {{3, 5},
+		      {4093, 10},
+		      {1, 1},
+		      {12345, (5u << 20) + 3},
+		      {SYNC_PIECE - 1, 2},
+		      {999, SYNC_PIECE + 1}};
+	static const struct {
+		size_t off, len;
+	} reads[] = {{1001, 333}, {7, 1}, {777, (4u << 20) + 1}, {SYNC_PIECE + 3, SYNC_PIECE}};
+	unsigned char *model = malloc(n), *src = malloc(n), *out = malloc(n);
+	odx_context *ctx = open_fake();
+	odx_buffer *b;
+	sync_stats before;
+	char what[96];
+	size_t i;
+
+	(void)state;
+	assert_non_null(model);
+	assert_non_null(src);
+	assert_non_null(out);
+	fill_pattern(model, n, 7);
+	assert_ok(odx_buffer_create(ctx, n, 0, &b));
+	assert_ok(odx_buffer_write(b, 0, model, n, TEST_TIMEOUT_MS));
+	for (i = 0; i < sizeof(writes) / sizeof(writes[0]); i++) {
+		size_t off = writes[i].off, len = writes[i].len;
+
+		fill_pattern(src, len, 100u + (unsigned)i);
+		snprintf(what, sizeof(what), "write of %zu bytes at %zu", len, off);
+		before = sync_now();
+		assert_ok(odx_buffer_write(b, off, src, len, TEST_TIMEOUT_MS));
+		expect_sync_copies(before, sync_calls(len), sync_pageable(len), what);
+		memcpy(model + off, src, len);
+	}
+	for (i = 0; i < sizeof(reads) / sizeof(reads[0]); i++) {
+		size_t off = reads[i].off, len = reads[i].len;
+
+		memset(out, 0, len);
+		snprintf(what, sizeof(what), "read of %zu bytes at %zu", len, off);
+		before = sync_now();
+		assert_ok(odx_buffer_read(b, off, out, len, TEST_TIMEOUT_MS));
+		expect_sync_copies(before, sync_calls(len), sync_pageable(len), what);
+		if (memcmp(out, model + off, len) != 0)
+			fail_msg("%s: the bytes differ from the model", what);
+	}
+	assert_ok(odx_buffer_read(b, 0, out, n, TEST_TIMEOUT_MS));
+	assert_memory_equal(out, model, n);
+	assert_ok(odx_buffer_destroy(b));
+	close_checked(ctx);
+	free(model);
+	free(src);
+	free(out);
+}
+
+/* Page-locked host memory goes to the driver in one copy with no bounce, however large. The only
+ * page-locked memory the API lets a test hand over is a registered buffer's: the API leaves it to
+ * ODX while the buffer exists, so this reads and writes it only while nothing uses that buffer,
+ * and writes back the bytes it already holds. */
+static void fake_driver_copy_sync_page_locked(void **state)
+{
+	const size_t n = 3 * SYNC_PIECE + 5, alloc = (n + 4095) / 4096 * 4096;
+	unsigned char *mem = aligned_alloc(4096, alloc), *copy = malloc(n);
+	odx_context *ctx = open_fake();
+	odx_buffer *reg, *y;
+	sync_stats before;
+	long direct;
+
+	(void)state;
+	assert_non_null(mem);
+	assert_non_null(copy);
+	fill_pattern(mem, n, 3);
+	memcpy(copy, mem, n);
+	assert_ok(odx_buffer_register(ctx, mem, n, 0, &reg));
+	assert_int_equal(fake_stat("registered"), 1);
+	assert_ok(odx_buffer_create(ctx, n, 0, &y));
+	direct = fake_stat("direct_copies");
+	before = sync_now();
+	assert_ok(odx_buffer_write(y, 0, mem, n, TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_read(y, 0, mem, n, TEST_TIMEOUT_MS));
+	expect_sync_copies(before, 2, 0, "write and read of page-locked memory");
+	assert_int_equal(fake_stat("direct_copies") - direct, 2);
+	assert_memory_equal(mem, copy, n);
+	assert_ok(odx_buffer_destroy(y));
+	assert_ok(odx_buffer_destroy(reg));
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	assert_int_equal(fake_stat("registered"), 0);
+	close_checked(ctx);
+	free(mem);
+	free(copy);
+}
+
+/* A copy the driver refuses fails the read or write with the native error in odx_last_error,
+ * whether it is the one copy of a small transfer or a piece of a staged one; the device carries
+ * on. A fault (an illegal address) loses the device: that read fails naming it, and the next ones
+ * say the device was lost. */
+static void fake_driver_copy_sync_failure(void **state)
+{
+	const size_t small = 4099, big = (5u << 20) + 7;
+	unsigned char *small_bytes = malloc(small), *big_bytes = malloc(big), *out = malloc(big);
+	const char *h2d = is_cuda ? "cuMemcpyHtoDAsync: CUDA_ERROR_INVALID_VALUE (1)"
+				  : "hipMemcpyHtoDAsync: hipErrorInvalidValue (1)";
+	const char *d2h = is_cuda ? "cuMemcpyDtoHAsync: CUDA_ERROR_INVALID_VALUE (1)"
+				  : "hipMemcpyDtoHAsync: hipErrorInvalidValue (1)";
+	const char *fault = is_cuda ? "CUDA_ERROR_ILLEGAL_ADDRESS (700)"
+				    : "hipErrorIllegalAddress (700)";
+	odx_context *ctx = open_fake();
+	odx_buffer *a, *b, *c, *d;
+	char want[128];
+
+	(void)state;
+	assert_non_null(small_bytes);
+	assert_non_null(big_bytes);
+	assert_non_null(out);
+	fill_pattern(small_bytes, small, 1);
+	fill_pattern(big_bytes, big, 2);
+	assert_ok(odx_buffer_create(ctx, small, 0, &a));
+	assert_ok(odx_buffer_create(ctx, big, 0, &b));
+	assert_ok(odx_buffer_create(ctx, small, 0, &c));
+	assert_ok(odx_buffer_create(ctx, big, 0, &d));
+	assert_ok(odx_buffer_write(a, 0, small_bytes, small, TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_write(b, 0, big_bytes, big, TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_write(c, 0, small_bytes, small, TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_write(d, 0, big_bytes, big, TEST_TIMEOUT_MS));
+
+	/* Reads: the one copy of a small one; the third piece of a staged one (the first three are
+	 * queued before any is waited for). */
+	fake_fail_copies(1, 0);
+	assert_rc(odx_buffer_read(a, 0, out, small, TEST_TIMEOUT_MS), ODX_EINVAL);
+	assert_contains(odx_last_error(ctx), d2h);
+	assert_contains(odx_last_error(ctx), "blocking d2h copy of 4099 bytes (at byte 0)");
+	fake_fail_copies(1, 2);
+	assert_rc(odx_buffer_read(b, 0, out, big, TEST_TIMEOUT_MS), ODX_EINVAL);
+	assert_contains(odx_last_error(ctx), d2h);
+	snprintf(want, sizeof(want), "blocking d2h copy of %zu bytes (at byte %zu)", big,
+		 2 * SYNC_PIECE);
+	assert_contains(odx_last_error(ctx), want);
+
+	/* Writes: the one copy of a small one at an odd offset; the second piece of a staged one.
+	 * Each leaves its buffer's only copy partly written, and says so. */
+	fake_fail_copies(1, 0);
+	assert_rc(odx_buffer_write(c, 5, big_bytes, 10, TEST_TIMEOUT_MS), ODX_EINVAL);
+	assert_contains(odx_last_error(ctx), h2d);
+	assert_contains(odx_last_error(ctx), "the bytes written may be partly there");
+	fake_fail_copies(1, 1);
+	assert_rc(odx_buffer_write(d, 1, big_bytes, big - 2, TEST_TIMEOUT_MS), ODX_EINVAL);
+	assert_contains(odx_last_error(ctx), h2d);
+	snprintf(want, sizeof(want), "blocking h2d copy of %zu bytes (at byte %zu)", big - 2,
+		 SYNC_PIECE);
+	assert_contains(odx_last_error(ctx), want);
+
+	/* Nothing was lost: the buffers only read from are intact, and staged copies still run
+	 * (more of them than a lane has staging blocks: each went back to its lane). */
+	fake_fail_copies(0, 0);
+	assert_ok(odx_buffer_read(a, 0, out, small, TEST_TIMEOUT_MS));
+	assert_memory_equal(out, small_bytes, small);
+	for (int i = 0; i < 2 * STAGE_BLOCKS; i++) {
+		assert_ok(odx_buffer_write(b, 0, big_bytes, big, TEST_TIMEOUT_MS));
+		assert_ok(odx_buffer_read(b, 0, out, big, TEST_TIMEOUT_MS));
+	}
+	assert_memory_equal(out, big_bytes, big);
+	assert_false(logged("is lost"));
+
+	/* A fault: the device is lost, its first error named, later copies refused. */
+	fake_fail_copies(700, 0);
+	assert_rc(odx_buffer_read(a, 0, out, small, TEST_TIMEOUT_MS), ODX_EDEVLOST);
+	assert_contains(odx_last_error(ctx), fault);
+	assert_logged("is lost");
+	fake_fail_copies(0, 0);
+	assert_rc(odx_buffer_read(a, 0, out, small, TEST_TIMEOUT_MS), ODX_EDEVLOST);
+	assert_contains(odx_last_error(ctx), "was lost after an earlier error");
+	assert_contains(odx_last_error(ctx), fault);
+	assert_rc(odx_buffer_write(b, 3, big_bytes, big - 3, TEST_TIMEOUT_MS), ODX_EDEVLOST);
+	assert_contains(odx_last_error(ctx), "was lost after an earlier error");
+	odx_buffer_destroy(a);
+	odx_buffer_destroy(b);
+	odx_buffer_destroy(c);
+	odx_buffer_destroy(d);
+	assert_ok(odx_close(ctx));
+	free(small_bytes);
+	free(big_bytes);
+	free(out);
+}
+
+/* Tells the fake that this thread is the application's: its driver copies are copy_sync's (the
+ * lanes issue theirs on threads of their own). Every test runs on this thread. */
+static bool mark_caller(void)
+{
+	void (*mark)(void);
+	void *sym = dlsym(fake_lib, is_cuda ? "fake_cuda_mark_caller" : "fake_hip_mark_caller");
+
+	if (!sym)
+		return false;
+	memcpy(&mark, &sym, sizeof(mark));
+	mark();
+	return true;
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -990,6 +1363,11 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(fake_driver_host_register_two_devices, reset_env),
 		cmocka_unit_test_teardown(fake_driver_host_register_refused, reset_env),
 		cmocka_unit_test_teardown(fake_driver_host_register_shared, reset_env),
+		cmocka_unit_test_teardown(fake_driver_copy_sync_round_trip, reset_env),
+		cmocka_unit_test_teardown(fake_driver_copy_sync_kernel, reset_env),
+		cmocka_unit_test_teardown(fake_driver_copy_sync_partial, reset_env),
+		cmocka_unit_test_teardown(fake_driver_copy_sync_page_locked, reset_env),
+		cmocka_unit_test_teardown(fake_driver_copy_sync_failure, reset_env),
 		cmocka_unit_test_teardown(fake_driver_stub_library, reset_env),
 		cmocka_unit_test_teardown(fake_driver_old_driver, reset_env),
 		cmocka_unit_test_teardown(fake_driver_driver_11, reset_env),
@@ -1009,6 +1387,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	reset_env(NULL);
+	if (!mark_caller()) {
+		fprintf(stderr, "the fake driver has no mark_caller function\n");
+		return 1;
+	}
 	if (!is_cuda)
 		count -= 3; /* the last three are about CUDA driver versions */
 	return _cmocka_run_group_tests(is_cuda ? "cuda_fake_driver" : "hip_fake_driver",
