@@ -985,22 +985,43 @@ static void *vkb_completion_main(void *arg)
 		 * is still open once the list drains, and nothing else would submit it. */
 		if (!ln->head && ln->open_n)
 			vkb_lane_flush(ln);
-		for (int ahead = 0; !ln->head && !ln->stop;) {
-			uint64_t next = ln->submitted + 1;
+		for (int ahead = 0, failed = 0; !ln->head && !ln->stop;) {
+			uint64_t reached = atomic_load(&ln->completed), next;
 			VkResult r;
 
-			if (ahead >= VKB_AHEAD_ROUNDS) {
+			/* A submission without an entry of its own (the empty one that woke this
+			 * thread, a synchronous fill) leaves `completed` behind `submitted`, and
+			 * launches meanwhile go into the open batch: reach it, then submit that. */
+			if (ln->open_n && reached >= ln->submitted) {
+				vkb_lane_flush(ln);
+				continue;
+			}
+			/* Asleep only with nothing in flight: then a launch submits by itself and
+			 * signals `cond` (vkb_lane_push). */
+			if ((ahead >= VKB_AHEAD_ROUNDS && reached >= ln->submitted && !ln->open_n) ||
+			    failed) {
 				pthread_cond_wait(&ln->cond, &ln->lock);
 				continue;
 			}
-			/* Waiting for a value before it is submitted is allowed for timeline
-			 * semaphores; the next submission signals exactly this one. */
+			/* The value in flight, else the next one: waiting for a value before it is
+			 * submitted is allowed for timeline semaphores, and the next submission
+			 * signals exactly that one. */
+			next = reached < ln->submitted ? ln->submitted : ln->submitted + 1;
 			ln->waiting_ahead = next;
 			pthread_mutex_unlock(&ln->lock);
 			r = vkb_timeline_wait(ln, next, VKB_AHEAD_NS);
 			pthread_mutex_lock(&ln->lock);
 			ln->waiting_ahead = 0;
-			ahead = r == VK_SUCCESS ? 0 : r == VK_TIMEOUT ? ahead + 1 : VKB_AHEAD_ROUNDS;
+			if (r == VK_SUCCESS) {
+				while (reached < next &&
+				       !atomic_compare_exchange_weak(&ln->completed, &reached, next))
+					;
+				ahead = 0;
+			} else if (r == VK_TIMEOUT) {
+				ahead++;
+			} else {
+				failed = 1; /* the entries' own waits will report it */
+			}
 		}
 		p = ln->head;
 		if (!p)
