@@ -6,8 +6,9 @@
  * makes every buffer it reads valid on the memory node it runs against (fetching from a valid
  * replica on a copy lane) and pins the replicas it uses; after it ran, a writer's replica becomes
  * MODIFIED and every other copy INVALID. A pinned replica is never freed or moved. Reads, writes
- * and destruction from the API are internal tasks against memory node 0 (host RAM), so they are
- * ordered with the tasks around them by the same dependency rules.
+ * and destruction from the API are internal tasks against the buffer's host memory node (its
+ * home: host RAM of one NUMA node), so they are ordered with the tasks around them by the same
+ * dependency rules.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,8 +23,49 @@ int odx__task_memnode(const odx__task *t)
 	if (odx__task_caller_runs(t))
 		return t->node;
 	if (t->kind != ODX__TASK_KERNEL)
-		return 0;
+		return t->nargs > 0 ? odx__buffer_home(t->ctx, t->args[0].v.buffer, -1) : 0;
 	return t->ctx->devices[t->device].memnode;
+}
+
+/* The host node with the most room left. */
+static int roomiest_host(odx_context *ctx)
+{
+	uint64_t best_room = 0;
+	int m, best = 0;
+
+	for (m = 0; m < ctx->nhost; m++) {
+		const odx__memnode *node = &ctx->memnodes[m];
+		uint64_t used = atomic_load(&node->used);
+		uint64_t room = used < node->capacity ? node->capacity - used : 0;
+
+		if (room > best_room) {
+			best_room = room;
+			best = m;
+		}
+	}
+	return best;
+}
+
+int odx__buffer_home(odx_context *ctx, odx_buffer *b, int near)
+{
+	int h = atomic_load_explicit(&b->home, memory_order_acquire), want, unset = -1;
+	const odx__memnode *node;
+
+	if (h >= 0)
+		return h;
+	if (near < 0) {
+		near = odx__topo_numa_of_self(ctx->topo);
+		if (near < 0 || near >= ctx->nhost)
+			near = roomiest_host(ctx);
+	}
+	want = ctx->memnodes[near].near;
+	node = &ctx->memnodes[want];
+	if (atomic_load(&node->used) + b->size > node->capacity)
+		want = roomiest_host(ctx);
+	/* Set once: whoever comes first decides, everyone uses that. */
+	if (atomic_compare_exchange_strong(&b->home, &unset, want))
+		return want;
+	return unset;
 }
 
 /* ---- replica memory ------------------------------------------------------------------------- */
@@ -46,9 +88,8 @@ static int replica_alloc_as(odx_context *ctx, odx_buffer *b, int m, bool zero, b
 	uint64_t used, bytes = b->size;
 	int rc;
 
-	if (m == 0) {
-		size_t rounded = (b->size + 63) & ~(size_t)63;
-		void *p = aligned_alloc(64, rounded);
+	if (!node->device) {
+		void *p = odx__topo_alloc_on(ctx->topo, node->numa, b->size);
 
 		if (!p)
 			return ODX_ENOMEM;
@@ -96,9 +137,9 @@ void odx__replica_free(odx_context *ctx, odx_buffer *b, int m)
 
 	if (!r->allocated)
 		return;
-	if (m == 0) {
+	if (!node->device) {
 		if (!b->registered)
-			free((void *)(uintptr_t)r->mem);
+			odx__topo_free(ctx->topo, (void *)(uintptr_t)r->mem, b->size);
 	} else if (node->pool && odx__pool_release(node->pool, r->mem, r->off, b->size)) {
 		bytes = odx__pool_rounded_size(node->pool, b->size);
 	} else {
@@ -352,8 +393,8 @@ static void copy_done(void *arg, int status, const char *msg)
 	}
 	if (job->kind == COPY_WRITEBACK)
 		odx__tier_changed(ctx, job->src);
-	if (freed || job->dst == 0)
-		odx__tier_changed(ctx, 0);
+	if (freed || odx__is_host_node(ctx, job->dst))
+		odx__tier_changed(ctx, odx__home(b));
 	free(job);
 	if (refetch)
 		copy_start(ctx, refetch);
@@ -446,17 +487,19 @@ void odx__copy_start_all(odx_context *ctx, odx__copy_job *jobs)
 	}
 }
 
-/* With the source node's lock, node 0's lock and the buffer's lock held, and the host replica
- * allocated: the dirty copy on `src` goes to host RAM; the source is freed when that landed. */
+/* With the source node's lock, the buffer's host node's lock and the buffer's lock held, and the
+ * host replica allocated: the dirty copy on `src` goes to host RAM; the source is freed when that
+ * landed. */
 odx__copy_job *odx__copy_writeback(odx_buffer *b, int src)
 {
-	odx__copy_job *job = job_new(b, src, 0, COPY_WRITEBACK);
+	int home = odx__home(b);
+	odx__copy_job *job = job_new(b, src, home, COPY_WRITEBACK);
 
 	if (!job)
 		return NULL;
 	b->replicas[src].pins++;
 	b->replicas[src].evicting = true;
-	b->replicas[0].fetching = true;
+	b->replicas[home].fetching = true;
 	b->ctx->memnodes[src].evicting += odx__pool_charge(b->ctx->memnodes[src].pool, b->size);
 	return job;
 }
@@ -1016,6 +1059,7 @@ static odx_buffer *buffer_new(odx_context *ctx, size_t size)
 	b->id = atomic_fetch_add(&ctx->next_buffer_id, 1) + 1;
 	b->size = size;
 	b->home_rank = 0;
+	b->home = ctx->nhost == 1 ? 0 : -1;
 	b->zero = true;
 	pthread_mutex_init(&b->lock, NULL);
 	pthread_mutex_lock(&ctx->objects_lock);
@@ -1114,6 +1158,7 @@ ODX_API int odx_buffer_register(odx_context *ctx, void *ptr, size_t size, unsign
 				odx_buffer **out)
 {
 	odx_buffer *b;
+	int home;
 
 	if (!ctx)
 		return ODX_EINVAL;
@@ -1124,15 +1169,19 @@ ODX_API int odx_buffer_register(odx_context *ctx, void *ptr, size_t size, unsign
 	b = buffer_new(ctx, size);
 	if (!b)
 		return odx__fail(ctx, ODX_ENOMEM, "odx_buffer_register: out of memory");
-	/* The user's memory is the host replica and, for now, the only valid copy. */
+	/* The user's memory is the host replica and, for now, the only valid copy; its host node
+	 * is the NUMA node its pages are on (where that can be told). */
+	home = ctx->nhost == 1 ? 0 : odx__topo_numa_of_area(ctx->topo, ptr, size);
+	atomic_store(&b->home, home >= 0 && home < ctx->nhost ? home : 0);
+	home = odx__home(b);
 	b->registered = true;
 	b->user_ptr = ptr;
 	b->zero = false;
-	b->replicas[0].allocated = true;
-	b->replicas[0].mem = (uint64_t)(uintptr_t)ptr;
-	odx__replica_set_state(b, 0, ODX__MODIFIED);
+	b->replicas[home].allocated = true;
+	b->replicas[home].mem = (uint64_t)(uintptr_t)ptr;
+	odx__replica_set_state(b, home, ODX__MODIFIED);
 	/* User memory counts against host RAM but is never evicted (it is the user's). */
-	atomic_fetch_add(&ctx->memnodes[0].used, size);
+	atomic_fetch_add(&ctx->memnodes[home].used, size);
 	host_register(b);
 	*out = b;
 	return 0;
@@ -1188,13 +1237,13 @@ static int access_node(const odx__task *t)
 	bool whole = t->args[0].access == ODX_W;
 	uint64_t best_use = 0;
 	bool anywhere;
-	int m, best = 0;
+	int m, home = odx__home(b), best = -1, dev0 = ctx->nhost;
 
-	if (!ctx->direct_access || b->registered || ctx->nmemnodes < 2)
-		return 0;
+	if (!ctx->direct_access || b->registered || ctx->nmemnodes == ctx->nhost)
+		return odx__buffer_home(ctx, b, -1);
 	pthread_mutex_lock(&b->lock);
-	anywhere = b->replicas[0].allocated || atomic_load(&b->disk_state) != ODX__INVALID;
-	for (m = 1; m < ctx->nmemnodes; m++) {
+	anywhere = b->replicas[home].allocated || atomic_load(&b->disk_state) != ODX__INVALID;
+	for (m = dev0; m < ctx->nmemnodes; m++) {
 		const odx__replica *r = &b->replicas[m];
 		const odx__device *dev = ctx->memnodes[m].device;
 		bool valid = atomic_load(&r->state) != ODX__INVALID;
@@ -1208,19 +1257,20 @@ static int access_node(const odx__task *t)
 			best_use = r->last_use;
 		}
 	}
-	if (t->kind == ODX__TASK_READ && atomic_load(&b->replicas[0].state) != ODX__INVALID)
-		best = 0;
+	if (t->kind == ODX__TASK_READ && atomic_load(&b->replicas[home].state) != ODX__INVALID)
+		best = -1;
 	pthread_mutex_unlock(&b->lock);
-	if (t->kind == ODX__TASK_WRITE && whole && !anywhere && ctx->nmemnodes == 2 &&
-	    ctx->memnodes[1].device && !atomic_load(&ctx->memnodes[1].device->lost)) {
-		const odx__memnode *node = &ctx->memnodes[1];
+	if (t->kind == ODX__TASK_WRITE && whole && !anywhere && ctx->nmemnodes == dev0 + 1 &&
+	    ctx->memnodes[dev0].device && !atomic_load(&ctx->memnodes[dev0].device->lost)) {
+		const odx__memnode *node = &ctx->memnodes[dev0];
 		uint64_t start, stop;
 
-		odx__tier_watermarks(ctx, 1, &start, &stop);
+		odx__tier_watermarks(ctx, dev0, &start, &stop);
 		if (atomic_load(&node->used) + odx__pool_charge(node->pool, b->size) <= start)
-			best = 1;
+			best = dev0;
 	}
-	return best;
+	/* Host RAM: the buffer's host node (chosen now if it has none yet). */
+	return best >= 0 ? best : odx__buffer_home(ctx, b, -1);
 }
 
 typedef struct direct_copy {
@@ -1300,7 +1350,9 @@ static int direct_access(odx__task *t)
 		}
 	}
 	if (rc == 0) {
-		int from = t->kind == ODX__TASK_READ ? m : 0, to = t->kind == ODX__TASK_READ ? 0 : m;
+		int home = odx__home(b);
+		int from = t->kind == ODX__TASK_READ ? m : home;
+		int to = t->kind == ODX__TASK_READ ? home : m;
 
 		atomic_fetch_add(&ctx->bytes_copied[from * ctx->nmemnodes + to], t->host_len);
 		atomic_fetch_add(&ctx->copies, 1);
@@ -1356,10 +1408,10 @@ static int host_access_run(odx__task *t)
 	if (rc == ODX__STAGE_FETCHING)
 		odx__wait_until(t->ctx, fetched, t, -1);
 	rc = atomic_load(&t->fetch_error);
-	if (rc == 0 && t->node != 0) {
+	if (rc == 0 && !odx__is_host_node(t->ctx, t->node)) {
 		rc = direct_access(t);
 	} else if (rc == 0) {
-		replica0 = (char *)(uintptr_t)b->replicas[0].mem + t->host_off;
+		replica0 = (char *)(uintptr_t)b->replicas[t->node].mem + t->host_off;
 		if (t->kind == ODX__TASK_READ)
 			memcpy(t->host_ptr, replica0, t->host_len);
 		else

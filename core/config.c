@@ -230,8 +230,8 @@ static const struct key_def keys[] = {
 		.name = "tier.host.limit",
 		.type = KEY_SIZE,
 		.def = "0",
-		.help = "host RAM ODX may use for buffer copies (0: physical RAM; NN%: a share of "
-			"it); above it, copies are spilled to the disk tier",
+		.help = "host RAM ODX may use for buffer copies on each NUMA node (0: the node's "
+			"RAM; NN%: a share of it); above it, copies are spilled to the disk tier",
 	},
 	{
 		.name = "tier.pinned.size",

@@ -175,6 +175,24 @@ static int open_backends(odx_context *ctx, odx_backend_host *env, char *err, siz
 	return rc;
 }
 
+/* The host memory node nearest to a device: its PCI slot's NUMA node; for a host device, the
+ * node of the cores its threads are bound to (or would be, with host.bind); else node 0. */
+static int device_near(odx_context *ctx, const odx__device *dev)
+{
+	int k;
+
+	if (ctx->nhost <= 1)
+		return 0;
+	if (dev->kind == ODX_BACKEND_HOST)
+		k = odx__topo_numa_of_pu_slot(ctx->topo,
+					      (unsigned)dev->index * (unsigned)(dev->props.threads > 0
+										 ? dev->props.threads
+										 : 1));
+	else
+		k = odx__topo_numa_of_pci(ctx->topo, dev->props.pci_bus_id);
+	return k >= 0 && k < ctx->nhost ? k : 0;
+}
+
 static int open_devices(odx_context *ctx, char *err, size_t errlen)
 {
 	int total = 0, b, i, rc;
@@ -187,12 +205,19 @@ static int open_devices(odx_context *ctx, char *err, size_t errlen)
 		return ODX_ENODEV;
 	}
 	ctx->devices = calloc((size_t)total, sizeof(*ctx->devices));
-	ctx->memnodes = calloc((size_t)total + 1, sizeof(*ctx->memnodes));
+	ctx->nhost = odx__topo_numa_count(ctx->topo);
+	ctx->memnodes = calloc((size_t)total + (size_t)ctx->nhost, sizeof(*ctx->memnodes));
 	if (!ctx->devices || !ctx->memnodes)
 		return ODX_ENOMEM;
-	ctx->nmemnodes = 1;
-	ctx->memnodes[0].kind = ODX_MEMNODE_HOST;
-	ctx->memnodes[0].capacity = odx__topo_memory(ctx->topo);
+	/* Host RAM first, one memory node per NUMA node, each with the memory local to it. */
+	for (i = 0; i < ctx->nhost; i++)
+		ctx->memnodes[i] = (odx__memnode){
+			.kind = ODX_MEMNODE_HOST,
+			.near = i,
+			.numa = i,
+			.capacity = odx__topo_numa_memory(ctx->topo, i),
+		};
+	ctx->nmemnodes = ctx->nhost;
 	for (b = 0; b < ctx->nbackends; b++) {
 		odx__backend_slot *slot = &ctx->backends[b];
 
@@ -223,6 +248,8 @@ static int open_devices(odx_context *ctx, char *err, size_t errlen)
 			ctx->memnodes[ctx->nmemnodes++] = (odx__memnode){
 				.kind = ODX_MEMNODE_DEVICE,
 				.device = dev,
+				.near = device_near(ctx, dev),
+				.numa = -1,
 				.capacity = dev->props.memory_bytes,
 			};
 			snprintf(lane, sizeof(lane), "device %d compute (%s)", dev->index,
@@ -525,6 +552,22 @@ ODX_API int odx_memnode_get_info(odx_context *ctx, int memnode, odx_memnode_info
 		.used_bytes = atomic_load(&node->used),
 	};
 	return 0;
+}
+
+ODX_API int odx_memnode_near(odx_context *ctx, int memnode)
+{
+	if (!ctx)
+		return ODX_EINVAL;
+	ODX__CHECK_ARG(ctx, memnode >= 0 && memnode < ctx->nmemnodes, "memnode");
+	return ctx->memnodes[memnode].near;
+}
+
+ODX_API int odx_memnode_numa(odx_context *ctx, int memnode)
+{
+	if (!ctx)
+		return ODX_EINVAL;
+	ODX__CHECK_ARG(ctx, memnode >= 0 && memnode < ctx->nmemnodes, "memnode");
+	return odx__topo_numa_os_index(ctx->topo, ctx->memnodes[ctx->memnodes[memnode].near].numa);
 }
 
 ODX_API int odx_config_describe(odx_context *ctx, odx_config_visit_fn fn, void *user)

@@ -78,21 +78,25 @@ typedef struct odx__replica {
 	bool evicting;         /* being written one tier down; freed after that if still idle */
 	uint32_t pins;         /* running or staged tasks using it: never freed or moved then */
 	uint32_t holds;        /* prefetched for queued tasks: evicted only as a last resort */
-	uint64_t mem;          /* backend handle, or the host pointer for memory node 0 */
+	uint64_t mem;          /* backend handle, or the host pointer for a host memory node */
 	uint64_t off;          /* byte offset in mem (memory carved from a pool) */
 	uint64_t last_use;     /* ctx->lru_clock when a task last staged it (eviction order) */
 	odx__fetch_waiter *waiters;
 } odx__replica;
 
-/* A memory tier (DESIGN section 7): host RAM (node 0) or one device's memory. Its capacity is
- * enforced by ODX's own accounting, so out-of-core behaviour can be forced with small limits. */
+/* A memory tier (DESIGN section 7): host RAM of one NUMA node (nodes 0 .. ctx->nhost-1) or one
+ * device's memory (the nodes after). Its capacity is enforced by ODX's own accounting, so
+ * out-of-core behaviour can be forced with small limits. */
 typedef struct odx__memnode {
 	odx_memnode_kind kind;
 	odx__device *device;   /* NULL for host RAM */
+	int near;              /* host RAM: its own index; a device: the host node nearest to it */
+	int numa;              /* host RAM: its NUMA node in odx__topo's order */
 	uint64_t capacity;     /* enforced limit in bytes */
 	_Atomic uint64_t used; /* bytes of allocated replicas */
 	pthread_mutex_t lock;  /* allocation, reservation and eviction on this node: node locks
-				* come before buffer locks, device nodes before node 0 */
+				* come before buffer locks, device nodes before host nodes; never
+				* two host nodes at once */
 	uint64_t evicting;     /* bytes being written down, free once that completes */
 	uint64_t peak;         /* highest `used` seen */
 	_Atomic uint64_t ws_max; /* largest working set admitted here (sizes the headroom) */
@@ -110,6 +114,10 @@ struct odx_buffer {
 	size_t size;
 	int home_rank;          /* owner rank (distributed execution); 0 on one process */
 	pthread_mutex_t lock;   /* replicas and dependency tracking */
+	/* The host memory node (NUMA node) that holds its host copy: -1 until one is first needed,
+	 * then fixed (odx__buffer_home). Only that node's replica is ever allocated of the host
+	 * nodes, so while unset none is, and odx__home() reads as node 0 (never allocated). */
+	_Atomic int home;
 	/* dependency tracking, in submission order */
 	_Atomic uint64_t version; /* bumped by every writer at submission (under submit_lock);
 				   * read without it by prefetch requests */
@@ -143,6 +151,10 @@ struct odx_buffer {
 };
 
 int odx__buffer_release_memory(odx_buffer *buf); /* frees replicas and the struct */
+/* The buffer's host node, chosen now if it has none: the host node nearest memory node `near`
+ * (a device's, or a host node) when it has room for the buffer, else the host node with the most
+ * room. `near` -1: the calling thread's node. Takes no lock. */
+int odx__buffer_home(odx_context *ctx, odx_buffer *b, int near);
 /* A replica's memory (buffer.c): allocate/free with the node's accounting; the caller holds the
  * node's lock and the buffer's lock. */
 int odx__replica_alloc(odx_context *ctx, odx_buffer *b, int m, bool zero);
@@ -521,6 +533,21 @@ void odx__topo_close(odx__topo *t);
 unsigned odx__topo_pus(const odx__topo *t);
 uint64_t odx__topo_memory(const odx__topo *t);
 int odx__topo_bind_self(odx__topo *t, unsigned slot);
+/* NUMA nodes (hwloc's, with memory): at least one, in logical order. A machine hwloc sees as
+ * one node, or that it cannot read, gives one node holding all of the memory. */
+int odx__topo_numa_count(const odx__topo *t);
+uint64_t odx__topo_numa_memory(const odx__topo *t, int i);
+int odx__topo_numa_os_index(const odx__topo *t, int i);
+/* Which node is local to...: -1 where it cannot be told (no PCI id, a synthetic topology). */
+int odx__topo_numa_of_pu_slot(const odx__topo *t, unsigned slot); /* odx__topo_bind_self's */
+int odx__topo_numa_of_pci(odx__topo *t, const char *busid);        /* "0000:65:00.0" */
+int odx__topo_numa_of_self(odx__topo *t);                          /* the calling thread */
+int odx__topo_numa_of_area(odx__topo *t, const void *p, size_t len);
+bool odx__topo_numa_membind(const odx__topo *t);
+/* Host memory on NUMA node `numa` (bound there when the machine has several and the block is
+ * large); freed with odx__topo_free and the same size. */
+void *odx__topo_alloc_on(odx__topo *t, int numa, size_t size);
+void odx__topo_free(odx__topo *t, void *p, size_t size);
 
 /* ---- the context (context.c) -------------------------------------------------------------- */
 
@@ -539,6 +566,7 @@ struct odx_context {
 	int ndevices;
 	odx__memnode *memnodes;
 	int nmemnodes;
+	int nhost;                     /* host memory nodes (NUMA nodes): memnodes 0 .. nhost-1 */
 	const odx__sched_ops *sched;   /* the C policy; the fallback of a Lua one */
 	struct odx__policy *policy;    /* the Lua policy host, NULL with a C policy (policy.c) */
 	_Atomic unsigned rr_next;
@@ -616,5 +644,16 @@ struct odx_context {
 	_Atomic uint64_t sent_bytes, recv_bytes, xfers;
 	unsigned monitor_start, monitor_stop; /* watermarks, percent */
 };
+
+static inline bool odx__is_host_node(const odx_context *ctx, int m)
+{
+	return m >= 0 && m < ctx->nhost;
+}
+static inline int odx__home(const odx_buffer *b)
+{
+	int h = atomic_load_explicit(&b->home, memory_order_acquire);
+
+	return h < 0 ? 0 : h;
+}
 
 #endif /* ODX_CORE_CORE_H */

@@ -303,7 +303,7 @@ int odx__dist_run(odx__task *t)
 {
 	odx_context *ctx = t->ctx;
 	odx_buffer *b = t->args[0].v.buffer;
-	odx__replica *r0 = &b->replicas[0];
+	odx__replica *r0 = &b->replicas[odx__home(b)]; /* staged there (odx__task_memnode) */
 	void *host = (char *)(uintptr_t)r0->mem + r0->off;
 
 	if (!ctx->fab)

@@ -278,7 +278,6 @@ static void *monitor_main(void *arg);
 int odx__tier_open(odx_context *ctx, char *err, size_t errlen)
 {
 	odx__tier *tier = calloc(1, sizeof(*tier));
-	uint64_t host_ram = ctx->memnodes[0].capacity;
 	uint64_t limit;
 	const char *disk_path;
 	int m;
@@ -306,12 +305,11 @@ int odx__tier_open(odx_context *ctx, char *err, size_t errlen)
 		uint64_t have = node->capacity;
 
 		pthread_mutex_init(&node->lock, NULL);
-		limit = odx__config_size(ctx->config, m ? "tier.device.limit" : "tier.host.limit",
-					 have);
+		limit = odx__config_size(ctx->config,
+					 node->device ? "tier.device.limit" : "tier.host.limit", have);
 		if (limit > 0 && (limit < have || have == 0))
 			node->capacity = limit;
 	}
-	(void)host_ram;
 
 	/* The disk tier, when it has a capacity. */
 	tier->disk_capacity = odx__config_size(ctx->config, "tier.disk.limit", 0);
@@ -413,15 +411,16 @@ void odx__tier_changed(odx_context *ctx, int m)
 	for (d = 0; d < ctx->ndevices; d++) {
 		odx__device *dev = &ctx->devices[d];
 
-		/* Room on node 0 also unblocks write-backs from every device. */
-		if ((m != 0 && dev->memnode != m) || atomic_load(&dev->memwait_n) == 0)
+		/* Room in host RAM also unblocks write-backs from every device. */
+		if ((!odx__is_host_node(ctx, m) && dev->memnode != m) ||
+		    atomic_load(&dev->memwait_n) == 0)
 			continue;
 		pthread_mutex_lock(&dev->lock);
 		dev->mem_changed = true;
 		pthread_cond_signal(&dev->cond);
 		pthread_mutex_unlock(&dev->lock);
 	}
-	if (m == 0 && ctx->tier && atomic_load(&ctx->tier->room_waiters) > 0)
+	if (odx__is_host_node(ctx, m) && ctx->tier && atomic_load(&ctx->tier->room_waiters) > 0)
 		odx__wake_waiters(ctx);
 	odx__prefetch_pump(ctx);
 }
@@ -470,7 +469,7 @@ static victim *collect(odx_context *ctx, int m, const odx__task *t, int *n, uint
 		odx__replica *r = &b->replicas[m];
 		int rank;
 
-		if (!r->allocated || (m == 0 && b->registered))
+		if (!r->allocated || (odx__is_host_node(ctx, m) && b->registered))
 			continue;
 		pthread_mutex_lock(&b->lock);
 		if (r->pins || r->fetching || r->evicting || b->disk_busy) {
@@ -560,19 +559,21 @@ static void policy_order(odx_context *ctx, int m, uint64_t need, victim *v, int 
 	free(tmp);
 }
 
-/* Node 0's lock and b's lock held: can host RAM take b's dirty device copy now? Allocates the
- * host replica if so. */
+/* The lock of b's host node and b's lock held: can host RAM take b's dirty device copy now?
+ * Allocates the host replica if so. */
 static int host_take(odx_context *ctx, odx_buffer *b)
 {
-	odx__memnode *host = &ctx->memnodes[0];
+	int home = odx__home(b);
+	odx__memnode *host = &ctx->memnodes[home];
+	odx__replica *r = &b->replicas[home];
 
 	/* A host copy in use (a buffer write in progress pins it) or already being filled cannot
 	 * take a write-back now: its bytes would race with the user's. */
-	if (b->replicas[0].allocated)
-		return b->replicas[0].fetching || b->replicas[0].pins ? ODX_EBUSY : 0;
+	if (r->allocated)
+		return r->fetching || r->pins ? ODX_EBUSY : 0;
 	if (atomic_load(&host->used) + b->size > host->capacity)
 		return ODX_ENOSPC;
-	return odx__replica_alloc(ctx, b, 0, false);
+	return odx__replica_alloc(ctx, b, home, false);
 }
 
 /* Makes room for `need` more bytes below `limit` (the capacity, or a watermark). */
@@ -614,12 +615,14 @@ static int make_room_below(odx_context *ctx, int m, uint64_t need, uint64_t limi
 			pthread_mutex_unlock(&b->lock);
 			continue;
 		}
-		/* Dirty: written one tier down first. */
-		if (m != 0) {
+		/* Dirty: written one tier down first, to its host node (the one nearest this device
+		 * when the buffer has none yet and that one has room). */
+		if (node->device) {
 			odx__copy_job *job;
+			int home = odx__buffer_home(ctx, b, m);
 
 			pthread_mutex_unlock(&b->lock);
-			pthread_mutex_lock(&ctx->memnodes[0].lock);
+			pthread_mutex_lock(&ctx->memnodes[home].lock);
 			pthread_mutex_lock(&b->lock);
 			/* The buffer lock was let go: everything may have changed, its state too (a
 			 * writer elsewhere makes this copy INVALID, and writing that back would
@@ -637,8 +640,8 @@ static int make_room_below(odx_context *ctx, int m, uint64_t need, uint64_t limi
 					int r0;
 
 					pthread_mutex_unlock(&b->lock);
-					r0 = odx__tier_make_room(ctx, 0, b->size, NULL, &more, sub,
-								 sizeof(sub));
+					r0 = odx__tier_make_room(ctx, home, b->size, NULL, &more,
+								 sub, sizeof(sub));
 					pthread_mutex_lock(&b->lock);
 					if (more) /* host eviction never makes copies; defensive */
 						odx__copy_start_all(ctx, more);
@@ -664,7 +667,7 @@ static int make_room_below(odx_context *ctx, int m, uint64_t need, uint64_t limi
 				lower_busy = true;
 			}
 			pthread_mutex_unlock(&b->lock);
-			pthread_mutex_unlock(&ctx->memnodes[0].lock);
+			pthread_mutex_unlock(&ctx->memnodes[home].lock);
 			continue;
 		}
 		/* Host RAM: to the disk tier. */
@@ -693,13 +696,13 @@ static int make_room_below(odx_context *ctx, int m, uint64_t need, uint64_t limi
 	snprintf(why, whylen,
 		 "%llu of %llu bytes are in use there by copies that cannot move: %s%s",
 		 (unsigned long long)used, (unsigned long long)limit,
-		 m != 0 ? (lower_full ? "host RAM (tier.host.limit) cannot take their only copy"
-				      : "every copy there is needed by the task itself")
+		 node->device ? (lower_full ? "host RAM (tier.host.limit) cannot take their only copy"
+					    : "every copy there is needed by the task itself")
 		 : !odx__tier_has_disk(ctx) ? "they are the only copies and there is no disk tier "
 					      "(tier.disk.limit = 0)"
 		 : disk_failed		    ? "spilling them to the disk tier failed"
 					    : "the disk tier (tier.disk.limit) is full",
-		 lower_need && m != 0 ? " and host RAM has no room to take them" : "");
+		 lower_need && node->device ? " and host RAM has no room to take them" : "");
 	return ODX__ROOM_NEVER;
 }
 
@@ -722,8 +725,9 @@ static void spill_done(void *arg, int status, const char *msg)
 	odx_buffer *b = job->b;
 	odx_context *ctx = b->ctx;
 	odx__tier *tier = ctx->tier;
-	odx__memnode *host = &ctx->memnodes[0];
-	odx__replica *r = &b->replicas[0];
+	int home = odx__home(b);
+	odx__memnode *host = &ctx->memnodes[home];
+	odx__replica *r = &b->replicas[home];
 	bool freed = false;
 
 	pthread_mutex_lock(&host->lock);
@@ -736,12 +740,12 @@ static void spill_done(void *arg, int status, const char *msg)
 		atomic_store(&b->disk_state, ODX__SHARED);
 		/* Two valid copies now: the host one is no longer the only one. */
 		if (atomic_load(&r->state) == ODX__MODIFIED)
-			odx__replica_set_state(b, 0, ODX__SHARED);
+			odx__replica_set_state(b, home, ODX__SHARED);
 		b->disk_slot = job->slot;
 		atomic_fetch_add(&tier->spills, 1);
 		atomic_fetch_add(&tier->spill_bytes, b->size);
 		if (r->pins == 0 && r->holds == 0 && r->allocated) {
-			odx__replica_free(ctx, b, 0);
+			odx__replica_free(ctx, b, home);
 			freed = true;
 			atomic_fetch_add(&host->writebacks, 1);
 			atomic_fetch_add(&host->evicted_bytes, b->size);
@@ -769,7 +773,7 @@ static void spill_done(void *arg, int status, const char *msg)
 				job->t0, odx__now_ns(), b->id);
 	free(job);
 	odx__tier_progress(ctx);
-	odx__tier_changed(ctx, 0);
+	odx__tier_changed(ctx, home);
 	(void)freed;
 	odx__transfer_end(b); /* the last access to b and ctx */
 }
@@ -777,13 +781,14 @@ static void spill_done(void *arg, int status, const char *msg)
 int odx__tier_spill(odx_context *ctx, odx_buffer *b)
 {
 	odx__tier *tier = ctx->tier;
-	odx__replica *r = &b->replicas[0];
+	int home = odx__home(b);
+	odx__replica *r = &b->replicas[home];
 	spill_job *job;
 	int rc;
 
 	if (atomic_load(&b->disk_state) != ODX__INVALID) {
 		/* Already on disk and unchanged since: the host copy is clean. */
-		odx__replica_free(ctx, b, 0);
+		odx__replica_free(ctx, b, home);
 		return 0;
 	}
 	job = malloc(sizeof(*job));
@@ -795,14 +800,14 @@ int odx__tier_spill(odx_context *ctx, odx_buffer *b)
 	r->pins++;
 	r->evicting = true;
 	b->disk_busy = true;
-	ctx->memnodes[0].evicting += b->size;
+	ctx->memnodes[home].evicting += b->size;
 	rc = odx__spill_write(tier->spill, (const void *)(uintptr_t)(r->mem + r->off), b->size,
 			      &job->slot, spill_done, job);
 	if (rc) {
 		r->pins--;
 		r->evicting = false;
 		b->disk_busy = false;
-		ctx->memnodes[0].evicting -= b->size;
+		ctx->memnodes[home].evicting -= b->size;
 		if (rc != ODX_ENOSPC) {
 			b->spill_failed = true;
 			odx__log(ctx, ODX_LOG_ERROR, "cannot spill buffer %llu: %s",
@@ -868,6 +873,21 @@ void odx__tier_disk_free(odx_context *ctx, odx_buffer *b)
 
 /* ---- the monitor: headroom and the watchdog ------------------------------------------------ */
 
+/* "(host RAM)", "(host RAM, NUMA node 1)" or the device's name. */
+static const char *node_label(const odx_context *ctx, int m, char *buf, size_t len)
+{
+	const odx__memnode *node = &ctx->memnodes[m];
+
+	if (node->device)
+		snprintf(buf, len, "%s", node->device->name);
+	else if (ctx->nhost == 1)
+		snprintf(buf, len, "(host RAM)");
+	else
+		snprintf(buf, len, "(host RAM, NUMA node %d)",
+			 odx__topo_numa_os_index(ctx->topo, node->numa));
+	return buf;
+}
+
 static uint64_t progress_now(odx_context *ctx)
 {
 	uint64_t p = atomic_load(&ctx->progress) + atomic_load(&ctx->copies) +
@@ -909,9 +929,11 @@ static void dump_state(odx_context *ctx, uint64_t stalled_ms)
 	for (m = 0; m < ctx->nmemnodes; m++) {
 		odx__memnode *node = &ctx->memnodes[m];
 
+		char label[96];
+
 		snprintf(line, sizeof(line),
-			 "  memory node %d%s%s: %llu of %llu bytes used, %llu being evicted",
-			 m, node->device ? " " : " (host RAM)", node->device ? node->device->name : "",
+			 "  memory node %d %s: %llu of %llu bytes used, %llu being evicted", m,
+			 node_label(ctx, m, label, sizeof(label)),
 			 (unsigned long long)atomic_load(&node->used),
 			 (unsigned long long)node->capacity, (unsigned long long)node->evicting);
 		odx__log(ctx, ODX_LOG_ERROR, "%s", line);
@@ -988,7 +1010,7 @@ static void keep_headroom(odx_context *ctx)
 		char why[256];
 
 		odx__tier_watermarks(ctx, m, &start, &stop);
-		if (atomic_load(&node->used) <= start || (m == 0 && !odx__tier_has_disk(ctx)))
+		if (atomic_load(&node->used) <= start || (!node->device && !odx__tier_has_disk(ctx)))
 			continue;
 		pthread_mutex_lock(&node->lock);
 		make_room_below(ctx, m, 0, stop, NULL, &jobs, why, sizeof(why));
@@ -1058,11 +1080,12 @@ void odx__tier_stats_print(odx_context *ctx, void (*emit)(odx_context *, const c
 		return;
 	for (m = 0; m < ctx->nmemnodes; m++) {
 		odx__memnode *node = &ctx->memnodes[m];
+		char label[96];
 
 		snprintf(line, sizeof(line),
-			 "  tier node %d%s%s: capacity %.1f MiB, peak %.1f MiB; evicted %llu clean "
+			 "  tier node %d %s: capacity %.1f MiB, peak %.1f MiB; evicted %llu clean "
 			 "and %llu dirty copies (%.1f MiB); %llu admissions waited for room",
-			 m, node->device ? " " : " (host RAM)", node->device ? node->device->name : "",
+			 m, node_label(ctx, m, label, sizeof(label)),
 			 (double)node->capacity / (1 << 20), (double)node->peak / (1 << 20),
 			 (unsigned long long)atomic_load(&node->drops),
 			 (unsigned long long)atomic_load(&node->writebacks),
@@ -1070,7 +1093,7 @@ void odx__tier_stats_print(odx_context *ctx, void (*emit)(odx_context *, const c
 			 (unsigned long long)atomic_load(&node->noroom));
 		emit(ctx, line);
 	}
-	for (m = 1; m < ctx->nmemnodes; m++) {
+	for (m = ctx->nhost; m < ctx->nmemnodes; m++) {
 		odx__memnode *node = &ctx->memnodes[m];
 		odx__pool_stats ps;
 

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* topo.c - machine topology through hwloc: core counts, memory, thread binding. */
+/* topo.c - machine topology through hwloc: core counts, memory, NUMA nodes, device locality,
+ * thread binding and memory binding. */
 #include <hwloc.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core.h"
 
@@ -10,7 +12,40 @@ struct odx__topo {
 	unsigned npus;
 	uint64_t memory;
 	hwloc_cpuset_t allowed; /* the PUs this process may run on */
+	/* NUMA nodes with memory, in hwloc's logical order: one host memory node each */
+	int nnuma;
+	hwloc_obj_t *numa;
+	bool thissystem; /* the topology describes this machine (not HWLOC_SYNTHETIC, XML) */
+	bool membind;    /* memory can be bound to a NUMA node here */
+	hwloc_topology_t io; /* loaded with PCI devices on first use (device locality) */
+	bool io_tried;
 };
+
+/* Memory of at least this size is allocated bound to its NUMA node (mmap'ed pages of its own);
+ * smaller blocks come from malloc and follow the kernel's first-touch rule. */
+#define MEMBIND_MIN (64u << 10)
+
+/* The NUMA nodes that have memory and are in the allowed set (cgroups, numactl). */
+static int numa_open(odx__topo *t)
+{
+	int i, n = hwloc_get_nbobjs_by_type(t->topo, HWLOC_OBJ_NUMANODE);
+	const struct hwloc_topology_support *sup = hwloc_topology_get_support(t->topo);
+
+	t->thissystem = hwloc_topology_is_thissystem(t->topo);
+	t->numa = calloc((size_t)(n > 0 ? n : 1), sizeof(*t->numa));
+	if (!t->numa)
+		return ODX_ENOMEM;
+	for (i = 0; i < n; i++) {
+		hwloc_obj_t o = hwloc_get_obj_by_type(t->topo, HWLOC_OBJ_NUMANODE, (unsigned)i);
+
+		if (o && o->attr && o->attr->numanode.local_memory > 0)
+			t->numa[t->nnuma++] = o;
+	}
+	/* Binding only pays with more than one node, and only means something on this machine. */
+	t->membind = t->nnuma > 1 && t->thissystem && sup && sup->membind &&
+		     sup->membind->alloc_membind && sup->membind->bind_membind;
+	return 0;
+}
 
 int odx__topo_open(odx__topo **out)
 {
@@ -31,6 +66,10 @@ int odx__topo_open(odx__topo **out)
 	if (t->npus == 0)
 		t->npus = 1;
 	t->memory = hwloc_get_root_obj(t->topo)->total_memory;
+	if (numa_open(t) != 0) {
+		odx__topo_close(t);
+		return ODX_ENOMEM;
+	}
 	*out = t;
 	return 0;
 
@@ -46,8 +85,149 @@ void odx__topo_close(odx__topo *t)
 	if (!t)
 		return;
 	hwloc_bitmap_free(t->allowed);
+	if (t->io)
+		hwloc_topology_destroy(t->io);
+	free(t->numa);
 	hwloc_topology_destroy(t->topo);
 	free(t);
+}
+
+int odx__topo_numa_count(const odx__topo *t)
+{
+	return t->nnuma > 0 ? t->nnuma : 1;
+}
+
+uint64_t odx__topo_numa_memory(const odx__topo *t, int i)
+{
+	if (t->nnuma == 0)
+		return t->memory;
+	return t->numa[i]->attr->numanode.local_memory;
+}
+
+int odx__topo_numa_os_index(const odx__topo *t, int i)
+{
+	return t->nnuma == 0 ? 0 : (int)t->numa[i]->os_index;
+}
+
+/* The first of our NUMA nodes whose nodeset meets `nodeset`; -1 if none. */
+static int numa_of_nodeset(const odx__topo *t, hwloc_const_nodeset_t nodeset)
+{
+	int i;
+
+	for (i = 0; nodeset && i < t->nnuma; i++)
+		if (hwloc_bitmap_isset(nodeset, t->numa[i]->os_index))
+			return i;
+	return -1;
+}
+
+int odx__topo_numa_of_pu_slot(const odx__topo *t, unsigned slot)
+{
+	int pu, i = 0, k;
+
+	if (t->nnuma <= 1)
+		return 0;
+	slot %= t->npus;
+	hwloc_bitmap_foreach_begin(pu, t->allowed)
+	{
+		if ((unsigned)i++ == slot)
+			break;
+	}
+	hwloc_bitmap_foreach_end();
+	for (k = 0; k < t->nnuma; k++)
+		if (hwloc_bitmap_isset(t->numa[k]->cpuset, (unsigned)pu))
+			return k;
+	return 0;
+}
+
+int odx__topo_numa_of_pci(odx__topo *t, const char *busid)
+{
+	hwloc_obj_t o, anc;
+	int k;
+
+	if (t->nnuma <= 1)
+		return 0;
+	if (!busid || !busid[0] || !t->thissystem)
+		return -1;
+	/* PCI discovery costs about 0.1 s: only for a machine with several nodes, once. */
+	if (!t->io_tried) {
+		t->io_tried = true;
+		if (hwloc_topology_init(&t->io) == 0 &&
+		    (hwloc_topology_set_io_types_filter(t->io, HWLOC_TYPE_FILTER_KEEP_IMPORTANT) < 0 ||
+		     hwloc_topology_load(t->io) < 0)) {
+			hwloc_topology_destroy(t->io);
+			t->io = NULL;
+		}
+	}
+	if (!t->io || !(o = hwloc_get_pcidev_by_busidstring(t->io, busid)))
+		return -1;
+	anc = hwloc_get_non_io_ancestor_obj(t->io, o);
+	if (!anc)
+		return -1;
+	/* The ancestor's nodeset names OS indexes, the same in both topologies. */
+	k = numa_of_nodeset(t, anc->nodeset);
+	return k;
+}
+
+int odx__topo_numa_of_self(odx__topo *t)
+{
+	hwloc_cpuset_t set;
+	int k, rc = -1;
+
+	if (t->nnuma <= 1)
+		return 0;
+	if (!t->thissystem || !(set = hwloc_bitmap_alloc()))
+		return -1;
+	if (hwloc_get_last_cpu_location(t->topo, set, HWLOC_CPUBIND_THREAD) == 0)
+		for (k = 0; k < t->nnuma && rc < 0; k++)
+			if (hwloc_bitmap_intersects(t->numa[k]->cpuset, set))
+				rc = k;
+	hwloc_bitmap_free(set);
+	return rc;
+}
+
+int odx__topo_numa_of_area(odx__topo *t, const void *p, size_t len)
+{
+	hwloc_nodeset_t set;
+	int rc = -1;
+
+	if (t->nnuma <= 1)
+		return 0;
+	if (!t->thissystem || !(set = hwloc_bitmap_alloc()))
+		return -1;
+	if (hwloc_get_area_memlocation(t->topo, p, len, set, HWLOC_MEMBIND_BYNODESET) == 0)
+		rc = numa_of_nodeset(t, set);
+	hwloc_bitmap_free(set);
+	return rc;
+}
+
+bool odx__topo_numa_membind(const odx__topo *t)
+{
+	return t->membind;
+}
+
+void *odx__topo_alloc_on(odx__topo *t, int numa, size_t size)
+{
+	void *p;
+
+	if (t->membind && size >= MEMBIND_MIN) {
+		if (numa < 0 || numa >= t->nnuma)
+			numa = 0;
+		p = hwloc_alloc_membind(t->topo, size, t->numa[numa]->nodeset, HWLOC_MEMBIND_BIND,
+					HWLOC_MEMBIND_BYNODESET);
+		/* mmap'ed either way (page-aligned, zero-filled), so hwloc_free releases both */
+		return p ? p : hwloc_alloc(t->topo, size);
+	}
+	return aligned_alloc(64, (size + 63) & ~(size_t)63);
+}
+
+void odx__topo_free(odx__topo *t, void *p, size_t size)
+{
+	if (!p)
+		return;
+	if (t->membind && size >= MEMBIND_MIN)
+		hwloc_free(t->topo, p, size);
+	else
+		free(p);
 }
 
 unsigned odx__topo_pus(const odx__topo *t)

@@ -126,7 +126,8 @@ static void print_memnodes(odx_context *ctx)
 
 	printf("memory nodes: %d\n", count);
 	if (count > 0)
-		printf("  %3s  %-7s %6s %11s %11s\n", "#", "kind", "device", "capacity", "used");
+		printf("  %3s  %-7s %6s %4s %11s %11s\n", "#", "kind", "device", "numa", "capacity",
+		       "used");
 	for (int m = 0; m < count; m++) {
 		odx_memnode_info info;
 		char cap[32], used[32], dev[16];
@@ -138,8 +139,10 @@ static void print_memnodes(odx_context *ctx)
 			snprintf(dev, sizeof(dev), "-");
 		else
 			snprintf(dev, sizeof(dev), "%d", info.device);
-		printf("  %3d  %-7s %6s %11s %11s\n", info.index,
+		/* host RAM: its NUMA node; a device: the NUMA node nearest to it */
+		printf("  %3d  %-7s %6s %4d %11s %11s\n", info.index,
 		       info.kind == ODX_MEMNODE_HOST ? "host" : "device", dev,
+		       odx_memnode_numa(ctx, m),
 		       fmt_bytes(info.capacity_bytes, cap, sizeof(cap)),
 		       fmt_bytes(info.used_bytes, used, sizeof(used)));
 	}

@@ -219,9 +219,19 @@ typedef struct odx_memnode_info {
 	uint64_t used_bytes;      /* bytes of replicas currently allocated there */
 } odx_memnode_info;
 
-/** Memory node 0 is always host RAM; device memory nodes follow. */
+/**
+ * Host RAM comes first, one memory node per NUMA node (hwloc's, with memory): nodes 0 .. H-1,
+ * H = 1 on a machine with one NUMA node. Device memory nodes follow. A buffer's host copy lives
+ * on one of the host nodes, chosen when it is first needed (docs/memory.md).
+ */
 ODX_API int odx_memnode_count(odx_context *ctx);
 ODX_API int odx_memnode_get_info(odx_context *ctx, int memnode, odx_memnode_info *out);
+/** The host memory node nearest to `memnode`: itself for host RAM; for a device's memory, the
+ * NUMA node of its PCI slot (host devices: of the cores they run on; 0 where unknown). The host
+ * copies of buffers evicted from that device go there when it has room. Negative on error. */
+ODX_API int odx_memnode_near(odx_context *ctx, int memnode);
+/** The operating system's NUMA node number of odx_memnode_near(memnode). Negative on error. */
+ODX_API int odx_memnode_numa(odx_context *ctx, int memnode);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Buffers                                                                                     */
