@@ -103,7 +103,9 @@ static void test_layout(void **state)
 /* Dirty copies evicted from a device are written to the host node nearest to it. */
 static void test_writeback_near_device(void **state)
 {
-	const char *kv[] = {"tier.device.limit", "256KiB", "tier.host.limit", "16MiB", NULL};
+	/* The monitor off: it would also write the other device's copies back meanwhile. */
+	const char *kv[] = {"tier.device.limit", "256KiB", "tier.host.limit", "16MiB",
+			    "tier.monitor.start", "100", NULL};
 	odx_context *ctx = open_two(kv);
 	odx_kernel *fill;
 	odx_buffer *b[2][8];
