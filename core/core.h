@@ -344,6 +344,8 @@ struct odx__device {
 	bool mem_changed;           /* room may have appeared: retry the head (under lock) */
 	_Atomic uint64_t stall_ns;  /* time tasks waited for room (compute lane stalled) */
 	_Atomic int demand_fetches; /* fetches in flight for tasks being staged here */
+	_Atomic bool launch_blocks; /* its launches run to completion on the launching thread (a
+				     * host device): learned from its launches */
 	_Atomic uint64_t prefetches, prefetch_hits, prefetch_waste;
 	_Atomic int load;           /* queued + staging + running tasks */
 	_Atomic uint64_t completed; /* tasks placed here that completed */

@@ -219,6 +219,56 @@ static void wait_for_room(odx__device *dev, odx__task **ts, int n, uint64_t seen
 	pthread_mutex_unlock(&dev->lock);
 }
 
+/*
+ * Before a launch that holds the worker until the kernel finished (a host device), tasks waiting
+ * for room get their turn: their evictions and fetches then run on the copy lane beside the
+ * kernel instead of after it (a streaming working set larger than the tier otherwise alternates
+ * kernel and copies). Up to STAGE_AHEAD tasks fetching at once; the first try only when room
+ * may have appeared, as next_task does.
+ */
+#define STAGE_AHEAD 2
+
+static void stage_ahead(odx_context *ctx, odx__device *dev)
+{
+	bool first = true;
+
+	while (atomic_load(&dev->memwait_n) > 0 &&
+	       atomic_load(&dev->demand_fetches) < STAGE_AHEAD) {
+		uint64_t seen = atomic_load(&ctx->progress);
+		odx__task *t;
+		int st;
+
+		pthread_mutex_lock(&dev->lock);
+		t = dev->memwait_head;
+		if (!t || (first && !dev->mem_changed) ||
+		    (t->chained && atomic_load(&t->pending) > 0)) {
+			pthread_mutex_unlock(&dev->lock);
+			return;
+		}
+		dev->mem_changed = false;
+		dev->memwait_head = t->mem_next;
+		if (!dev->memwait_head)
+			dev->memwait_tail = NULL;
+		t->mem_next = NULL;
+		atomic_fetch_sub(&dev->memwait_n, 1);
+		pthread_mutex_unlock(&dev->lock);
+		first = false;
+		st = odx__stage(t, NULL);
+		if (st == ODX__STAGE_NOROOM) {
+			wait_for_room(dev, &t, 1, seen);
+			return;
+		}
+		if (t->t_noroom) {
+			atomic_fetch_add(&dev->stall_ns, odx__now_ns() - t->t_noroom);
+			t->t_noroom = 0;
+		}
+		/* Ready: the worker launches it after the one it holds. Fetching: the last fetch
+		 * queues it. */
+		if (st == ODX__STAGE_READY)
+			odx__device_push_staged(dev, t);
+	}
+}
+
 /* With dev->lock held: the next task for the worker. Tasks whose inputs arrived come first; then,
  * while tasks wait for room, only the head of that queue and only when room may have appeared
  * (no new task is taken meanwhile: the head gets the next room). */
@@ -397,6 +447,8 @@ static void run(odx__task *t, odx__device *dev)
 		t->t_start = t0; /* start time, for an asynchronous completion's trace */
 		atomic_fetch_add(&t->refs, 1); /* it may complete before we look at it again */
 		rc = run_kernel(t, dev, err, sizeof(err), &native);
+		atomic_store_explicit(&dev->launch_blocks, rc != ODX_BACKEND_PENDING,
+				      memory_order_relaxed);
 		if (rc == ODX_BACKEND_PENDING) {
 			/* launch_done finishes it; meanwhile launch what can follow it here. */
 			if (dev->props.ordered_compute)
@@ -545,10 +597,15 @@ static void *worker_loop(void *p)
 				atomic_fetch_add(&dev->stall_ns, odx__now_ns() - bt->t_noroom);
 				bt->t_noroom = 0;
 			}
-			if (st == ODX__STAGE_READY)
+			if (st == ODX__STAGE_READY) {
+				if (atomic_load_explicit(&dev->launch_blocks,
+							 memory_order_relaxed) &&
+				    atomic_load(&dev->memwait_n) > 0)
+					stage_ahead(ctx, dev);
 				run(bt, dev);
-			else
+			} else {
 				fetching = true;
+			}
 		}
 		if (fetching && ctx->prefetch)
 			prefetch_queued(ctx, dev);
