@@ -1343,7 +1343,7 @@ static int direct_access(odx__task *t)
 			     : dev->ops->copy_h2d(dev->bdev, r->mem, r->off + t->host_off,
 						  t->host_ptr, t->host_len, direct_copy_done, &dc);
 		if (rc == 0) {
-			odx__wait_until(ctx, direct_copied, &dc, -1);
+			odx__wait_app(ctx, direct_copied, &dc, -1);
 			rc = dc.status;
 		} else {
 			snprintf(dc.msg, sizeof(dc.msg), "the copy could not be queued");
@@ -1406,7 +1406,7 @@ static int host_access_run(odx__task *t)
 		odx__wait_until(t->ctx, progressed, &e, 100);
 	}
 	if (rc == ODX__STAGE_FETCHING)
-		odx__wait_until(t->ctx, fetched, t, -1);
+		odx__wait_app(t->ctx, fetched, t, -1);
 	rc = atomic_load(&t->fetch_error);
 	if (rc == 0 && !odx__is_host_node(t->ctx, t->node)) {
 		rc = direct_access(t);
@@ -1456,7 +1456,7 @@ static int host_access(odx_buffer *b, int kind, void *ptr, size_t off, size_t le
 		odx__task_put(t);
 		return rc;
 	}
-	rc = odx__wait_until(ctx, ready_or_done, t, timeout_ms);
+	rc = odx__wait_app(ctx, ready_or_done, t, timeout_ms);
 	if (rc == ODX_ETIMEDOUT &&
 	    atomic_compare_exchange_strong(&t->exec, &expected, ODX__EXEC_ABANDONED)) {
 		/* Withdrawn: when its turn comes it completes without touching anything. */

@@ -159,6 +159,14 @@ static const struct key_def keys[] = {
 		.max = 16777216,
 	},
 	{
+		.name = "sched.caller_progress",
+		.type = KEY_BOOL,
+		.def = "true",
+		.help = "a thread waiting in the API (odx_buffer_read/write, odx_event_wait, "
+			"odx_wait_all) drives a busy device's completions itself, where its backend "
+			"offers it (Vulkan), instead of being woken by the backend's thread",
+	},
+	{
 		.name = "sched.idle_spin_us",
 		.type = KEY_INT,
 		.def = "20",

@@ -260,6 +260,9 @@ static int open_devices(odx_context *ctx, char *err, size_t errlen)
 			ctx->ndevices++;
 		}
 	}
+	for (i = 0; i < ctx->ndevices; i++)
+		ctx->drivable |= ODX_BACKEND_HAS_OP(ctx->devices[i].ops, odx_backend_ops, progress) &&
+				 odx__config_bool(ctx->config, "sched.caller_progress");
 	ctx->bytes_copied =
 		calloc((size_t)ctx->nmemnodes * (size_t)ctx->nmemnodes, sizeof(*ctx->bytes_copied));
 	return ctx->bytes_copied ? 0 : ODX_ENOMEM;

@@ -289,6 +289,10 @@ void odx__task_ready(odx__task *t);
 int odx__task_wait(odx__task *t, int timeout_ms);
 /* Waits (up to timeout_ms, -1 forever) until cond(arg) holds, woken by odx__wake_waiters. */
 int odx__wait_until(odx_context *ctx, bool (*cond)(void *), void *arg, int timeout_ms);
+/* The same, for an application thread in an API call that waits (never from a callback, a
+ * worker or with a core lock held): it first drives the completions of a busy device whose
+ * backend offers `progress` (ABI 1.4), so the driver wakes this thread directly. */
+int odx__wait_app(odx_context *ctx, bool (*cond)(void *), void *arg, int timeout_ms);
 void odx__wake_waiters(odx_context *ctx);
 /* Reads and writes from the API run on the calling thread, not on a worker. */
 static inline bool odx__task_caller_runs(const odx__task *t)
@@ -569,6 +573,7 @@ struct odx_context {
 	odx__memnode *memnodes;
 	int nmemnodes;
 	int nhost;                     /* host memory nodes (NUMA nodes): memnodes 0 .. nhost-1 */
+	bool drivable;                 /* a device offers `progress` and sched.caller_progress */
 	const odx__sched_ops *sched;   /* the C policy; the fallback of a Lua one */
 	struct odx__policy *policy;    /* the Lua policy host, NULL with a C policy (policy.c) */
 	_Atomic unsigned rr_next;

@@ -531,6 +531,41 @@ int odx__wait_until(odx_context *ctx, bool (*cond)(void *), void *arg, int timeo
 	return rc;
 }
 
+/* One wait in the driver: long enough for a small kernel or copy, short enough that a thread
+ * waiting for something else (another device's work) loses little before it sleeps instead. */
+#define PROGRESS_SLICE_NS 1000000ull
+
+int odx__wait_app(odx_context *ctx, bool (*cond)(void *), void *arg, int timeout_ms)
+{
+	uint64_t end = timeout_ms > 0 ? odx__now_ns() + (uint64_t)timeout_ms * 1000000u : 0;
+
+	while (ctx->drivable && !cond(arg) && timeout_ms != 0) {
+		odx__device *busy = NULL;
+		int d, r;
+
+		/* A device with work placed on it: the wait is most likely for that work. */
+		for (d = 0; d < ctx->ndevices && !busy; d++) {
+			odx__device *dev = &ctx->devices[d];
+
+			if (atomic_load_explicit(&dev->load, memory_order_relaxed) > 0 &&
+			    ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, progress))
+				busy = dev;
+		}
+		if (!busy || (end && odx__now_ns() >= end))
+			break;
+		r = busy->ops->progress(busy->bdev, PROGRESS_SLICE_NS);
+		/* Nothing completed within a slice: a long wait, the backend's threads report it. */
+		if (r <= 0)
+			break;
+	}
+	if (end) {
+		uint64_t now = odx__now_ns();
+
+		timeout_ms = now >= end ? 0 : (int)((end - now + 999999u) / 1000000u);
+	}
+	return odx__wait_until(ctx, cond, arg, timeout_ms);
+}
+
 static bool task_done(void *arg)
 {
 	return atomic_load(&((odx__task *)arg)->done);
@@ -543,7 +578,7 @@ static bool all_done(void *arg)
 
 int odx__task_wait(odx__task *t, int timeout_ms)
 {
-	int rc = odx__wait_until(t->ctx, task_done, t, timeout_ms);
+	int rc = odx__wait_app(t->ctx, task_done, t, timeout_ms);
 
 	return rc ? rc : t->status;
 }
@@ -737,7 +772,7 @@ ODX_API int odx_wait_all(odx_context *ctx, int timeout_ms)
 
 	if (!ctx)
 		return ODX_EINVAL;
-	rc = odx__wait_until(ctx, all_done, ctx, timeout_ms);
+	rc = odx__wait_app(ctx, all_done, ctx, timeout_ms);
 	if (rc)
 		return odx__fail(ctx, rc, "odx_wait_all: %ld tasks still unfinished after %d ms",
 				 odx__inflight(ctx), timeout_ms);

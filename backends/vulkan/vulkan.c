@@ -87,6 +87,7 @@
 	X(vkCreateSemaphore)                                                                       \
 	X(vkDestroySemaphore)                                                                      \
 	X(vkWaitSemaphores)                                                                        \
+	X(vkGetSemaphoreCounterValue)                                                              \
 	X(vkCreateShaderModule)                                                                    \
 	X(vkDestroyShaderModule)                                                                   \
 	X(vkCreateDescriptorSetLayout)                                                             \
@@ -173,6 +174,8 @@ typedef struct vkb_lane {
 	char fail_msg[VKB_MSG_MAX]; /* why the last batch could not be submitted */
 	uint64_t waiting_ahead;      /* nonzero: the completion thread waits for this timeline value,
 				      * not on `cond` */
+	bool retiring;               /* a thread (the completion thread, or an application thread
+				      * in progress) is retiring `head`: nobody else takes it */
 	bool stop;
 	pthread_t thread;
 	bool started;
@@ -966,20 +969,69 @@ static void vkb_staging_put(vkb_lane *ln, vkb_staging *s)
 	ln->nfree_staging++;
 }
 
+/*
+ * Lane lock held, `p` the head, taken by this thread (ln->retiring set): waits for it, does its
+ * host side, unlinks it and calls its callback with the lock released. Returns with the lock held
+ * again and `retiring` cleared. `wait`: wait as long as it takes (the completion thread); else
+ * the caller checked that the timeline reached p's value.
+ */
+static void vkb_lane_retire(vkb_lane *ln, vkb_pending *p, bool wait)
+{
+	char msg[VKB_MSG_MAX];
+	odx_backend_done_fn done;
+	void *done_arg;
+	int status = p->status;
+
+	if (status)
+		snprintf(msg, sizeof(msg), "%s", ln->fail_msg);
+	pthread_mutex_unlock(&ln->lock);
+
+	if (!status) {
+		msg[0] = '\0';
+		status = wait ? vkb_lane_wait(ln, p->value, msg, sizeof(msg)) : 0;
+	}
+	/* The copy's host side: staging to user memory, or straight through the map. */
+	if (status == 0 && p->copy_n)
+		memcpy(p->copy_dst, p->copy_src, p->copy_n);
+	if (status == 0 && vkb_take_message(ln->dev, msg, sizeof(msg)))
+		status = ODX_EBACKEND;
+	done = p->done;
+	done_arg = p->arg;
+
+	pthread_mutex_lock(&ln->lock);
+	/* Nothing in flight any more: the launches recorded meanwhile go to the queue now,
+	 * before the callbacks run. A launch reads `completed` under this lock, and it was
+	 * raised before the lock was taken, so either that launch submitted by itself or
+	 * its batch is seen here: none is left behind. */
+	if (ln->open_n && atomic_load(&ln->completed) >= ln->submitted)
+		vkb_lane_flush(ln);
+	ln->head = p->next;
+	if (!ln->head)
+		ln->tail = NULL;
+	vkb_lane_recycle_cmd(ln, p->cmd);
+	if (p->staging)
+		vkb_staging_put(ln, p->staging);
+	pthread_mutex_unlock(&ln->lock);
+	free(p);
+	/* No lock held: the core may queue more work from inside its callback. */
+	if (done)
+		done(done_arg, status, status ? msg : NULL);
+	pthread_mutex_lock(&ln->lock);
+	/* Cleared after the callback: callbacks stay in order whoever runs them. */
+	ln->retiring = false;
+	pthread_cond_signal(&ln->cond);
+}
+
 static void *vkb_completion_main(void *arg)
 {
 	vkb_lane *ln = arg;
-	char msg[VKB_MSG_MAX], name[16];
+	char name[16];
 	vkb_pending *p;
 
 	snprintf(name, sizeof(name), "odx-vk%d-%s", ln->dev->odx_device, ln->name);
 	pthread_setname_np(pthread_self(), name);
 	pthread_mutex_lock(&ln->lock);
 	for (;;) {
-		odx_backend_done_fn done;
-		void *done_arg;
-		int status;
-
 		/* A batch is open only while a submission is in flight, and its retirement below
 		 * flushes it; but when that submission failed (`completed` not raised), the batch
 		 * is still open once the list drains, and nothing else would submit it. */
@@ -1026,42 +1078,13 @@ static void *vkb_completion_main(void *arg)
 		p = ln->head;
 		if (!p)
 			break; /* stopping and drained */
-		status = p->status;
-		if (status)
-			snprintf(msg, sizeof(msg), "%s", ln->fail_msg);
-		pthread_mutex_unlock(&ln->lock);
-
-		if (!status) {
-			msg[0] = '\0';
-			status = vkb_lane_wait(ln, p->value, msg, sizeof(msg));
+		/* An application thread retires it (vkb_progress): it signals when done. */
+		if (ln->retiring) {
+			pthread_cond_wait(&ln->cond, &ln->lock);
+			continue;
 		}
-		/* The copy's host side: staging to user memory, or straight through the map. */
-		if (status == 0 && p->copy_n)
-			memcpy(p->copy_dst, p->copy_src, p->copy_n);
-		if (status == 0 && vkb_take_message(ln->dev, msg, sizeof(msg)))
-			status = ODX_EBACKEND;
-		done = p->done;
-		done_arg = p->arg;
-
-		pthread_mutex_lock(&ln->lock);
-		/* Nothing in flight any more: the launches recorded meanwhile go to the queue now,
-		 * before the callbacks run. A launch reads `completed` under this lock, and it was
-		 * raised before the lock was taken, so either that launch submitted by itself or
-		 * its batch is seen here: none is left behind. */
-		if (ln->open_n && atomic_load(&ln->completed) >= ln->submitted)
-			vkb_lane_flush(ln);
-		ln->head = p->next;
-		if (!ln->head)
-			ln->tail = NULL;
-		vkb_lane_recycle_cmd(ln, p->cmd);
-		if (p->staging)
-			vkb_staging_put(ln, p->staging);
-		pthread_mutex_unlock(&ln->lock);
-		free(p);
-		/* No lock held: the core may queue more work from inside its callback. */
-		if (done)
-			done(done_arg, status, status ? msg : NULL);
-		pthread_mutex_lock(&ln->lock);
+		ln->retiring = true;
+		vkb_lane_retire(ln, p, true);
 	}
 	pthread_mutex_unlock(&ln->lock);
 	return NULL;
@@ -2069,6 +2092,70 @@ out_error:
 	return rc;
 }
 
+/*
+ * ABI 1.4 progress: an application thread waiting for this device waits on the lanes' timelines
+ * itself (any of them) and retires what completed, so the driver wakes the waiting thread
+ * directly instead of the completion thread, which would then have to wake it.
+ */
+static int vkb_progress(void *bdev, uint64_t timeout_ns)
+{
+	vkb_dev *d = bdev;
+	vkb_lane *lanes[2] = {&d->compute, &d->copy}, *mine[2];
+	VkSemaphore sems[2];
+	uint64_t values[2];
+	VkSemaphoreWaitInfo wi = {
+		.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,
+		.flags = VK_SEMAPHORE_WAIT_ANY_BIT,
+		.pSemaphores = sems,
+		.pValues = values,
+	};
+	int i, n = 0, ran = 0;
+	VkResult r;
+
+	/* Take the head of each lane that nobody retires now. */
+	for (i = 0; i < 2; i++) {
+		vkb_lane *ln = lanes[i];
+
+		pthread_mutex_lock(&ln->lock);
+		if (ln->head && !ln->stop && !ln->retiring) {
+			ln->retiring = true;
+			mine[n] = ln;
+			sems[n] = ln->timeline;
+			values[n++] = ln->head->status ? 0 : ln->head->value;
+		}
+		pthread_mutex_unlock(&ln->lock);
+	}
+	/* Nothing in flight, or the completion thread retires it now: it reports it. */
+	if (n == 0)
+		return 0;
+	wi.semaphoreCount = (uint32_t)n;
+	r = d->fn.vkWaitSemaphores(d->device, &wi, timeout_ns);
+	for (i = 0; i < n; i++) {
+		vkb_lane *ln = mine[i];
+		uint64_t now = 0;
+
+		if (r == VK_SUCCESS || r == VK_TIMEOUT)
+			d->fn.vkGetSemaphoreCounterValue(d->device, ln->timeline, &now);
+		pthread_mutex_lock(&ln->lock);
+		if (r != VK_SUCCESS && r != VK_TIMEOUT) {
+			/* A lost device: the completion thread's own wait reports it. */
+		} else if (ln->head->status || now >= ln->head->value) {
+			uint_fast64_t seen = atomic_load(&ln->completed);
+
+			while (seen < now && !atomic_compare_exchange_weak(&ln->completed, &seen, now))
+				;
+			vkb_lane_retire(ln, ln->head, false);
+			ran = 1;
+			pthread_mutex_unlock(&ln->lock);
+			continue;
+		}
+		ln->retiring = false;
+		pthread_cond_signal(&ln->cond);
+		pthread_mutex_unlock(&ln->lock);
+	}
+	return ran;
+}
+
 static const odx_backend_ops vkb_ops = {
 	.size = sizeof(odx_backend_ops),
 	.open = vkb_open,
@@ -2086,6 +2173,7 @@ static const odx_backend_ops vkb_ops = {
 	.launch = vkb_launch,
 	.can_run = NULL,
 	.mem_map = vkb_mem_map,
+	.progress = vkb_progress,
 };
 
 static const odx_backend_descriptor vkb_descriptor = {

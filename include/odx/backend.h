@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define ODX_BACKEND_ABI_MAJOR 1
-#define ODX_BACKEND_ABI_MINOR 3
+#define ODX_BACKEND_ABI_MINOR 4
 #define ODX_BACKEND_ABI_VERSION ((ODX_BACKEND_ABI_MAJOR << 16) | ODX_BACKEND_ABI_MINOR)
 
 /** True if table `t` (whose first member is its size) was built with member `op` in it. */
@@ -258,6 +258,21 @@ typedef struct odx_backend_ops {
 	 * copy_d2h and waits for their `done`. */
 	int (*copy_sync)(void *dev, bool to_device, uint64_t mem, size_t off, void *host, size_t n,
 			 char *error, size_t error_size);
+
+	/* ---- ABI 1.4 ------------------------------------------------------------------------ */
+
+	/** Optional (1.4): lets a thread that waits for this device's work drive its completions
+	 * instead of sleeping until a backend thread reports them (one thread hand-off less per
+	 * wait: an application thread in odx_buffer_write waiting for the kernel before it).
+	 * Waits at most `timeout_ns` for the oldest launch or copy still in flight on the device,
+	 * and calls the `done` callbacks of what completed, on the calling thread, in the order
+	 * the backend guarantees for them anyway. Returns 1 if it ran a callback (the caller looks
+	 * again), 0 if nothing is in flight, another thread of the backend is retiring it, or
+	 * nothing completed in time (the caller then sleeps until the backend's own thread reports
+	 * it), or a negative code. Each operation's
+	 * callback is still called exactly once, by whichever thread retires it. Called with no
+	 * core lock held, from application threads only; never from inside a callback. */
+	int (*progress)(void *dev, uint64_t timeout_ns);
 } odx_backend_ops;
 
 /** What a backend module describes itself with. Static storage in the module. */
