@@ -133,6 +133,11 @@ typedef struct clb_op {
 	struct clb_buf *hop_dst;
 	size_t hop_off, hop_n;
 	int hop_stage; /* 0: reading into bounce, 1: writing it out */
+	/* In flight (queued, its event not complete yet): the device's list, oldest first. */
+	struct clb_op *fl_prev, *fl_next;
+	bool fired;   /* its event callback ran */
+	bool claimed; /* an application thread waits for it in progress(): it delivers it */
+	bool dropped; /* its callback could not be set: nobody delivers it */
 } clb_op;
 
 /* A device memory handle (what mem_alloc returns): the buffer and how many of its regions the
@@ -178,7 +183,9 @@ typedef struct clb_dev {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;	  /* new completions, or stop */
 	pthread_cond_t idle_cond; /* inflight reached 0 */
+	pthread_cond_t claim_cond; /* a claimed command's event fired (progress) */
 	clb_op *head, *tail;
+	clb_op *fl_head, *fl_tail; /* commands in flight, oldest first */
 	unsigned long inflight;
 	bool stop;
 } clb_dev;

@@ -6,16 +6,20 @@
  * Completion path: every queued command gets an event with a CL_COMPLETE callback. The callback
  * runs on a driver thread, so it only hands the command to the device's completion thread, which
  * calls the core's `done`. That keeps the core's callbacks (which may queue more copies) out of
- * driver threads and out of the queuing call, as the ABI requires.
+ * driver threads and out of the queuing call, as the ABI requires. An application thread waiting
+ * for the device (ABI 1.4 progress) claims the oldest command in flight instead: the callback
+ * then wakes that thread, which calls `done` itself (one thread hand-off less).
  *
  * Memory handles point to a clb_buf (the cl_mem and its size). All selected devices of one
  * platform share one cl_context, so a buffer of one device is a valid source of
  * clEnqueueCopyBuffer on another. Launch arguments and copies at an offset (ABI 1.2) name
  * sub-buffers: see subbuf.c.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "clb.h"
 
@@ -176,11 +180,31 @@ static int clb_device_count(void *state)
 
 /* ---- completion ---------------------------------------------------------------------------- */
 
+/* Calls a finished command's `done` (no lock held); returns with d->lock held. */
+static void clb_deliver(clb_dev *d, clb_op *op)
+{
+	char msg[256];
+
+	d->st->api.clReleaseEvent(op->event);
+	if (op->status < 0) {
+		/* A negative execution status is the command's error code. */
+		int rc = clb_check(op->status, op->what, d, 0, msg, sizeof(msg));
+
+		op->done(op->arg, rc ? rc : ODX_EBACKEND, msg);
+	} else {
+		op->done(op->arg, 0, NULL);
+	}
+	free(op);
+
+	pthread_mutex_lock(&d->lock);
+	if (--d->inflight == 0)
+		pthread_cond_broadcast(&d->idle_cond);
+}
+
 static void *clb_completion_main(void *arg)
 {
 	clb_dev *d = arg;
 	clb_op *op;
-	char msg[256];
 
 	pthread_mutex_lock(&d->lock);
 	for (;;) {
@@ -193,24 +217,67 @@ static void *clb_completion_main(void *arg)
 		if (!d->head)
 			d->tail = NULL;
 		pthread_mutex_unlock(&d->lock);
-
-		d->st->api.clReleaseEvent(op->event);
-		if (op->status < 0) {
-			/* A negative execution status is the command's error code. */
-			int rc = clb_check(op->status, op->what, d, 0, msg, sizeof(msg));
-
-			op->done(op->arg, rc ? rc : ODX_EBACKEND, msg);
-		} else {
-			op->done(op->arg, 0, NULL);
-		}
-		free(op);
-
-		pthread_mutex_lock(&d->lock);
-		if (--d->inflight == 0)
-			pthread_cond_broadcast(&d->idle_cond);
+		clb_deliver(d, op);
 	}
 	pthread_mutex_unlock(&d->lock);
 	return NULL;
+}
+
+/* d->lock held: `op` leaves the in-flight list. */
+static void clb_fl_unlink(clb_dev *d, clb_op *op)
+{
+	if (op->fl_prev)
+		op->fl_prev->fl_next = op->fl_next;
+	else
+		d->fl_head = op->fl_next;
+	if (op->fl_next)
+		op->fl_next->fl_prev = op->fl_prev;
+	else
+		d->fl_tail = op->fl_prev;
+	op->fl_prev = op->fl_next = NULL;
+}
+
+/*
+ * ABI 1.4 progress: the calling thread claims the oldest command in flight and waits for its
+ * event callback, which then wakes it instead of the completion thread; it delivers `done`. The
+ * core declares no completion order for OpenCL devices, so delivering one command ahead of the
+ * completion thread's list is allowed.
+ */
+static int clb_progress(void *dev, uint64_t timeout_ns)
+{
+	clb_dev *d = dev;
+	clb_op *op;
+	struct timespec ts;
+	int rc = 0;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += (time_t)(timeout_ns / 1000000000u);
+	ts.tv_nsec += (long)(timeout_ns % 1000000000u);
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&d->lock);
+	op = d->fl_head;
+	if (!op || op->claimed || d->stop) {
+		pthread_mutex_unlock(&d->lock);
+		return 0;
+	}
+	op->claimed = true;
+	while (!op->fired && !op->dropped && rc != ETIMEDOUT)
+		rc = pthread_cond_timedwait(&d->claim_cond, &d->lock, &ts);
+	if (!op->fired) {
+		/* Not in time: its callback hands it to the completion thread as usual (or it was
+		 * dropped, and its queuing call frees it once we let go). */
+		op->claimed = false;
+		pthread_cond_broadcast(&d->claim_cond);
+		pthread_mutex_unlock(&d->lock);
+		return 0;
+	}
+	pthread_mutex_unlock(&d->lock);
+	clb_deliver(d, op);
+	pthread_mutex_unlock(&d->lock);
+	return 1;
 }
 
 static void CL_CALLBACK clb_event_cb(cl_event ev, cl_int status, void *arg)
@@ -219,14 +286,21 @@ static void CL_CALLBACK clb_event_cb(cl_event ev, cl_int status, void *arg)
 	clb_dev *d = op->dev;
 
 	(void)ev;
-	op->status = status;
 	pthread_mutex_lock(&d->lock);
-	if (d->tail)
-		d->tail->next = op;
-	else
-		d->head = op;
-	d->tail = op;
-	pthread_cond_signal(&d->cond);
+	op->status = status;
+	op->fired = true;
+	clb_fl_unlink(d, op);
+	if (op->claimed) {
+		/* An application thread waits for this one (clb_progress): it delivers it. */
+		pthread_cond_broadcast(&d->claim_cond);
+	} else {
+		if (d->tail)
+			d->tail->next = op;
+		else
+			d->head = op;
+		d->tail = op;
+		pthread_cond_signal(&d->cond);
+	}
 	pthread_mutex_unlock(&d->lock);
 }
 
@@ -254,6 +328,12 @@ static int clb_op_watch(clb_dev *d, cl_command_queue q, clb_op *op, cl_event ev)
 	op->event = ev;
 	pthread_mutex_lock(&d->lock);
 	d->inflight++;
+	op->fl_prev = d->fl_tail;
+	if (d->fl_tail)
+		d->fl_tail->fl_next = op;
+	else
+		d->fl_head = op;
+	d->fl_tail = op;
 	pthread_mutex_unlock(&d->lock);
 	err = d->st->api.clSetEventCallback(ev, CL_COMPLETE, clb_event_cb, op);
 	if (err != CL_SUCCESS) {
@@ -261,6 +341,12 @@ static int clb_op_watch(clb_dev *d, cl_command_queue q, clb_op *op, cl_event ev)
 		d->st->api.clWaitForEvents(1, &ev);
 		d->st->api.clReleaseEvent(ev);
 		pthread_mutex_lock(&d->lock);
+		clb_fl_unlink(d, op);
+		/* A thread in progress() may have claimed it: it lets go before the op is freed. */
+		op->dropped = true;
+		pthread_cond_broadcast(&d->claim_cond);
+		while (op->claimed)
+			pthread_cond_wait(&d->claim_cond, &d->lock);
 		if (--d->inflight == 0)
 			pthread_cond_broadcast(&d->idle_cond);
 		pthread_mutex_unlock(&d->lock);
@@ -300,6 +386,7 @@ static void clb_device_close(void *dev)
 	pthread_mutex_destroy(&d->lock);
 	pthread_cond_destroy(&d->cond);
 	pthread_cond_destroy(&d->idle_cond);
+	pthread_cond_destroy(&d->claim_cond);
 	free(d);
 }
 
@@ -356,6 +443,7 @@ static int clb_device_open(void *state, int index, int odx_device, odx_backend_d
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_cond_init(&d->cond, NULL);
 	pthread_cond_init(&d->idle_cond, NULL);
+	pthread_cond_init(&d->claim_cond, NULL);
 	pthread_mutex_init(&d->sub_lock, NULL);
 	cl->clGetDeviceInfo(d->id, CL_DEVICE_NAME, sizeof(d->name) - 1, d->name, NULL);
 	cl->clGetDeviceInfo(d->id, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(mem), &mem, NULL);
@@ -828,6 +916,7 @@ static const odx_backend_ops clb_ops = {
 	.copy_d2h = clb_copy_d2h,
 	.copy_d2d = clb_copy_d2d,
 	.copy_sync = clb_copy_sync,
+	.progress = clb_progress,
 	.module_load = clb_module_load,
 	.module_unload = clb_module_unload,
 	.launch = clb_launch,
