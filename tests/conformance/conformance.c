@@ -723,13 +723,15 @@ static void test_two_devices(void **state)
 	enum {
 		N = 65537
 	};
-	uint32_t *src = xmalloc(N * 4), *got = xmalloc(N * 4);
+	uint32_t *src, *got;
 
 	(void)state;
 	if (g.ndev < 2) {
 		print_message("one device: nothing to do\n");
 		skip();
 	}
+	src = xmalloc(N * 4);
+	got = xmalloc(N * 4);
 	for (int i = 0; i < N; i++)
 		src[i] = (uint32_t)test_mix(9, (uint64_t)i);
 	for (int d = 0; d < g.ndev; d++) {
