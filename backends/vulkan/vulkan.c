@@ -176,6 +176,7 @@ typedef struct vkb_lane {
 				      * not on `cond` */
 	bool retiring;               /* a thread (the completion thread, or an application thread
 				      * in progress) is retiring `head`: nobody else takes it */
+	bool retire_wait;            /* the completion thread waits on `cond` for that to end */
 	bool stop;
 	pthread_t thread;
 	bool started;
@@ -1019,7 +1020,8 @@ static void vkb_lane_retire(vkb_lane *ln, vkb_pending *p, bool wait)
 	pthread_mutex_lock(&ln->lock);
 	/* Cleared after the callback: callbacks stay in order whoever runs them. */
 	ln->retiring = false;
-	pthread_cond_signal(&ln->cond);
+	if (ln->retire_wait)
+		pthread_cond_signal(&ln->cond);
 }
 
 static void *vkb_completion_main(void *arg)
@@ -1080,7 +1082,9 @@ static void *vkb_completion_main(void *arg)
 			break; /* stopping and drained */
 		/* An application thread retires it (vkb_progress): it signals when done. */
 		if (ln->retiring) {
+			ln->retire_wait = true;
 			pthread_cond_wait(&ln->cond, &ln->lock);
+			ln->retire_wait = false;
 			continue;
 		}
 		ln->retiring = true;
@@ -2150,7 +2154,8 @@ static int vkb_progress(void *bdev, uint64_t timeout_ns)
 			continue;
 		}
 		ln->retiring = false;
-		pthread_cond_signal(&ln->cond);
+		if (ln->retire_wait)
+			pthread_cond_signal(&ln->cond);
 		pthread_mutex_unlock(&ln->lock);
 	}
 	return ran;
