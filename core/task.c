@@ -543,19 +543,21 @@ int odx__wait_app(odx_context *ctx, bool (*cond)(void *), void *arg, int timeout
 		odx__device *busy = NULL;
 		int d, r;
 
-		/* A device with work placed on it: the wait is most likely for that work. */
-		for (d = 0; d < ctx->ndevices && !busy; d++) {
+		if (end && odx__now_ns() >= end)
+			break;
+		/* The first device with something in flight (progress returns 0 at once when it
+		 * has nothing): the wait is most likely for that work. */
+		for (d = 0, r = 0; d < ctx->ndevices && r == 0; d++) {
 			odx__device *dev = &ctx->devices[d];
 
-			if (atomic_load_explicit(&dev->load, memory_order_relaxed) > 0 &&
-			    ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, progress))
+			if (ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, progress)) {
 				busy = dev;
+				r = dev->ops->progress(dev->bdev, PROGRESS_SLICE_NS);
+			}
 		}
-		if (!busy || (end && odx__now_ns() >= end))
-			break;
-		r = busy->ops->progress(busy->bdev, PROGRESS_SLICE_NS);
-		/* Nothing completed within a slice: a long wait, the backend's threads report it. */
-		if (r <= 0)
+		/* Nothing completed within a slice, or nothing in flight: a long wait, or one for
+		 * something else; the backends' threads report it. */
+		if (!busy || r <= 0)
 			break;
 	}
 	if (end) {

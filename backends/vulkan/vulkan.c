@@ -41,6 +41,10 @@
  * it completes). */
 #define VKB_AHEAD_NS 2000000ull
 #define VKB_AHEAD_ROUNDS 2
+/* While application threads retire a lane's completions (ABI 1.4 progress), its completion thread
+ * stays off the timeline (waiting there too would wake it at each completion, beside the thread
+ * that retires it) and takes over once no caller retired anything for this long. */
+#define VKB_DRIVEN_NS 250000ull
 #define VKB_STAGING_MIN (64u << 10)
 #define VKB_STAGING_KEEP 8 /* staging buffers a lane keeps for reuse */
 #define VKB_PUSH_MAX 256    /* push-constant bytes ODX fills (every device offers >= 128) */
@@ -177,6 +181,9 @@ typedef struct vkb_lane {
 	bool retiring;               /* a thread (the completion thread, or an application thread
 				      * in progress) is retiring `head`: nobody else takes it */
 	bool retire_wait;            /* the completion thread waits on `cond` for that to end */
+	bool driven;                 /* callers retired the last completions (vkb_progress) */
+	bool driven_sleep;           /* the completion thread stays out of their way meanwhile */
+	uint64_t caller_retired;     /* completions retired by callers, ever */
 	bool stop;
 	pthread_t thread;
 	bool started;
@@ -819,7 +826,9 @@ static void vkb_lane_push(vkb_lane *ln, vkb_pending *p)
 	 * makes one. */
 	if (ln->waiting_ahead && ln->submitted < ln->waiting_ahead)
 		vkb_lane_signal_ahead(ln);
-	pthread_cond_signal(&ln->cond);
+	/* Not while callers retire: the completion thread takes over by itself if they stop. */
+	if (!ln->driven_sleep)
+		pthread_cond_signal(&ln->cond);
 }
 
 /*
@@ -1039,6 +1048,23 @@ static void *vkb_completion_main(void *arg)
 		 * is still open once the list drains, and nothing else would submit it. */
 		if (!ln->head && ln->open_n)
 			vkb_lane_flush(ln);
+		while (ln->driven && !ln->stop) {
+			uint64_t seen = ln->caller_retired;
+			struct timespec ts;
+
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += (long)VKB_DRIVEN_NS;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			ln->driven_sleep = true;
+			pthread_cond_timedwait(&ln->cond, &ln->lock, &ts);
+			ln->driven_sleep = false;
+			/* Nobody retired anything meanwhile: this thread takes over again. */
+			if (ln->caller_retired == seen && !ln->retiring)
+				ln->driven = false;
+		}
 		for (int ahead = 0, failed = 0; !ln->head && !ln->stop;) {
 			uint64_t reached = atomic_load(&ln->completed), next;
 			VkResult r;
@@ -1088,6 +1114,7 @@ static void *vkb_completion_main(void *arg)
 			continue;
 		}
 		ln->retiring = true;
+		ln->driven = false;
 		vkb_lane_retire(ln, p, true);
 	}
 	pthread_mutex_unlock(&ln->lock);
@@ -2149,6 +2176,8 @@ static int vkb_progress(void *bdev, uint64_t timeout_ns)
 			while (seen < now && !atomic_compare_exchange_weak(&ln->completed, &seen, now))
 				;
 			vkb_lane_retire(ln, ln->head, false);
+			ln->driven = true;
+			ln->caller_retired++;
 			ran = 1;
 			pthread_mutex_unlock(&ln->lock);
 			continue;
