@@ -15,7 +15,8 @@
  *
  * Environment: FAB_TEST_PROVIDER, FAB_TEST_FAULT, FAB_TEST_BIG (largest size, default 64 MiB),
  * FAB_TEST_TIMEOUT_MS (peer timeout), ODX_FABRIC_IFACE (pin), FAB_TEST_NOSHM_RANK (in auto mode,
- * that rank opens no shm endpoint). Every wait has a deadline; a failure
+ * that rank opens no shm endpoint), FAB_TEST_WAIT=cond (wait on a condition variable rather than
+ * in odx_fab_wait). Every wait has a deadline; a failure
  * prints why and exits 1.
  */
 #include <arpa/inet.h>
@@ -44,6 +45,7 @@ struct waiter {
 
 static struct waiter W = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, ""};
 static int my_rank;
+static odx_fab *the_fab;
 static volatile int msgs_seen;
 
 #define DIE(...)                                                                                   \
@@ -102,9 +104,27 @@ static void on_peer(void *user, int rank, const char *why)
 	(void)user;
 }
 
-/* Waits for every pending transfer; returns 0, or 1 on the deadline. */
+static bool none_pending(void *arg)
+{
+	pthread_mutex_lock(&W.lock);
+	bool done = W.pending <= 0;
+	pthread_mutex_unlock(&W.lock);
+	(void)arg;
+	return done;
+}
+
+/* Waits for every pending transfer; returns 0, or 1 on the deadline. By default the caller drives
+ * progress in odx_fab_wait (the callbacks run on this thread); FAB_TEST_WAIT=cond blocks on a
+ * condition variable instead, and the progress thread runs them and hands each over. */
 static int wait_all(int seconds)
 {
+	const char *how = getenv("FAB_TEST_WAIT");
+	if (!how || strcmp(how, "cond")) {
+		int ret = odx_fab_wait(the_fab, none_pending, NULL, seconds * 1000);
+		if (ret && ret != ODX_ETIMEDOUT)
+			DIE("odx_fab_wait: %s", odx_err_name(ret));
+		return ret != 0;
+	}
 	struct timespec dl;
 	clock_gettime(CLOCK_REALTIME, &dl);
 	dl.tv_sec += seconds;
@@ -463,6 +483,7 @@ static odx_fab *open_fab(void)
 		DIE("odx_fab_open: %s: %s", odx_err_name(ret), err);
 	my_rank = odx_fab_rank(f);
 	odx_fab_set_handlers(f, on_msg, on_peer, NULL);
+	the_fab = f;
 	return f;
 }
 
