@@ -53,6 +53,12 @@
  * its data comes stops counting after FAB_ACTIVE_POSTED_NS. */
 #define FAB_ACTIVE_NS 1000000ll
 #define FAB_ACTIVE_POSTED_NS 20000000ll
+/* After a caller leaves odx_fab_wait with nothing left in motion, the progress thread stays parked
+ * this long and submissions do not wake it: a caller that waits again soon (the usual loop: post,
+ * wait, post, wait) drives its own operations, and waking the progress thread for each would put
+ * a context switch on one of the cores the ranks share. Operations submitted meanwhile and never
+ * waited for start at most this late. */
+#define FAB_LINGER_NS 1000000ll
 
 enum op_kind {
 	OP_CTRL_TX,
@@ -185,9 +191,10 @@ struct odx_fab {
 	atomic_int drivers;	  /* callers in odx_fab_wait that drive progress: the thread parks */
 	atomic_int blocked;	  /* callers in odx_fab_wait blocked on cond until a round works */
 	atomic_uint round_gen; /* bumped under lock after a round that worked, if any blocked */
+	_Atomic int64_t linger_until; /* the progress thread stays parked until then (FAB_LINGER_NS) */
 	struct fab_xfer *sub_x_head, *sub_x_tail;
 	struct fab_op *sub_o_head, *sub_o_tail;
-	atomic_bool sleeping;
+	atomic_bool sleeping, parked;
 	/* set with the lock held when a submission is queued, so an idle round of the progress
 	 * thread costs no lock; bar_check: rank 0 entered a barrier epoch */
 	atomic_bool has_subs, bar_check;
@@ -1621,12 +1628,12 @@ static bool block_plan(odx_fab *f, int rounds, struct fab_block *b)
 }
 
 /* Blocks on the wake eventfd (and the CQ's fd) for at most wait_ns; no lock held. */
-static void block_wait(odx_fab *f, const struct fab_block *b, bool for_driver)
+static void block_wait(odx_fab *f, const struct fab_block *b)
 {
 	atomic_store(&f->sleeping, true);
-	/* after `sleeping` is set, a submission or a leaving driver writes the eventfd */
-	if (has_submissions(f) || atomic_load(&f->closing) ||
-	    (atomic_load(&f->drivers) > 0) != for_driver) {
+	/* after `sleeping` is set, a submission or a leaving caller writes the eventfd; a caller
+	 * that arrived drives (the loop then parks) */
+	if (has_submissions(f) || atomic_load(&f->closing) || atomic_load(&f->drivers) > 0) {
 		atomic_store(&f->sleeping, false);
 		return;
 	}
@@ -1699,10 +1706,35 @@ static int progress_step(odx_fab *f, int rounds)
 	if (work)
 		notify_blocked(f);
 	else if (block)
-		block_wait(f, &b, false);
+		block_wait(f, &b);
 	else if (how == IDLE_YIELD)
 		sched_yield();
 	return work;
+}
+
+/* A caller drives progress in odx_fab_wait, or left it lately with nothing in motion: the
+ * progress thread steps aside (no polling on the cores the ranks share). Only a caller that
+ * leaves with work left in motion wakes it (parked, not `sleeping`: submissions do not). */
+static bool park(odx_fab *f)
+{
+	int64_t until = atomic_load(&f->linger_until), now = fab_now_ns();
+	bool driven = atomic_load(&f->drivers) > 0;
+	if (!driven && now >= until)
+		return false;
+	int64_t ns = driven ? FAB_LINGER_NS : until - now;
+	atomic_store(&f->parked, true);
+	if (atomic_load(&f->drivers) > 0 || atomic_load(&f->linger_until) > now) {
+		struct pollfd pfd = {.fd = f->wake_fd, .events = POLLIN};
+		struct timespec ts = {ns / 1000000000, ns % 1000000000};
+		ppoll(&pfd, 1, &ts, NULL);
+		if (pfd.revents & POLLIN) {
+			uint64_t v;
+			ssize_t k = read(f->wake_fd, &v, sizeof(v));
+			(void)k;
+		}
+	}
+	atomic_store(&f->parked, false);
+	return true;
 }
 
 static void *progress_main(void *arg)
@@ -1710,11 +1742,7 @@ static void *progress_main(void *arg)
 	odx_fab *f = arg;
 	int rounds = 0;
 	while (!atomic_load(&f->closing)) {
-		if (atomic_load(&f->drivers) > 0) {
-			/* A caller waits in odx_fab_wait and drives progress itself: step aside (no
-			 * polling on its cores) until it leaves, which wakes us if work is left. */
-			struct fab_block park = {.wait_ns = 10000000, .cq_fd = -1};
-			block_wait(f, &park, true);
+		if (park(f)) {
 			rounds = 0;
 			continue;
 		}
@@ -2311,15 +2339,20 @@ int odx_fab_barrier(odx_fab *f, int timeout_ms)
  * submission wakes it, or its park times out. */
 static void driver_leave(odx_fab *f)
 {
-	if (atomic_fetch_sub(&f->drivers, 1) != 1)
-		return;
 	bool idle = false;
 	if (pthread_mutex_trylock(&f->plock) == 0) {
 		idle = !f->busy_posted && !f->ready_head && !f->delayed && !has_submissions(f);
 		pthread_mutex_unlock(&f->plock);
 	}
-	if (!idle)
-		wake(f);
+	atomic_store(&f->linger_until, idle ? fab_now_ns() + FAB_LINGER_NS : 0);
+	if (atomic_fetch_sub(&f->drivers, 1) != 1 || idle)
+		return;
+	/* after `drivers` dropped: a parking thread sees it, or is parked and sees the write */
+	if (atomic_load(&f->parked) || atomic_load(&f->sleeping)) {
+		uint64_t one = 1;
+		ssize_t k = write(f->wake_fd, &one, sizeof(one));
+		(void)k;
+	}
 }
 
 /* Passive waiting, once driving found nothing in motion: blocked on cond until a round of the
