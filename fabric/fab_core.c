@@ -40,7 +40,6 @@
 #include "odx/odx.h"
 
 #define FAB_NAME_MAX 256
-#define FAB_RX_BUFS 128
 #define FAB_WINDOW_MAX 16
 #define FAB_REPLAY_WINDOW 1024
 #define FAB_SEQ_AHEAD_MAX 65536
@@ -2038,7 +2037,7 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 		if (ret)
 			goto out_close;
 		for (int rail = 0; rail < f->nrails; rail++) {
-			for (int i = 0; i < FAB_RX_BUFS; i++) {
+			for (unsigned i = 0; i < f->prof.ctrl_rx; i++) {
 				/* owned by the queues (and the provider) from here on */
 				struct fab_op *rx = op_new(OP_CTRL_RX, -1, FAB_CTRL_BUF);
 				if (!rx) {
