@@ -187,10 +187,10 @@ struct odx_fab {
 	 * odx_fab_wait; it guards the libfabric objects and the "progress role only" state below.
 	 * Never held across a blocking call. Order: plock, then lock. */
 	pthread_mutex_t plock;
-	atomic_int drivers;	  /* callers in odx_fab_wait that drive progress: the thread parks */
-	atomic_int blocked;	  /* callers in odx_fab_wait blocked on cond until a round works */
+	atomic_int drivers;    /* callers in odx_fab_wait that drive progress: the thread parks */
+	atomic_int blocked;    /* callers in odx_fab_wait blocked on cond until a round works */
 	atomic_uint round_gen; /* bumped under lock after a round that worked, if any blocked */
-	_Atomic int64_t linger_until; /* the progress thread stays parked until then (FAB_LINGER_NS) */
+	_Atomic int64_t linger_until; /* the progress thread parks until then (FAB_LINGER_NS) */
 	struct fab_xfer *sub_x_head, *sub_x_tail;
 	struct fab_op *sub_o_head, *sub_o_tail;
 	atomic_bool sleeping, parked;

@@ -283,8 +283,8 @@ static void run_matrix(odx_fab *f, size_t big, bool small_only)
 			    (unsigned long long)x->key);
 	}
 	/* control messages are counted by the handler; wait for them with a deadline */
-	for (int t = 0;
-	     t < DEADLINE_S * 100 && __atomic_load_n(&msgs_seen, __ATOMIC_SEQ_CST) < 50 * (size - 1);
+	for (int t = 0; t < DEADLINE_S * 100 &&
+			__atomic_load_n(&msgs_seen, __ATOMIC_SEQ_CST) < 50 * (size - 1);
 	     t++)
 		usleep(10000);
 	int seen = __atomic_load_n(&msgs_seen, __ATOMIC_SEQ_CST);

@@ -225,8 +225,7 @@ static void test_wait(void)
 	}
 	/* every wait has a deadline */
 	ret = odx_fab_wait(f, never, NULL, 50);
-	CHECK(ret == ODX_ETIMEDOUT, "wait for a condition that never holds: %s",
-	      odx_err_name(ret));
+	CHECK(ret == ODX_ETIMEDOUT, "wait for a condition that never holds: %s", odx_err_name(ret));
 	CHECK(odx_fab_wait(NULL, never, NULL, 50) == ODX_EINVAL &&
 		      odx_fab_wait(f, NULL, NULL, 50) == ODX_EINVAL,
 	      "bad arguments accepted");
