@@ -2306,6 +2306,8 @@ int odx_fab_barrier(odx_fab *f, int timeout_ms)
 		submit_op(f, op);
 	}
 	pthread_mutex_unlock(&f->lock);
+	/* the progress thread runs the barrier: no lingering after an earlier odx_fab_wait */
+	atomic_store(&f->linger_until, 0);
 	uint64_t one = 1;
 	ssize_t k = write(f->wake_fd, &one, sizeof(one));
 	(void)k;
