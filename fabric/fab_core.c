@@ -2,8 +2,10 @@
 /*
  * fab_core.c - the transport: one RDM endpoint, an AV table, one CQ and one progress thread.
  *
- * Only the progress thread touches libfabric objects (FI_THREAD_DOMAIN); API calls hand it
- * submissions through a locked list and an eventfd. Control messages are tagged sends with tag 0
+ * Only the holder of the progress role touches libfabric objects (FI_THREAD_DOMAIN): the
+ * progress thread, or a caller waiting in odx_fab_wait, which drives progress itself (as
+ * MPI_Wait does) while the progress thread steps aside; plock serialises them. API calls hand
+ * the role holder submissions through a locked list and an eventfd. Control messages are tagged sends with tag 0
  * into a pool of pre-posted buffers, bounded per peer by credits. A data transfer needs no
  * announcement: both sides cut it into chunks the same way and tag each with the key and the
  * chunk index, so the receiver posts every chunk straight into the destination at odx_fab_recv
@@ -38,7 +40,6 @@
 #include "odx/odx.h"
 
 #define FAB_NAME_MAX 256
-#define FAB_RX_BUFS 128
 #define FAB_WINDOW_MAX 16
 #define FAB_REPLAY_WINDOW 1024
 #define FAB_SEQ_AHEAD_MAX 65536
@@ -51,6 +52,12 @@
  * its data comes stops counting after FAB_ACTIVE_POSTED_NS. */
 #define FAB_ACTIVE_NS 1000000ll
 #define FAB_ACTIVE_POSTED_NS 20000000ll
+/* After a caller leaves odx_fab_wait with nothing left in motion, the progress thread stays parked
+ * this long and submissions do not wake it: a caller that waits again soon (the usual loop: post,
+ * wait, post, wait) drives its own operations, and waking the progress thread for each would put
+ * a context switch on one of the cores the ranks share. Operations submitted meanwhile and never
+ * waited for start at most this late. */
+#define FAB_LINGER_NS 1000000ll
 
 enum op_kind {
 	OP_CTRL_TX,
@@ -175,17 +182,26 @@ struct odx_fab {
 	bool thread_started;
 
 	pthread_mutex_t lock; /* submissions, handlers, barrier, peer states */
-	pthread_cond_t cond;
+	pthread_cond_t cond;  /* barrier, failed peers, and rounds that did something (round_gen) */
+	/* The progress role: held for a round by the progress thread or by a caller in
+	 * odx_fab_wait; it guards the libfabric objects and the "progress role only" state below.
+	 * Never held across a blocking call. Order: plock, then lock. */
+	pthread_mutex_t plock;
+	atomic_int drivers;    /* callers in odx_fab_wait that drive progress: the thread parks */
+	atomic_int blocked;    /* callers in odx_fab_wait blocked on cond until a round works */
+	atomic_uint round_gen; /* bumped under lock after a round that worked, if any blocked */
+	_Atomic int64_t linger_until; /* the progress thread parks until then (FAB_LINGER_NS) */
 	struct fab_xfer *sub_x_head, *sub_x_tail;
 	struct fab_op *sub_o_head, *sub_o_tail;
-	atomic_bool sleeping;
+	atomic_bool sleeping, parked;
 	/* set with the lock held when a submission is queued, so an idle round of the progress
 	 * thread costs no lock; bar_check: rank 0 entered a barrier epoch */
 	atomic_bool has_subs, bar_check;
 
-	/* progress thread only */
+	/* progress role only (plock) */
 	struct fab_op *ready_head, *ready_tail, *delayed, *posted;
 	unsigned data_posted; /* data ops (sends, receives, reads) posted to the provider */
+	unsigned busy_posted; /* ops posted to the provider other than control receives */
 	int64_t last_data;    /* when a data op was last posted or completed */
 	struct fab_xfer *active;
 	/* (peer, key): receives a pull announcement may still switch, announcements that came
@@ -407,6 +423,8 @@ static void posted_add(odx_fab *f, struct fab_op *op)
 		f->data_posted++;
 		f->last_data = fab_now_ns();
 	}
+	if (op->kind != OP_CTRL_RX)
+		f->busy_posted++;
 	op->posted = true;
 	op->lprev = NULL;
 	op->lnext = f->posted;
@@ -423,6 +441,8 @@ static void posted_remove(odx_fab *f, struct fab_op *op)
 		f->data_posted--;
 		f->last_data = fab_now_ns();
 	}
+	if (op->kind != OP_CTRL_RX)
+		f->busy_posted--;
 	if (op->lprev)
 		op->lprev->lnext = op->lnext;
 	else
@@ -1557,49 +1577,69 @@ static bool has_submissions(odx_fab *f)
 	return atomic_load(&f->has_subs);
 }
 
-/* Idle: spin briefly (latency), then yield (other ranks share the cores), then block on the CQ's
- * wait fd and the wake eventfd, or sleep with a growing pause when the provider has no fd. */
-static void idle_wait(odx_fab *f, int rounds)
+/* What an idle round does next: spin again, yield the core, or block. */
+enum fab_idle {
+	IDLE_SPIN,
+	IDLE_YIELD,
+	IDLE_BLOCK
+};
+
+/* With plock held. Spin briefly (latency), then yield (other ranks share the cores); block only
+ * when no data is in motion (see FAB_ACTIVE_NS). The same policy for the progress thread and for
+ * a caller driving progress in odx_fab_wait. */
+static enum fab_idle idle_kind(odx_fab *f, int rounds)
 {
-	if (rounds < f->spin) {
-		if (rounds > 16)
-			sched_yield();
-		return;
-	}
+	if (rounds < f->spin)
+		return rounds > 16 ? IDLE_YIELD : IDLE_SPIN;
 	int64_t now = fab_now_ns();
 	if (now - f->last_data < FAB_ACTIVE_NS ||
-	    (f->data_posted && now - f->last_data < FAB_ACTIVE_POSTED_NS)) {
-		sched_yield();
-		return;
-	}
-	int64_t wait_ns = 10000000; /* heartbeats and timeouts are checked at least this often */
+	    (f->data_posted && now - f->last_data < FAB_ACTIVE_POSTED_NS))
+		return IDLE_YIELD;
+	return IDLE_BLOCK;
+}
+
+/* How the progress thread blocks: decided with plock held (fi_trywait touches the CQ), done
+ * without it. */
+struct fab_block {
+	int64_t wait_ns;
+	int cq_fd; /* -1: the wake eventfd and a timeout only */
+};
+
+static bool block_plan(odx_fab *f, int rounds, struct fab_block *b)
+{
+	int64_t now = fab_now_ns();
+	b->wait_ns = 10000000; /* heartbeats and timeouts are checked at least this often */
 	for (struct fab_op *op = f->delayed; op; op = op->next)
-		if (op->not_before - now < wait_ns)
-			wait_ns = op->not_before - now > 0 ? op->not_before - now : 0;
-	int cq_fd = f->nrails == 1 ? f->rail[0].cq_fd : -1;
-	if (cq_fd < 0 && f->nrails) {
+		if (op->not_before - now < b->wait_ns)
+			b->wait_ns = op->not_before - now > 0 ? op->not_before - now : 0;
+	b->cq_fd = f->nrails == 1 ? f->rail[0].cq_fd : -1;
+	if (b->cq_fd < 0 && f->nrails) {
 		int64_t backoff = 50000ll << (rounds - f->spin < 4 ? rounds - f->spin : 4);
-		if (backoff < wait_ns)
-			wait_ns = backoff;
+		if (backoff < b->wait_ns)
+			b->wait_ns = backoff;
 	}
+	if (b->cq_fd >= 0) {
+		struct fid *fids[1] = {&f->rail[0].cq->fid};
+		if (fi_trywait(f->rail[0].fabric, fids, 1) != FI_SUCCESS)
+			return false; /* completions are waiting: poll again */
+	}
+	return true;
+}
+
+/* Blocks on the wake eventfd (and the CQ's fd) for at most wait_ns; no lock held. */
+static void block_wait(odx_fab *f, const struct fab_block *b)
+{
 	atomic_store(&f->sleeping, true);
-	if (has_submissions(f) || atomic_load(&f->closing)) {
+	/* after `sleeping` is set, a submission or a leaving caller writes the eventfd; a caller
+	 * that arrived drives (the loop then parks) */
+	if (has_submissions(f) || atomic_load(&f->closing) || atomic_load(&f->drivers) > 0) {
 		atomic_store(&f->sleeping, false);
 		return;
 	}
 	struct pollfd pfd[2] = {{.fd = f->wake_fd, .events = POLLIN},
-				{.fd = cq_fd, .events = POLLIN}};
-	nfds_t nfd = 1;
-	if (cq_fd >= 0) {
-		struct fid *fids[1] = {&f->rail[0].cq->fid};
-		if (fi_trywait(f->rail[0].fabric, fids, 1) != FI_SUCCESS) {
-			atomic_store(&f->sleeping, false);
-			return;
-		}
-		nfd = 2;
-	}
-	struct timespec ts = {wait_ns / 1000000000, wait_ns % 1000000000};
-	ppoll(pfd, nfd, &ts, NULL);
+				{.fd = b->cq_fd, .events = POLLIN}};
+	struct timespec ts = {b->wait_ns / 1000000000, b->wait_ns % 1000000000};
+	ppoll(pfd, b->cq_fd >= 0 ? 2 : 1, &ts, NULL);
 	atomic_store(&f->sleeping, false);
 	if (pfd[0].revents & POLLIN) {
 		uint64_t v;
@@ -1621,8 +1661,15 @@ static bool user_work_pending(odx_fab *f)
 	return false;
 }
 
+/* The thread that runs rounds (the progress thread, or a caller in odx_fab_wait): a callback
+ * that calls odx_fab_wait would wait for itself. */
+static _Thread_local const odx_fab *fab_driving;
+
+/* One round; with plock held. */
 static int progress_once(odx_fab *f)
 {
+	const odx_fab *outer = fab_driving;
+	fab_driving = f;
 	int work = take_submissions(f);
 	work += poll_cq(f);
 	work += post_ready(f);
@@ -1630,7 +1677,63 @@ static int progress_once(odx_fab *f)
 		run_timers(f);
 	if (atomic_exchange(&f->bar_check, false))
 		check_barrier(f);
+	fab_driving = outer;
 	return work;
+}
+
+/* After a round that did something: callers blocked in odx_fab_wait look at their condition
+ * again. */
+static void notify_blocked(odx_fab *f)
+{
+	if (!atomic_load(&f->blocked))
+		return;
+	pthread_mutex_lock(&f->lock);
+	atomic_fetch_add(&f->round_gen, 1);
+	pthread_cond_broadcast(&f->cond);
+	pthread_mutex_unlock(&f->lock);
+}
+
+/* A round as the progress thread; then, if idle, yields or blocks (without the lock). */
+static int progress_step(odx_fab *f, int rounds)
+{
+	struct fab_block b;
+	pthread_mutex_lock(&f->plock);
+	int work = progress_once(f);
+	enum fab_idle how = work ? IDLE_SPIN : idle_kind(f, rounds + 1);
+	bool block = how == IDLE_BLOCK && block_plan(f, rounds + 1, &b);
+	pthread_mutex_unlock(&f->plock);
+	if (work)
+		notify_blocked(f);
+	else if (block)
+		block_wait(f, &b);
+	else if (how == IDLE_YIELD)
+		sched_yield();
+	return work;
+}
+
+/* A caller drives progress in odx_fab_wait, or left it lately with nothing in motion: the
+ * progress thread steps aside (no polling on the cores the ranks share). Only a caller that
+ * leaves with work left in motion wakes it (parked, not `sleeping`: submissions do not). */
+static bool park(odx_fab *f)
+{
+	int64_t until = atomic_load(&f->linger_until), now = fab_now_ns();
+	bool driven = atomic_load(&f->drivers) > 0;
+	if (!driven && now >= until)
+		return false;
+	int64_t ns = driven ? FAB_LINGER_NS : until - now;
+	atomic_store(&f->parked, true);
+	if (atomic_load(&f->drivers) > 0 || atomic_load(&f->linger_until) > now) {
+		struct pollfd pfd = {.fd = f->wake_fd, .events = POLLIN};
+		struct timespec ts = {ns / 1000000000, ns % 1000000000};
+		ppoll(&pfd, 1, &ts, NULL);
+		if (pfd.revents & POLLIN) {
+			uint64_t v;
+			ssize_t k = read(f->wake_fd, &v, sizeof(v));
+			(void)k;
+		}
+	}
+	atomic_store(&f->parked, false);
+	return true;
 }
 
 static void *progress_main(void *arg)
@@ -1638,18 +1741,22 @@ static void *progress_main(void *arg)
 	odx_fab *f = arg;
 	int rounds = 0;
 	while (!atomic_load(&f->closing)) {
-		if (progress_once(f))
+		if (park(f)) {
 			rounds = 0;
-		else
-			idle_wait(f, ++rounds);
+			continue;
+		}
+		rounds = progress_step(f, rounds) ? 0 : rounds + 1;
 	}
-	/* Closing: drain what the caller started (bounded), say goodbye, then cancel the rest. */
+	/* Closing (no caller may wait any more): drain what the caller started (bounded), say
+	 * goodbye, then cancel the rest. */
 	int64_t drain = fab_now_ns() +
 			(int64_t)(f->peer_timeout_ms < 5000 ? f->peer_timeout_ms : 5000) * 1000000;
+	pthread_mutex_lock(&f->plock);
 	/* a single rank has nobody to wait for: what is pending can never finish */
 	while (f->size > 1 && user_work_pending(f) && fab_now_ns() < drain) {
-		if (!progress_once(f))
-			idle_wait(f, f->spin);
+		pthread_mutex_unlock(&f->plock);
+		progress_step(f, f->spin);
+		pthread_mutex_lock(&f->plock);
 	}
 	if (f->nrails) {
 		for (int r = 0; r < f->size; r++)
@@ -1662,8 +1769,9 @@ static void *progress_main(void *arg)
 				only_rx = op->kind == OP_CTRL_RX;
 			if (only_rx && !f->ready_head && !f->delayed)
 				break;
-			if (!progress_once(f))
-				idle_wait(f, f->spin);
+			pthread_mutex_unlock(&f->plock);
+			progress_step(f, f->spin);
+			pthread_mutex_lock(&f->plock);
 		}
 	}
 	take_submissions(f);
@@ -1672,6 +1780,7 @@ static void *progress_main(void *arg)
 		if (!x->finished && !x->is_record)
 			xfer_finish(f, x, ODX_ECANCELED, "canceled: the fabric is closing");
 	}
+	pthread_mutex_unlock(&f->plock);
 	return NULL;
 }
 
@@ -1857,6 +1966,7 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 	const char *spin = getenv("ODX_FAB_SPIN");
 	f->spin = spin ? atoi(spin) : 200;
 	pthread_mutex_init(&f->lock, NULL);
+	pthread_mutex_init(&f->plock, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1927,7 +2037,7 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 		if (ret)
 			goto out_close;
 		for (int rail = 0; rail < f->nrails; rail++) {
-			for (int i = 0; i < FAB_RX_BUFS; i++) {
+			for (unsigned i = 0; i < f->prof.ctrl_rx; i++) {
 				/* owned by the queues (and the provider) from here on */
 				struct fab_op *rx = op_new(OP_CTRL_RX, -1, FAB_CTRL_BUF);
 				if (!rx) {
@@ -2021,6 +2131,7 @@ void odx_fab_close(odx_fab *f)
 		close(f->wake_fd);
 	pthread_cond_destroy(&f->cond);
 	pthread_mutex_destroy(&f->lock);
+	pthread_mutex_destroy(&f->plock);
 	if (f->sink)
 		munmap(f->sink, f->sink_len);
 	free(f->peer_str);
@@ -2195,6 +2306,8 @@ int odx_fab_barrier(odx_fab *f, int timeout_ms)
 		submit_op(f, op);
 	}
 	pthread_mutex_unlock(&f->lock);
+	/* the progress thread runs the barrier: no lingering after an earlier odx_fab_wait */
+	atomic_store(&f->linger_until, 0);
 	uint64_t one = 1;
 	ssize_t k = write(f->wake_fd, &one, sizeof(one));
 	(void)k;
@@ -2219,6 +2332,108 @@ int odx_fab_barrier(odx_fab *f, int timeout_ms)
 		}
 	}
 	pthread_mutex_unlock(&f->lock);
+	return ret;
+}
+
+/* The caller gives the progress role back. The progress thread, parked meanwhile, is woken when
+ * something is left to move (manual-progress providers move bytes only while polled); otherwise a
+ * submission wakes it, or its park times out. */
+static void driver_leave(odx_fab *f)
+{
+	bool idle = false;
+	if (pthread_mutex_trylock(&f->plock) == 0) {
+		idle = !f->busy_posted && !f->ready_head && !f->delayed && !has_submissions(f);
+		pthread_mutex_unlock(&f->plock);
+	}
+	atomic_store(&f->linger_until, idle ? fab_now_ns() + FAB_LINGER_NS : 0);
+	if (atomic_fetch_sub(&f->drivers, 1) != 1 || idle)
+		return;
+	/* after `drivers` dropped: a parking thread sees it, or is parked and sees the write */
+	if (atomic_load(&f->parked) || atomic_load(&f->sleeping)) {
+		uint64_t one = 1;
+		ssize_t k = write(f->wake_fd, &one, sizeof(one));
+		(void)k;
+	}
+}
+
+/* Passive waiting, once driving found nothing in motion: blocked on cond until a round of the
+ * progress thread does something (round_gen moves), for at most 10 ms and never past the
+ * deadline. Returns true when a round did something or done() holds. */
+static bool wait_round(odx_fab *f, bool (*done)(void *), void *arg, int64_t deadline)
+{
+	atomic_fetch_add(&f->blocked, 1);
+	unsigned gen = atomic_load(&f->round_gen);
+	/* checked after `blocked` is raised: a round that ended before this is seen by done() */
+	bool moved = done(arg);
+	if (!moved) {
+		int64_t until = fab_now_ns() + 10000000;
+		if (until > deadline)
+			until = deadline;
+		struct timespec ts = {until / 1000000000, until % 1000000000};
+		pthread_mutex_lock(&f->lock);
+		while (atomic_load(&f->round_gen) == gen && !atomic_load(&f->closing))
+			if (pthread_cond_timedwait(&f->cond, &f->lock, &ts) == ETIMEDOUT)
+				break;
+		moved = atomic_load(&f->round_gen) != gen;
+		pthread_mutex_unlock(&f->lock);
+	}
+	atomic_fetch_sub(&f->blocked, 1);
+	return moved;
+}
+
+int odx_fab_wait(odx_fab *f, bool (*done)(void *arg), void *arg, int timeout_ms)
+{
+	if (!f || !done)
+		return ODX_EINVAL;
+	if (fab_driving == f)
+		return ODX_EBUSY; /* from a callback: it would wait for its own round */
+	if (timeout_ms <= 0)
+		timeout_ms = f->peer_timeout_ms;
+	int64_t deadline = fab_now_ns() + (int64_t)timeout_ms * 1000000;
+	int ret = 0, rounds = 0;
+	bool driving = true;
+	atomic_fetch_add(&f->drivers, 1);
+	for (;;) {
+		if (done(arg))
+			break;
+		if (atomic_load(&f->closing)) {
+			ret = ODX_ECLOSED;
+			break;
+		}
+		if (fab_now_ns() >= deadline) {
+			ret = ODX_ETIMEDOUT;
+			break;
+		}
+		if (!driving) {
+			if (wait_round(f, done, arg, deadline)) {
+				atomic_fetch_add(&f->drivers, 1);
+				driving = true;
+				rounds = 0;
+			}
+			continue;
+		}
+		if (pthread_mutex_trylock(&f->plock)) {
+			/* the progress thread is in a round (it parks after it), or another caller
+			 * drives */
+			sched_yield();
+			continue;
+		}
+		int work = progress_once(f);
+		enum fab_idle how = work ? IDLE_SPIN : idle_kind(f, ++rounds);
+		pthread_mutex_unlock(&f->plock);
+		if (work) {
+			rounds = 0;
+			notify_blocked(f);
+		} else if (how == IDLE_YIELD) {
+			sched_yield();
+		} else if (how == IDLE_BLOCK) {
+			/* nothing in motion: the progress thread takes over until a round works */
+			driver_leave(f);
+			driving = false;
+		}
+	}
+	if (driving)
+		driver_leave(f);
 	return ret;
 }
 

@@ -145,6 +145,7 @@ struct fab_profile {
 	size_t chunk;	   /* largest single tagged message or read */
 	unsigned window;   /* chunks in flight per transfer */
 	unsigned credits;  /* control messages in flight per peer */
+	unsigned ctrl_rx;  /* control receives posted per endpoint */
 	unsigned tx_limit; /* data chunks in flight per peer, all transfers together (0: no limit) */
 	size_t max_xfer;   /* the largest transfer allowed (SIZE_MAX: none) */
 	size_t pull_min;   /* transfers this large use fi_read when possible (SIZE_MAX: never) */

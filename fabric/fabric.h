@@ -7,8 +7,10 @@
  *
  * Model:
  *  - One odx_fab per process and job. odx_fab_open wires the ranks up (PMIx, the odx-run
- *    environment, or a single rank) and starts one progress thread; every callback below runs on
- *    that thread and must not block (queue work elsewhere).
+ *    environment, or a single rank) and starts one progress thread. Every callback below runs on
+ *    the thread that drives progress at that moment: the progress thread, or a caller waiting in
+ *    odx_fab_wait (which drives it itself meanwhile). Callbacks never run concurrently with each
+ *    other, and must not block (queue work elsewhere).
  *  - Control messages (odx_fab_send_msg) are small, copied, eager, bounded per peer by credits and
  *    delivered unordered.
  *  - Data transfers (odx_fab_send / odx_fab_recv) are matched by (source rank, key), keys below
@@ -25,6 +27,7 @@
 #ifndef ODX_FABRIC_H
 #define ODX_FABRIC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -100,6 +103,23 @@ int odx_fab_recv(odx_fab *f, int src, uint64_t key, void *dst, size_t len, odx_f
 /* Every rank; returns 0, ODX_ETIMEDOUT, ODX_EPEER (a peer failed) or ODX_ECLOSED. timeout_ms <= 0
  * waits up to peer_timeout_ms. */
 int odx_fab_barrier(odx_fab *f, int timeout_ms);
+
+/*
+ * Waits until done(arg) returns true, driving progress on the calling thread meanwhile (as
+ * MPI_Wait does): it polls the completion queues and runs the done callbacks itself, so a
+ * completion reaches the caller without a thread hand-off, while the progress thread steps aside.
+ * When nothing is in motion for a while (no data posted or completed lately), it gives progress
+ * back to the progress thread and blocks until a round of it completes something. done() is
+ * called often, on this thread, without any fabric lock: it should be a cheap check of state the
+ * callbacks set (atomics, or a lock of the caller's that no callback holds while it calls into
+ * the fabric). Callbacks of any transfer may run inside this call: the caller must not hold a
+ * lock that a callback takes.
+ * Returns 0 (done), ODX_ETIMEDOUT (timeout_ms passed; timeout_ms <= 0 waits up to
+ * peer_timeout_ms), ODX_ECLOSED (closing), ODX_EBUSY (called from a callback of this f: that
+ * thread already drives progress) or ODX_EINVAL. Transfers that fail still call their done
+ * callbacks with an error: done() should count them as finished.
+ */
+int odx_fab_wait(odx_fab *f, bool (*done)(void *arg), void *arg, int timeout_ms);
 
 /* Counters for ODX_STATS: messages/bytes sent/received, dropped bad messages, retries, EAGAINs. */
 typedef struct odx_fab_stats {

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fabric_bw.c - ping-pong latency and windowed bandwidth between two ranks, 8 B .. 64 MiB,
- * through ODX's transport (odx_fab) and through a raw libfabric loop written beside it (same
- * provider, same sizes, busy-polling its own CQ), plus a 256 MiB memcpy as the in-node limit.
+ * through ODX's transport (odx_fab, its caller waiting in odx_fab_wait) and through a raw libfabric
+ * loop written beside it (same provider, same sizes, busy-polling its own CQ), plus a 256 MiB
+ * memcpy as the in-node limit.
  * One JSON object per line on rank 0. Run with two ranks:
  *
  *   scripts/odx-run -n 2 build/bench/fabric/fabric_bw [-p tcp|shm|...] [-m max_bytes]
@@ -12,8 +13,6 @@
  * min_bytes (and the memcpy reference), for a quick look at a few sizes. The raw loop exchanges its
  * endpoint names over odx_fab control messages, so both run under the same launcher.
  */
-#include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -76,9 +75,7 @@ static int bw_window(size_t size)
 
 /* ---- ODX side ----------------------------------------------------------------------------- */
 
-static atomic_int odx_done, odx_target;
-static pthread_mutex_t odx_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t odx_cond = PTHREAD_COND_INITIALIZER;
+static atomic_int odx_done;
 static char name_buf[512];
 static size_t name_len;
 static atomic_int name_arrived;
@@ -87,13 +84,7 @@ static void on_done(void *arg, int status, const char *msg)
 {
 	if (status)
 		DIE("transfer failed: %s %s", odx_err_name(status), msg ? msg : "");
-	/* odx_target is 1 from the reset until the waiter names its target: a completion that
-	 * read it early signals anyway */
-	if (atomic_fetch_add(&odx_done, 1) + 1 >= atomic_load(&odx_target)) {
-		pthread_mutex_lock(&odx_lock); /* the waiter may be blocked: one wake-up per wait */
-		pthread_cond_signal(&odx_cond);
-		pthread_mutex_unlock(&odx_lock);
-	}
+	atomic_fetch_add(&odx_done, 1);
 	(void)arg;
 }
 
@@ -108,30 +99,19 @@ static void on_msg(void *user, int src, uint32_t type, const void *payload, size
 	(void)src;
 }
 
-/* Waits as an application thread would: a short yielding spin (a reply that is already on its
- * way), then blocked until the last completion of the wait wakes it once, so the progress threads
- * get the two cores rather than sharing them with spinning callers. The raw loop has no progress
- * thread: it busy-polls its CQ on the calling thread. */
-static void odx_wait(int target)
+static bool odx_reached(void *arg)
 {
-	atomic_store(&odx_target, target);
-	double t0 = now_s(), limit = t0 + 120;
-	while (atomic_load(&odx_done) < target && now_s() - t0 < 20e-6)
-		sched_yield();
-	pthread_mutex_lock(&odx_lock);
-	while (atomic_load(&odx_done) < target) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 10000000; /* re-check the deadline every 10 ms */
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&odx_cond, &odx_lock, &ts);
-		if (now_s() > limit)
-			DIE("ODX wait timed out");
-	}
-	pthread_mutex_unlock(&odx_lock);
+	return atomic_load(&odx_done) >= *(const int *)arg;
+}
+
+/* Waits as an application thread would, in odx_fab_wait: it drives progress on the calling
+ * thread while it waits (polling the CQ and running the completions itself, as the raw loop does),
+ * and blocks only when nothing is in motion. */
+static void odx_wait(odx_fab *f, int target)
+{
+	int ret = odx_fab_wait(f, odx_reached, &target, 120000);
+	if (ret)
+		DIE("ODX wait: %s", odx_err_name(ret));
 }
 
 static void odx_bench(odx_fab *f, size_t size, unsigned char *buf, unsigned char *buf2,
@@ -146,17 +126,16 @@ static void odx_bench(odx_fab *f, size_t size, unsigned char *buf, unsigned char
 		if (i == 0)
 			t0 = now_s();
 		atomic_store(&odx_done, 0);
-		atomic_store(&odx_target, 1);
 		uint64_t k = key++;
 		if (rank == 0) {
 			odx_fab_recv(f, peer, k | (1ull << 50), buf2, size, on_done, NULL);
 			odx_fab_send(f, peer, k, buf, size, on_done, NULL);
-			odx_wait(2);
+			odx_wait(f, 2);
 		} else {
 			odx_fab_recv(f, peer, k, buf2, size, on_done, NULL);
-			odx_wait(1);
+			odx_wait(f, 1);
 			odx_fab_send(f, peer, k | (1ull << 50), buf, size, on_done, NULL);
-			odx_wait(2);
+			odx_wait(f, 2);
 		}
 	}
 	*lat_us = (now_s() - t0) / iters / 2 * 1e6;
@@ -167,7 +146,6 @@ static void odx_bench(odx_fab *f, size_t size, unsigned char *buf, unsigned char
 		if (r == 0)
 			t0 = now_s();
 		atomic_store(&odx_done, 0);
-		atomic_store(&odx_target, 1);
 		uint64_t base = key;
 		key += (uint64_t)window + 1;
 		if (rank == 0) {
@@ -176,16 +154,16 @@ static void odx_bench(odx_fab *f, size_t size, unsigned char *buf, unsigned char
 				     NULL);
 			for (int w = 0; w < window; w++)
 				odx_fab_send(f, peer, base + (uint64_t)w, buf, size, on_done, NULL);
-			odx_wait(window + 1);
+			odx_wait(f, window + 1);
 		} else {
 			static uint64_t ack;
 			for (int w = 0; w < window; w++)
 				odx_fab_recv(f, peer, base + (uint64_t)w, buf2 + 0, size, on_done,
 					     NULL);
-			odx_wait(window);
+			odx_wait(f, window);
 			odx_fab_send(f, peer, base + (uint64_t)window, &ack, sizeof(ack), on_done,
 				     NULL);
-			odx_wait(window + 1);
+			odx_wait(f, window + 1);
 		}
 	}
 	*gbps = (double)size * window * reps / (now_s() - t0) / 1e9;

@@ -15,7 +15,8 @@
  *
  * Environment: FAB_TEST_PROVIDER, FAB_TEST_FAULT, FAB_TEST_BIG (largest size, default 64 MiB),
  * FAB_TEST_TIMEOUT_MS (peer timeout), ODX_FABRIC_IFACE (pin), FAB_TEST_NOSHM_RANK (in auto mode,
- * that rank opens no shm endpoint). Every wait has a deadline; a failure
+ * that rank opens no shm endpoint), FAB_TEST_WAIT=cond (wait on a condition variable rather than
+ * in odx_fab_wait). Every wait has a deadline; a failure
  * prints why and exits 1.
  */
 #include <arpa/inet.h>
@@ -44,7 +45,8 @@ struct waiter {
 
 static struct waiter W = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, ""};
 static int my_rank;
-static volatile int msgs_seen;
+static odx_fab *the_fab;
+static int msgs_seen; /* atomic: the handler runs on whichever thread drives progress */
 
 #define DIE(...)                                                                                   \
 	do {                                                                                       \
@@ -102,9 +104,27 @@ static void on_peer(void *user, int rank, const char *why)
 	(void)user;
 }
 
-/* Waits for every pending transfer; returns 0, or 1 on the deadline. */
+static bool none_pending(void *arg)
+{
+	pthread_mutex_lock(&W.lock);
+	bool done = W.pending <= 0;
+	pthread_mutex_unlock(&W.lock);
+	(void)arg;
+	return done;
+}
+
+/* Waits for every pending transfer; returns 0, or 1 on the deadline. By default the caller drives
+ * progress in odx_fab_wait (the callbacks run on this thread); FAB_TEST_WAIT=cond blocks on a
+ * condition variable instead, and the progress thread runs them and hands each over. */
 static int wait_all(int seconds)
 {
+	const char *how = getenv("FAB_TEST_WAIT");
+	if (!how || strcmp(how, "cond")) {
+		int ret = odx_fab_wait(the_fab, none_pending, NULL, seconds * 1000);
+		if (ret && ret != ODX_ETIMEDOUT)
+			DIE("odx_fab_wait: %s", odx_err_name(ret));
+		return ret != 0;
+	}
 	struct timespec dl;
 	clock_gettime(CLOCK_REALTIME, &dl);
 	dl.tv_sec += seconds;
@@ -263,10 +283,13 @@ static void run_matrix(odx_fab *f, size_t big, bool small_only)
 			    (unsigned long long)x->key);
 	}
 	/* control messages are counted by the handler; wait for them with a deadline */
-	for (int t = 0; t < DEADLINE_S * 100 && msgs_seen < 50 * (size - 1); t++)
+	for (int t = 0; t < DEADLINE_S * 100 &&
+			__atomic_load_n(&msgs_seen, __ATOMIC_SEQ_CST) < 50 * (size - 1);
+	     t++)
 		usleep(10000);
-	if (msgs_seen != 50 * (size - 1))
-		DIE("received %d control messages, expected %d", msgs_seen, 50 * (size - 1));
+	int seen = __atomic_load_n(&msgs_seen, __ATOMIC_SEQ_CST);
+	if (seen != 50 * (size - 1))
+		DIE("received %d control messages, expected %d", seen, 50 * (size - 1));
 }
 
 /* Raw TCP client: connects to a rank's provider address and sends junk at it. */
@@ -463,6 +486,7 @@ static odx_fab *open_fab(void)
 		DIE("odx_fab_open: %s: %s", odx_err_name(ret), err);
 	my_rank = odx_fab_rank(f);
 	odx_fab_set_handlers(f, on_msg, on_peer, NULL);
+	the_fab = f;
 	return f;
 }
 

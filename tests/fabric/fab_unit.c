@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fab_unit.c - single-process checks of the transport: provider errors, the fault spec, a single
- * rank's self transfers and messages, length mismatches, cancellation at close, odx_fab_describe.
+ * rank's self transfers and messages, length mismatches, cancellation at close, odx_fab_wait
+ * (caller-driven progress, its deadline, a wait from a callback), odx_fab_describe.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -165,6 +166,80 @@ static void test_single_rank(void)
 	      c.calls, odx_err_name(c.status));
 }
 
+static bool calls_reached(void *arg)
+{
+	struct done_rec *d = arg;
+	pthread_mutex_lock(&d->lock);
+	bool done = d->calls >= 2;
+	pthread_mutex_unlock(&d->lock);
+	return done;
+}
+
+static bool never(void *arg)
+{
+	(void)arg;
+	return false;
+}
+
+/* A callback that waits: its thread already drives progress, so the wait refuses. */
+struct nested {
+	odx_fab *f;
+	int calls, ret;
+};
+
+static void on_done_nested(void *arg, int status, const char *msg)
+{
+	struct nested *n = arg;
+	n->ret = odx_fab_wait(n->f, never, NULL, 1000);
+	__atomic_add_fetch(&n->calls, 1, __ATOMIC_SEQ_CST);
+	(void)status;
+	(void)msg;
+}
+
+static bool nested_done(void *arg)
+{
+	struct nested *n = arg;
+	return __atomic_load_n(&n->calls, __ATOMIC_SEQ_CST) >= 2;
+}
+
+/* odx_fab_wait drives progress on the caller's thread: the done callbacks run there. */
+static void test_wait(void)
+{
+	odx_fab *f = NULL;
+	char err[1024];
+	int ret = odx_fab_open(NULL, &f, err, sizeof(err));
+	CHECK(ret == 0, "single-rank open: %s %s", odx_err_name(ret), err);
+	if (ret)
+		return;
+	for (int i = 0; i < 50; i++) {
+		struct done_rec d = {PTHREAD_MUTEX_INITIALIZER, 0, 0, ""};
+		unsigned char src[64], dst[64] = {0};
+		memset(src, i, sizeof(src));
+		CHECK(odx_fab_send(f, 0, 300 + (uint64_t)i, src, sizeof(src), on_done, &d) == 0,
+		      "send");
+		CHECK(odx_fab_recv(f, 0, 300 + (uint64_t)i, dst, sizeof(dst), on_done, &d) == 0,
+		      "recv");
+		ret = odx_fab_wait(f, calls_reached, &d, 30000);
+		CHECK(ret == 0 && d.calls == 2 && d.status == 0 && !memcmp(src, dst, sizeof(src)),
+		      "wait %d: %s, %d calls, %s", i, odx_err_name(ret), d.calls, d.msg);
+	}
+	/* every wait has a deadline */
+	ret = odx_fab_wait(f, never, NULL, 50);
+	CHECK(ret == ODX_ETIMEDOUT, "wait for a condition that never holds: %s", odx_err_name(ret));
+	CHECK(odx_fab_wait(NULL, never, NULL, 50) == ODX_EINVAL &&
+		      odx_fab_wait(f, NULL, NULL, 50) == ODX_EINVAL,
+	      "bad arguments accepted");
+	struct nested n = {f, 0, 0};
+	char a[8] = "abcdefg", b[8];
+	CHECK(odx_fab_send(f, 0, 400, a, 8, on_done_nested, &n) == 0 &&
+		      odx_fab_recv(f, 0, 400, b, 8, on_done_nested, &n) == 0,
+	      "nested transfer");
+	ret = odx_fab_wait(f, nested_done, &n, 30000);
+	CHECK(ret == 0 && n.ret == ODX_EBUSY, "wait from a callback: %s, inner %s",
+	      odx_err_name(ret), odx_err_name(n.ret));
+	odx_fab_close(f);
+}
+
 static void test_describe(void)
 {
 	char buf[2048];
@@ -182,6 +257,7 @@ int main(void)
 	test_unknown_iface();
 	test_fault_spec();
 	test_single_rank();
+	test_wait();
 	test_describe();
 	if (failures)
 		fprintf(stderr, "%d checks failed\n", failures);
