@@ -20,6 +20,15 @@ case "$kind" in
 plain)
 	timeout -k 5 150 "$odx_run" -n "$n" --timeout 140 "$fab_test" "$mode" >"$out" 2>&1
 	rc=$?
+	# udp;ofi_rxd (the ue profile here) is known to stop delivering between two ranks now and
+	# then on a busy host, which ODX reports as that peer failing (docs/distributed.md, "What
+	# ue supports here"): that signature, and only that, gets one more run, said loudly.
+	if [ "$mode" = ue ] && [ $rc -ne 0 ] && grep -q "ODX_EPEER" "$out"; then
+		cat "$out"
+		echo "NOTE: ue run failed with the known udp;ofi_rxd stall (ODX_EPEER); running it once more"
+		timeout -k 5 150 "$odx_run" -n "$n" --timeout 140 "$fab_test" "$mode" >"$out" 2>&1
+		rc=$?
+	fi
 	;;
 kill)
 	timeout -k 5 150 "$odx_run" --no-kill -n "$n" --timeout 140 "$fab_test" kill >"$out" 2>&1
