@@ -219,6 +219,25 @@ static void wait_for_room(odx__device *dev, odx__task **ts, int n, uint64_t seen
 	pthread_mutex_unlock(&dev->lock);
 }
 
+/* With dev->lock held: takes the head of the memory-wait queue if room may have appeared for it
+ * (`need_change`: only then) and it may be staged now; NULL otherwise. */
+static odx__task *memwait_pop(odx__device *dev, bool need_change)
+{
+	odx__task *t = dev->memwait_head;
+
+	/* A chained task is staged again only after its producer completed (chain_successors). */
+	if (!t || (need_change && !dev->mem_changed) ||
+	    (t->chained && atomic_load(&t->pending) > 0))
+		return NULL;
+	dev->mem_changed = false;
+	dev->memwait_head = t->mem_next;
+	if (!dev->memwait_head)
+		dev->memwait_tail = NULL;
+	t->mem_next = NULL;
+	atomic_fetch_sub(&dev->memwait_n, 1);
+	return t;
+}
+
 /*
  * Before a launch that holds the worker until the kernel finished (a host device), tasks waiting
  * for room get their turn: their evictions and fetches then run on the copy lane beside the
@@ -239,19 +258,10 @@ static void stage_ahead(odx_context *ctx, odx__device *dev)
 		int st;
 
 		pthread_mutex_lock(&dev->lock);
-		t = dev->memwait_head;
-		if (!t || (first && !dev->mem_changed) ||
-		    (t->chained && atomic_load(&t->pending) > 0)) {
-			pthread_mutex_unlock(&dev->lock);
-			return;
-		}
-		dev->mem_changed = false;
-		dev->memwait_head = t->mem_next;
-		if (!dev->memwait_head)
-			dev->memwait_tail = NULL;
-		t->mem_next = NULL;
-		atomic_fetch_sub(&dev->memwait_n, 1);
+		t = memwait_pop(dev, first);
 		pthread_mutex_unlock(&dev->lock);
+		if (!t)
+			return;
 		first = false;
 		st = odx__stage(t, NULL);
 		if (st == ODX__STAGE_NOROOM) {
@@ -274,23 +284,12 @@ static void stage_ahead(odx_context *ctx, odx__device *dev)
  * (no new task is taken meanwhile: the head gets the next room). */
 static odx__task *next_task(odx_context *ctx, odx__device *dev)
 {
-	odx__task *t = dev->memwait_head;
-
 	/* A submitting thread is launching here: one launcher per device at a time. */
 	if (dev->inline_running)
 		return NULL;
-	if (!t || dev->staged_n > 0)
+	if (!dev->memwait_head || dev->staged_n > 0)
 		return odx__sched_next(ctx, dev);
-	/* A chained task is staged again only after its producer completed (see above). */
-	if (!dev->mem_changed || (t->chained && atomic_load(&t->pending) > 0))
-		return NULL;
-	dev->mem_changed = false;
-	dev->memwait_head = t->mem_next;
-	if (!dev->memwait_head)
-		dev->memwait_tail = NULL;
-	t->mem_next = NULL;
-	atomic_fetch_sub(&dev->memwait_n, 1);
-	return t;
+	return memwait_pop(dev, true);
 }
 
 /* Prefetch: while data is moving for this device, the inputs of the next tasks queued here
