@@ -2,6 +2,7 @@
 /* topo.c - machine topology through hwloc: core counts, memory, NUMA nodes, device locality,
  * thread binding and memory binding. */
 #include <hwloc.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,9 +18,35 @@ struct odx__topo {
 	hwloc_obj_t *numa;
 	bool thissystem; /* the topology describes this machine (not HWLOC_SYNTHETIC, XML) */
 	bool membind;    /* memory can be bound to a NUMA node here */
-	hwloc_topology_t io; /* loaded with PCI devices on first use (device locality) */
-	bool io_tried;
 };
+
+/*
+ * One hwloc topology for the process, loaded by the first context and kept: hwloc unloads its
+ * plugins (libxml2, OpenCL, X11, ...) when the last topology is destroyed and loads them again
+ * for the next one, so a program that opens contexts one after another (a test suite, a job in
+ * steps) churned through them, each time leaving the unloaded libraries' thread-local blocks
+ * behind, which LeakSanitizer crashed on. Read-only once loaded, which hwloc allows from any
+ * number of threads; the environment (HWLOC_SYNTHETIC, HWLOC_XMLFILE) is read once, at that load.
+ */
+static pthread_once_t shared_once = PTHREAD_ONCE_INIT;
+static hwloc_topology_t shared_topo;
+/* The same with PCI devices (device locality), loaded on first use, only on machines with
+ * several NUMA nodes. */
+static pthread_mutex_t io_lock = PTHREAD_MUTEX_INITIALIZER;
+static hwloc_topology_t io_topo;
+static bool io_tried;
+
+static void shared_load(void)
+{
+	if (hwloc_topology_init(&shared_topo) < 0) {
+		shared_topo = NULL;
+		return;
+	}
+	if (hwloc_topology_load(shared_topo) < 0) {
+		hwloc_topology_destroy(shared_topo);
+		shared_topo = NULL;
+	}
+}
 
 /* Memory of at least this size is allocated bound to its NUMA node (mmap'ed pages of its own);
  * smaller blocks come from malloc and follow the kernel's first-touch rule. */
@@ -53,10 +80,12 @@ int odx__topo_open(odx__topo **out)
 
 	if (!t)
 		return ODX_ENOMEM;
-	if (hwloc_topology_init(&t->topo) < 0)
-		goto out_free;
-	if (hwloc_topology_load(t->topo) < 0)
-		goto out_destroy;
+	pthread_once(&shared_once, shared_load);
+	if (!shared_topo) {
+		free(t);
+		return ODX_EIO;
+	}
+	t->topo = shared_topo;
 	/* Respect the affinity we were started with (taskset, cgroups, srun's binding). */
 	t->allowed = hwloc_bitmap_alloc();
 	if (!t->allowed || hwloc_get_cpubind(t->topo, t->allowed, HWLOC_CPUBIND_PROCESS) < 0 ||
@@ -72,12 +101,6 @@ int odx__topo_open(odx__topo **out)
 	}
 	*out = t;
 	return 0;
-
-out_destroy:
-	hwloc_topology_destroy(t->topo);
-out_free:
-	free(t);
-	return ODX_EIO;
 }
 
 void odx__topo_close(odx__topo *t)
@@ -85,11 +108,8 @@ void odx__topo_close(odx__topo *t)
 	if (!t)
 		return;
 	hwloc_bitmap_free(t->allowed);
-	if (t->io)
-		hwloc_topology_destroy(t->io);
 	free(t->numa);
-	hwloc_topology_destroy(t->topo);
-	free(t);
+	free(t); /* the topology stays loaded for the next context (shared_topo) */
 }
 
 int odx__topo_numa_count(const odx__topo *t)
@@ -149,18 +169,22 @@ int odx__topo_numa_of_pci(odx__topo *t, const char *busid)
 	if (!busid || !busid[0] || !t->thissystem)
 		return -1;
 	/* PCI discovery costs about 0.1 s: only for a machine with several nodes, once. */
-	if (!t->io_tried) {
-		t->io_tried = true;
-		if (hwloc_topology_init(&t->io) == 0 &&
-		    (hwloc_topology_set_io_types_filter(t->io, HWLOC_TYPE_FILTER_KEEP_IMPORTANT) < 0 ||
-		     hwloc_topology_load(t->io) < 0)) {
-			hwloc_topology_destroy(t->io);
-			t->io = NULL;
+	pthread_mutex_lock(&io_lock);
+	if (!io_tried) {
+		io_tried = true;
+		if (hwloc_topology_init(&io_topo) < 0) {
+			io_topo = NULL;
+		} else if (hwloc_topology_set_io_types_filter(io_topo,
+							      HWLOC_TYPE_FILTER_KEEP_IMPORTANT) < 0 ||
+			   hwloc_topology_load(io_topo) < 0) {
+			hwloc_topology_destroy(io_topo);
+			io_topo = NULL;
 		}
 	}
-	if (!t->io || !(o = hwloc_get_pcidev_by_busidstring(t->io, busid)))
+	pthread_mutex_unlock(&io_lock);
+	if (!io_topo || !(o = hwloc_get_pcidev_by_busidstring(io_topo, busid)))
 		return -1;
-	anc = hwloc_get_non_io_ancestor_obj(t->io, o);
+	anc = hwloc_get_non_io_ancestor_obj(io_topo, o);
 	if (!anc)
 		return -1;
 	/* The ancestor's nodeset names OS indexes, the same in both topologies. */

@@ -235,7 +235,10 @@ static int cub_open(const odx_backend_host *env, gpu_api **out, char *reason, si
 			snprintf(api->nvrtc_library, sizeof(api->nvrtc_library), "%s", nvrtc);
 	}
 	snprintf(api->lib_name, sizeof(api->lib_name), "%s", name);
-	api->lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+	/* Never unloaded (dlclose only drops our reference): the driver keeps thread-local state
+	 * and threads of its own, which do not survive an unload, and CUDA's own runtime never
+	 * unloads it either. */
+	api->lib = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
 	if (!api->lib) {
 		snprintf(reason, n, "the CUDA driver %s was not found or cannot be loaded: %s",
 			 name, dlerror());

@@ -102,13 +102,13 @@ static int hipb_open(const odx_backend_host *env, gpu_api **out, char *reason, s
 	}
 	if (env->config_str)
 		env->config_str(env->core, "hip.library", &name);
-	api->lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+	api->lib = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
 	if (!api->lib)
 		snprintf(first_error, sizeof(first_error), "%s", dlerror());
 	snprintf(api->lib_name, sizeof(api->lib_name), "%s", name);
 	/* Distributions ship only the versioned name without the development package. */
 	for (i = 0; !api->lib && strcmp(name, HIPB_DEFAULT_LIBRARY) == 0 && i < 2; i++) {
-		api->lib = dlopen(fallbacks[i], RTLD_NOW | RTLD_LOCAL);
+		api->lib = dlopen(fallbacks[i], RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
 		snprintf(api->lib_name, sizeof(api->lib_name), "%s", fallbacks[i]);
 	}
 	if (!api->lib) {
