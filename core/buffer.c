@@ -89,7 +89,8 @@ static int replica_alloc_as(odx_context *ctx, odx_buffer *b, int m, bool zero, b
 	int rc;
 
 	if (!node->device) {
-		void *p = odx__topo_alloc_on(ctx->topo, node->numa, b->size);
+		/* Host memory node m is NUMA node m. */
+		void *p = odx__topo_alloc_on(ctx->topo, m, b->size);
 
 		if (!p)
 			return ODX_ENOMEM;

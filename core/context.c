@@ -184,10 +184,7 @@ static int device_near(odx_context *ctx, const odx__device *dev)
 	if (ctx->nhost <= 1)
 		return 0;
 	if (dev->kind == ODX_BACKEND_HOST)
-		k = odx__topo_numa_of_pu_slot(ctx->topo,
-					      (unsigned)dev->index * (unsigned)(dev->props.threads > 0
-										 ? dev->props.threads
-										 : 1));
+		k = odx__topo_numa_of_pu_slot(ctx->topo, odx__device_bind_slot(dev));
 	else
 		k = odx__topo_numa_of_pci(ctx->topo, dev->props.pci_bus_id);
 	return k >= 0 && k < ctx->nhost ? k : 0;
@@ -214,7 +211,6 @@ static int open_devices(odx_context *ctx, char *err, size_t errlen)
 		ctx->memnodes[i] = (odx__memnode){
 			.kind = ODX_MEMNODE_HOST,
 			.near = i,
-			.numa = i,
 			.capacity = odx__topo_numa_memory(ctx->topo, i),
 		};
 	ctx->nmemnodes = ctx->nhost;
@@ -249,7 +245,6 @@ static int open_devices(odx_context *ctx, char *err, size_t errlen)
 				.kind = ODX_MEMNODE_DEVICE,
 				.device = dev,
 				.near = device_near(ctx, dev),
-				.numa = -1,
 				.capacity = dev->props.memory_bytes,
 			};
 			snprintf(lane, sizeof(lane), "device %d compute (%s)", dev->index,
@@ -570,7 +565,7 @@ ODX_API int odx_memnode_numa(odx_context *ctx, int memnode)
 	if (!ctx)
 		return ODX_EINVAL;
 	ODX__CHECK_ARG(ctx, memnode >= 0 && memnode < ctx->nmemnodes, "memnode");
-	return odx__topo_numa_os_index(ctx->topo, ctx->memnodes[ctx->memnodes[memnode].near].numa);
+	return odx__topo_numa_os_index(ctx->topo, ctx->memnodes[memnode].near);
 }
 
 ODX_API int odx_config_describe(odx_context *ctx, odx_config_visit_fn fn, void *user)

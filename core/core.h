@@ -84,14 +84,13 @@ typedef struct odx__replica {
 	odx__fetch_waiter *waiters;
 } odx__replica;
 
-/* A memory tier (DESIGN section 7): host RAM of one NUMA node (nodes 0 .. ctx->nhost-1) or one
- * device's memory (the nodes after). Its capacity is enforced by ODX's own accounting, so
+/* A memory tier (DESIGN section 7): host RAM of one NUMA node (nodes 0 .. ctx->nhost-1, host
+ * node m being odx__topo's NUMA node m) or one device's memory (the nodes after). Its capacity is enforced by ODX's own accounting, so
  * out-of-core behaviour can be forced with small limits. */
 typedef struct odx__memnode {
 	odx_memnode_kind kind;
 	odx__device *device;   /* NULL for host RAM */
 	int near;              /* host RAM: its own index; a device: the host node nearest to it */
-	int numa;              /* host RAM: its NUMA node in odx__topo's order */
 	uint64_t capacity;     /* enforced limit in bytes */
 	_Atomic uint64_t used; /* bytes of allocated replicas */
 	pthread_mutex_t lock;  /* allocation, reservation and eviction on this node: node locks
@@ -364,6 +363,13 @@ struct odx__device {
 	_Atomic uint64_t compute_free_ns; /* end of the last asynchronous launch seen completing */
 };
 
+/* The first PU slot of a device's threads (odx__topo_bind_self): its worker binds there with
+ * host.bind, and a host device's nearest NUMA node is that slot's. */
+static inline unsigned odx__device_bind_slot(const odx__device *dev)
+{
+	return (unsigned)dev->index * (unsigned)(dev->props.threads > 0 ? dev->props.threads : 1);
+}
+
 typedef struct odx__sched_ops {
 	const char *name;
 	bool shared_queue; /* place() may return -1 */
@@ -549,7 +555,6 @@ int odx__topo_numa_of_pu_slot(const odx__topo *t, unsigned slot); /* odx__topo_b
 int odx__topo_numa_of_pci(odx__topo *t, const char *busid);        /* "0000:65:00.0" */
 int odx__topo_numa_of_self(odx__topo *t);                          /* the calling thread */
 int odx__topo_numa_of_area(odx__topo *t, const void *p, size_t len);
-bool odx__topo_numa_membind(const odx__topo *t);
 /* Host memory on NUMA node `numa` (bound there when the machine has several and the block is
  * large); freed with odx__topo_free and the same size. */
 void *odx__topo_alloc_on(odx__topo *t, int numa, size_t size);

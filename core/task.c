@@ -540,24 +540,21 @@ int odx__wait_app(odx_context *ctx, bool (*cond)(void *), void *arg, int timeout
 	uint64_t end = timeout_ms > 0 ? odx__now_ns() + (uint64_t)timeout_ms * 1000000u : 0;
 
 	while (ctx->drivable && !cond(arg) && timeout_ms != 0) {
-		odx__device *busy = NULL;
-		int d, r;
+		int d, r = 0;
 
 		if (end && odx__now_ns() >= end)
 			break;
 		/* The first device with something in flight (progress returns 0 at once when it
 		 * has nothing): the wait is most likely for that work. */
-		for (d = 0, r = 0; d < ctx->ndevices && r == 0; d++) {
+		for (d = 0; d < ctx->ndevices && r == 0; d++) {
 			odx__device *dev = &ctx->devices[d];
 
-			if (ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, progress)) {
-				busy = dev;
+			if (ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, progress))
 				r = dev->ops->progress(dev->bdev, PROGRESS_SLICE_NS);
-			}
 		}
 		/* Nothing completed within a slice, or nothing in flight: a long wait, or one for
 		 * something else; the backends' threads report it. */
-		if (!busy || r <= 0)
+		if (r <= 0)
 			break;
 	}
 	if (end) {

@@ -884,7 +884,7 @@ static const char *node_label(const odx_context *ctx, int m, char *buf, size_t l
 		snprintf(buf, len, "(host RAM)");
 	else
 		snprintf(buf, len, "(host RAM, NUMA node %d)",
-			 odx__topo_numa_os_index(ctx->topo, node->numa));
+			 odx__topo_numa_os_index(ctx->topo, m));
 	return buf;
 }
 

@@ -140,12 +140,11 @@ static int numa_of_nodeset(const odx__topo *t, hwloc_const_nodeset_t nodeset)
 	return -1;
 }
 
-int odx__topo_numa_of_pu_slot(const odx__topo *t, unsigned slot)
+/* The slot-th allowed PU, wrapping around. */
+static int slot_pu(const odx__topo *t, unsigned slot)
 {
-	int pu, i = 0, k;
+	int pu, i = 0;
 
-	if (t->nnuma <= 1)
-		return 0;
 	slot %= t->npus;
 	hwloc_bitmap_foreach_begin(pu, t->allowed)
 	{
@@ -153,6 +152,16 @@ int odx__topo_numa_of_pu_slot(const odx__topo *t, unsigned slot)
 			break;
 	}
 	hwloc_bitmap_foreach_end();
+	return pu;
+}
+
+int odx__topo_numa_of_pu_slot(const odx__topo *t, unsigned slot)
+{
+	int pu, k;
+
+	if (t->nnuma <= 1)
+		return 0;
+	pu = slot_pu(t, slot);
 	for (k = 0; k < t->nnuma; k++)
 		if (hwloc_bitmap_isset(t->numa[k]->cpuset, (unsigned)pu))
 			return k;
@@ -162,7 +171,6 @@ int odx__topo_numa_of_pu_slot(const odx__topo *t, unsigned slot)
 int odx__topo_numa_of_pci(odx__topo *t, const char *busid)
 {
 	hwloc_obj_t o, anc;
-	int k;
 
 	if (t->nnuma <= 1)
 		return 0;
@@ -188,8 +196,7 @@ int odx__topo_numa_of_pci(odx__topo *t, const char *busid)
 	if (!anc)
 		return -1;
 	/* The ancestor's nodeset names OS indexes, the same in both topologies. */
-	k = numa_of_nodeset(t, anc->nodeset);
-	return k;
+	return numa_of_nodeset(t, anc->nodeset);
 }
 
 int odx__topo_numa_of_self(odx__topo *t)
@@ -222,11 +229,6 @@ int odx__topo_numa_of_area(odx__topo *t, const void *p, size_t len)
 		rc = numa_of_nodeset(t, set);
 	hwloc_bitmap_free(set);
 	return rc;
-}
-
-bool odx__topo_numa_membind(const odx__topo *t)
-{
-	return t->membind;
 }
 
 void *odx__topo_alloc_on(odx__topo *t, int numa, size_t size)
@@ -267,17 +269,9 @@ uint64_t odx__topo_memory(const odx__topo *t)
 int odx__topo_bind_self(odx__topo *t, unsigned slot)
 {
 	hwloc_cpuset_t set;
-	int pu, i = 0;
+	int pu = slot_pu(t, slot);
 	int rc = ODX_ENODEV;
 
-	/* The slot-th allowed PU, wrapping around. */
-	slot %= t->npus;
-	hwloc_bitmap_foreach_begin(pu, t->allowed)
-	{
-		if ((unsigned)i++ == slot)
-			break;
-	}
-	hwloc_bitmap_foreach_end();
 	set = hwloc_bitmap_alloc();
 	if (!set)
 		return ODX_ENOMEM;

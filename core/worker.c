@@ -547,10 +547,7 @@ static void *worker_loop(void *p)
 	snprintf(name, sizeof(name), "odx-dev%d", dev->index);
 	pthread_setname_np(pthread_self(), name);
 	if (ctx->bind)
-		odx__topo_bind_self(ctx->topo, (unsigned)dev->index *
-						       (unsigned)(dev->props.threads > 0
-								  ? dev->props.threads
-								  : 1));
+		odx__topo_bind_self(ctx->topo, odx__device_bind_slot(dev));
 	pthread_mutex_lock(&dev->lock);
 	for (;;) {
 		t = next_task(ctx, dev);
