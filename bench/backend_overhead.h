@@ -8,9 +8,13 @@
 #ifndef ODX_BENCH_BACKEND_OVERHEAD_H
 #define ODX_BENCH_BACKEND_OVERHEAD_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "odx/odx.h"
 
@@ -24,12 +28,107 @@ static double now_us(void)
 	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-/* One JSON line; ratio = ODX time / raw time (lower is better). */
-static void report(const char *backend, const char *variant, double odx, double raw)
+#define MAX_ROUNDS 64
+
+static int cmp_double(const void *a, const void *b)
 {
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n)
+{
+	double s[MAX_ROUNDS];
+
+	memcpy(s, v, (size_t)n * sizeof(*s));
+	qsort(s, (size_t)n, sizeof(*s), cmp_double);
+	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+/*
+ * Runs fn(arg, small, saxpy) in a child process and returns its two figures: every measurement
+ * starts from a fresh process, so neither side inherits the other's warm allocator or driver
+ * state (a driver that reuses memory freed by an earlier run skips the page faults that a first
+ * run pays). 0, or the child's exit status (77: the backend cannot open here).
+ */
+static int in_child(void (*fn)(const void *arg, double *small_us, double *saxpy_us),
+		    const void *arg, double *small_us, double *saxpy_us)
+{
+	double v[2];
+	int fd[2], status;
+	pid_t pid;
+
+	fflush(stdout);
+	fflush(stderr);
+	if (pipe(fd) != 0)
+		return 1;
+	pid = fork();
+	if (pid < 0)
+		return 1;
+	if (pid == 0) {
+		close(fd[0]);
+		fn(arg, &v[0], &v[1]);
+		_exit(write(fd[1], v, sizeof(v)) == (ssize_t)sizeof(v) ? 0 : 1);
+	}
+	close(fd[1]);
+	status = read(fd[0], v, sizeof(v)) == (ssize_t)sizeof(v) ? 0 : -1;
+	close(fd[0]);
+	{
+		int ws;
+
+		if (waitpid(pid, &ws, 0) != pid || !WIFEXITED(ws))
+			return 1;
+		if (WEXITSTATUS(ws) != 0)
+			return WEXITSTATUS(ws);
+	}
+	if (status)
+		return 1;
+	*small_us = v[0];
+	*saxpy_us = v[1];
+	return 0;
+}
+
+typedef void (*side_fn)(const void *arg, double *small_us, double *saxpy_us);
+
+/* `rounds` rounds of the ODX side and the raw side, each in its own process, ODX first in even
+ * rounds and raw first in odd ones. 0, or the exit status of the first child that failed. */
+static int run_rounds(side_fn odx, side_fn raw, const void *arg, int rounds, double *odx_small,
+		      double *odx_saxpy, double *raw_small, double *raw_saxpy)
+{
+	int i, j, rc;
+
+	for (i = 0; i < rounds; i++)
+		for (j = 0; j < 2; j++) {
+			bool odx_now = (j == 0) == (i % 2 == 0);
+
+			rc = odx_now ? in_child(odx, arg, &odx_small[i], &odx_saxpy[i])
+				     : in_child(raw, arg, &raw_small[i], &raw_saxpy[i]);
+			if (rc)
+				return rc;
+		}
+	return 0;
+}
+
+/*
+ * One JSON line for `n` rounds (each timed ODX and raw back to back, each in its own process,
+ * alternating which goes first, so that drift in the machine's speed falls on both): the medians of the times, and
+ * ratio = the median of the rounds' ODX time / raw time (lower is better), with its range.
+ */
+static void report(const char *backend, const char *variant, const double *odx, const double *raw,
+		   int n)
+{
+	double r[MAX_ROUNDS];
+	int i;
+
+	for (i = 0; i < n; i++)
+		r[i] = raw[i] > 0 ? odx[i] / raw[i] : 0.0;
+	qsort(r, (size_t)n, sizeof(*r), cmp_double);
 	printf("{\"bench\":\"backend_overhead\",\"variant\":\"%s/%s\",\"value\":%.2f,"
-	       "\"unit\":\"us\",\"anchor\":\"raw %s\",\"anchor_value\":%.2f,\"ratio\":%.3f}\n",
-	       backend, variant, odx, backend, raw, raw > 0 ? odx / raw : 0.0);
+	       "\"unit\":\"us\",\"anchor\":\"raw %s\",\"anchor_value\":%.2f,\"ratio\":%.3f,"
+	       "\"ratio_min\":%.3f,\"ratio_max\":%.3f,\"rounds\":%d}\n",
+	       backend, variant, median(odx, n), backend, median(raw, n), median(r, n), r[0],
+	       r[n - 1], n);
 }
 
 #define ODX_CHECK(expr)                                                                            \

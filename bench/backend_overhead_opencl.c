@@ -10,7 +10,7 @@
  * and, like the backend, opens libOpenCL.so.1 at run time. Both sides use the first device of
  * the first platform (ODX_OPENCL_ALLOW_CPU=true for PoCL).
  *
- * Usage: backend_overhead_opencl [-n small_iterations] [-s saxpy_elements]
+ * Usage: backend_overhead_opencl [-n small_iterations] [-s saxpy_elements] [-r rounds]
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -155,34 +155,59 @@ static void run_raw(int iters, size_t big, double *small_us, double *saxpy_us)
 	cl.clReleaseContext(ctx);
 }
 
-int main(int argc, char **argv)
-{
-	int iters = 1000, opt;
-	size_t big = 1u << 24;
-	double odx_small, odx_saxpy, raw_small, raw_saxpy;
+typedef struct sides {
+	int iters;
+	size_t big;
+} sides;
 
-	while ((opt = getopt(argc, argv, "n:s:")) != -1) {
-		if (opt == 'n')
-			iters = atoi(optarg);
-		else if (opt == 's')
-			big = (size_t)strtoull(optarg, NULL, 10);
-		else {
-			fprintf(stderr, "usage: %s [-n small_iterations] [-s saxpy_elements]\n",
-				argv[0]);
-			return 2;
-		}
-	}
-	if (iters < 1 || big < 1)
-		return 2;
+static void odx_side(const void *arg, double *small_us, double *saxpy_us)
+{
+	const sides *s = arg;
+
 	run_odx("opencl", "opencl.allow_cpu",
 		&(odx_kernel_variant){.backend = ODX_BACKEND_OPENCL,
 				      .format = ODX_FORMAT_OPENCL_C,
 				      .code = axpy_src,
 				      .code_size = sizeof(axpy_src) - 1,
 				      .entry = "axpy"},
-		BLOCK, iters, big, &odx_small, &odx_saxpy);
-	run_raw(iters, big, &raw_small, &raw_saxpy);
-	report("opencl", "small-dispatch", odx_small, raw_small);
-	report("opencl", "saxpy", odx_saxpy, raw_saxpy);
+		BLOCK, s->iters, s->big, small_us, saxpy_us);
+}
+
+static void raw_side(const void *arg, double *small_us, double *saxpy_us)
+{
+	const sides *s = arg;
+
+	run_raw(s->iters, s->big, small_us, saxpy_us);
+}
+
+int main(int argc, char **argv)
+{
+	int rounds = 5, opt, rc;
+	sides s = {.iters = 1000, .big = 1u << 24};
+	double odx_small[MAX_ROUNDS], odx_saxpy[MAX_ROUNDS], raw_small[MAX_ROUNDS],
+		raw_saxpy[MAX_ROUNDS];
+
+	while ((opt = getopt(argc, argv, "n:s:r:")) != -1) {
+		if (opt == 'n')
+			s.iters = atoi(optarg);
+		else if (opt == 's')
+			s.big = (size_t)strtoull(optarg, NULL, 10);
+		else if (opt == 'r')
+			rounds = atoi(optarg);
+		else {
+			fprintf(stderr,
+				"usage: %s [-n small_iterations] [-s saxpy_elements] [-r rounds]\n",
+				argv[0]);
+			return 2;
+		}
+	}
+	if (s.iters < 1 || s.big < 1 || rounds < 1 || rounds > MAX_ROUNDS)
+		return 2;
+	rc = run_rounds(odx_side, raw_side, &s, rounds, odx_small, odx_saxpy, raw_small,
+			raw_saxpy);
+	if (rc)
+		return rc;
+	report("opencl", "small-dispatch", odx_small, raw_small, rounds);
+	report("opencl", "saxpy", odx_saxpy, raw_saxpy, rounds);
 	return 0;
 }

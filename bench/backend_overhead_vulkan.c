@@ -8,7 +8,7 @@
  * The raw side is the one place outside backends/vulkan that speaks Vulkan: it is the anchor
  * the backend is measured against, and like the backend it opens libvulkan.so.1 at run time.
  *
- * Usage: backend_overhead_vulkan [-n small_iterations] [-s saxpy_elements]
+ * Usage: backend_overhead_vulkan [-n small_iterations] [-s saxpy_elements] [-r rounds]
  * The SPIR-V image (axpy: R x, RW y, i64 n, f32 a) comes from the build (AXPY_SPV).
  */
 #include <dlfcn.h>
@@ -267,38 +267,64 @@ static void run_raw(const void *spv, size_t spv_size, int iters, size_t big, dou
 	vkDeviceWaitIdle(r.dev);
 }
 
+typedef struct sides {
+	int iters;
+	size_t big;
+	const void *spv;
+	size_t spv_size;
+} sides;
+
+static void odx_side(const void *arg, double *small_us, double *saxpy_us)
+{
+	const sides *s = arg;
+
+	run_odx("vulkan", "vulkan.allow_cpu",
+		&(odx_kernel_variant){.backend = ODX_BACKEND_VULKAN,
+				      .format = ODX_FORMAT_SPIRV,
+				      .code = s->spv,
+				      .code_size = s->spv_size,
+				      .entry = "main"},
+		BLOCK, s->iters, s->big, small_us, saxpy_us);
+}
+
+static void raw_side(const void *arg, double *small_us, double *saxpy_us)
+{
+	const sides *s = arg;
+
+	run_raw(s->spv, s->spv_size, s->iters, s->big, small_us, saxpy_us);
+}
+
 int main(int argc, char **argv)
 {
-	int iters = 1000, opt;
-	size_t big = (size_t)1 << 22;
-	double odx_small, odx_saxpy, raw_small, raw_saxpy;
-	size_t spv_size;
+	int rounds = 5, opt, rc;
+	sides s = {.iters = 1000, .big = (size_t)1 << 22};
+	double odx_small[MAX_ROUNDS], odx_saxpy[MAX_ROUNDS], raw_small[MAX_ROUNDS],
+		raw_saxpy[MAX_ROUNDS];
 	void *spv;
 
-	while ((opt = getopt(argc, argv, "n:s:")) != -1) {
+	while ((opt = getopt(argc, argv, "n:s:r:")) != -1) {
 		if (opt == 'n')
-			iters = atoi(optarg);
+			s.iters = atoi(optarg);
 		else if (opt == 's')
-			big = (size_t)atol(optarg);
+			s.big = (size_t)atol(optarg);
+		else if (opt == 'r')
+			rounds = atoi(optarg);
 		else
 			return 2;
 	}
 	spv = read_file(getenv("ODX_BENCH_AXPY_SPV") ? getenv("ODX_BENCH_AXPY_SPV") : AXPY_SPV,
-			&spv_size);
-	if (!spv || iters <= 0 || big == 0) {
+			&s.spv_size);
+	if (!spv || s.iters <= 0 || s.big == 0 || rounds < 1 || rounds > MAX_ROUNDS) {
 		fprintf(stderr, "cannot read the SPIR-V image or bad arguments\n");
 		return 1;
 	}
-	run_raw(spv, spv_size, iters, big, &raw_small, &raw_saxpy);
-	run_odx("vulkan", "vulkan.allow_cpu",
-		&(odx_kernel_variant){.backend = ODX_BACKEND_VULKAN,
-				      .format = ODX_FORMAT_SPIRV,
-				      .code = spv,
-				      .code_size = spv_size,
-				      .entry = "main"},
-		BLOCK, iters, big, &odx_small, &odx_saxpy);
-	report("vulkan", "small_dispatch_with_copy", odx_small, raw_small);
-	report("vulkan", "saxpy_large", odx_saxpy, raw_saxpy);
+	s.spv = spv;
+	rc = run_rounds(odx_side, raw_side, &s, rounds, odx_small, odx_saxpy, raw_small,
+			raw_saxpy);
 	free(spv);
+	if (rc)
+		return rc;
+	report("vulkan", "small_dispatch_with_copy", odx_small, raw_small, rounds);
+	report("vulkan", "saxpy_large", odx_saxpy, raw_saxpy, rounds);
 	return 0;
 }

@@ -1301,8 +1301,9 @@ static bool direct_copied(void *arg)
 
 /* A staged read or write on device node t->node: one copy between user memory and the device
  * replica: a memcpy through the backend's map, else the backend's blocking copy, else a copy
- * queued on its copy lane and waited for here. */
-static int direct_access(odx__task *t)
+ * queued on its copy lane and waited for here. `after`: queued behind the launches on the
+ * device's compute lane that it waits for (copy_sync_after; see host_access). */
+static int direct_access(odx__task *t, bool after)
 {
 	odx_context *ctx = t->ctx;
 	odx_buffer *b = t->args[0].v.buffer;
@@ -1315,8 +1316,16 @@ static int direct_access(odx__task *t)
 	int rc;
 
 	odx__transfer_begin(b);
-	if (ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, mem_map) &&
-	    dev->ops->mem_map(dev->bdev, r->mem, &map) == 0) {
+	if (after) {
+		/* The backend waits for the launches and the copy at once: one sleep. */
+		rc = dev->ops->copy_sync_after(dev->bdev, t->kind == ODX__TASK_WRITE, r->mem,
+					       r->off + t->host_off, t->host_ptr, t->host_len,
+					       dc.msg, sizeof(dc.msg));
+		dc.status = rc;
+		dc.done = true;
+		atomic_fetch_add_explicit(&dev->copied_behind, 1, memory_order_relaxed);
+	} else if (ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, mem_map) &&
+		   dev->ops->mem_map(dev->bdev, r->mem, &map) == 0) {
 		/* Mapped: nothing of the device touches these bytes now (the access's predecessors
 		 * finished), so a plain memcpy on this thread is the whole copy. */
 		char *p = (char *)map + r->off + t->host_off;
@@ -1387,19 +1396,64 @@ static int direct_access(odx__task *t)
 	return rc;
 }
 
+/* A read queued behind its producer lands in a bounce buffer first and reaches `dst` only once
+ * the producer succeeded (odx_buffer_read leaves `dst` untouched when it failed): worth it for
+ * the small reads whose second sleep it saves, not for large ones, where the copy dominates. */
+#define ODX__BEHIND_READ_MAX ((size_t)256 << 10)
+
+/*
+ * The memory node of a read or write that can be copied behind its unfinished predecessors on
+ * their device's compute lane (t->after_dev, from odx__task_submit), or -1. The device must offer
+ * copy_sync_after (ABI 1.5), and the buffer must have the copy there that the access would use
+ * anyway once they finished: for a read, the one its producer writes; for a write, the one the
+ * kernels before it read (valid, or overwritten whole).
+ */
+static int behind_node(const odx__task *t)
+{
+	odx_context *ctx = t->ctx;
+	odx_buffer *b = t->args[0].v.buffer;
+	const odx__device *dev;
+	const odx__replica *r;
+	bool ok;
+
+	if (t->after_dev < 0 || !ctx->direct_access || b->registered ||
+	    (t->kind == ODX__TASK_READ && t->host_len > ODX__BEHIND_READ_MAX))
+		return -1;
+	dev = &ctx->devices[t->after_dev];
+	if (!ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, copy_sync_after) ||
+	    atomic_load(&dev->lost))
+		return -1;
+	r = &b->replicas[dev->memnode];
+	pthread_mutex_lock(&b->lock);
+	ok = r->allocated && !r->fetching && !r->evicting &&
+	     (t->kind == ODX__TASK_READ ? t->after_producer != NULL
+					 : t->args[0].access == ODX_W ||
+						   atomic_load(&r->state) != ODX__INVALID);
+	pthread_mutex_unlock(&b->lock);
+	return ok ? dev->memnode : -1;
+}
+
+static bool exec_ready(void *arg)
+{
+	return atomic_load(&((odx__task *)arg)->exec) == ODX__EXEC_READY;
+}
+
 /* Runs a read or write whose predecessors finished, on the calling thread: stage the copy it
- * uses (waiting for a copy from another node if needed), copy the bytes, complete. */
-static int host_access_run(odx__task *t)
+ * uses (waiting for a copy from another node if needed), copy the bytes, complete. With
+ * `behind` >= 0 (behind_node) its predecessors may still run: the copy is queued behind them,
+ * and the task completes only once they have (a read whose producer failed fails with it). */
+static int host_access_run(odx__task *t, int behind)
 {
 	odx_buffer *b = t->args[0].v.buffer;
 	char *replica0;
 	int rc;
 
-	t->node = access_node(t);
+	t->node = behind >= 0 ? behind : access_node(t);
 	for (;;) {
 		epoch_wait e = {.ctx = t->ctx, .seen = atomic_load(&t->ctx->progress)};
 
-		rc = odx__stage(t, NULL);
+		/* Behind a producer: what it writes there needs no fetch. */
+		rc = odx__stage(t, behind >= 0 ? t->after_producer : NULL);
 		if (rc != ODX__STAGE_NOROOM)
 			break;
 		/* Host RAM is full: evictions (spills) are under way; retry when something moved.
@@ -1409,14 +1463,35 @@ static int host_access_run(odx__task *t)
 	if (rc == ODX__STAGE_FETCHING)
 		odx__wait_app(t->ctx, fetched, t, -1);
 	rc = atomic_load(&t->fetch_error);
-	if (rc == 0 && !odx__is_host_node(t->ctx, t->node)) {
-		rc = direct_access(t);
+	if (rc == 0 && behind >= 0 && t->kind == ODX__TASK_READ) {
+		/* Into a bounce first: `dst` stays untouched if the producer fails. */
+		void *user = t->host_ptr, *bounce = malloc(t->host_len);
+
+		if (bounce) {
+			t->host_ptr = bounce;
+			rc = direct_access(t, true);
+			t->host_ptr = user;
+		}
+		odx__wait_app(t->ctx, exec_ready, t, -1);
+		if (!bounce && !atomic_load(&t->cancel))
+			rc = direct_access(t, false); /* no memory for it: after the producer */
+		else if (rc == 0 && !atomic_load(&t->cancel))
+			memcpy(user, bounce, t->host_len);
+		free(bounce);
+	} else if (rc == 0 && !odx__is_host_node(t->ctx, t->node)) {
+		rc = direct_access(t, behind >= 0);
 	} else if (rc == 0) {
 		replica0 = (char *)(uintptr_t)b->replicas[t->node].mem + t->host_off;
 		if (t->kind == ODX__TASK_READ)
 			memcpy(t->host_ptr, replica0, t->host_len);
 		else
 			memcpy(replica0, t->host_ptr, t->host_len);
+	}
+	if (behind >= 0) {
+		/* Their completions update the replicas' states before this one does. */
+		odx__wait_app(t->ctx, exec_ready, t, -1);
+		if (rc == 0)
+			rc = atomic_load(&t->cancel);
 	}
 	odx__unstage(t, rc);
 	odx__task_complete(t, rc, t->fetch_msg);
@@ -1430,7 +1505,7 @@ static int host_access(odx_buffer *b, int kind, void *ptr, size_t off, size_t le
 {
 	odx_context *ctx = b->ctx;
 	odx__task *t;
-	int rc, expected = ODX__EXEC_WAITING;
+	int rc, expected = ODX__EXEC_WAITING, expected_chain = ODX__CHAIN_FREE, behind = -1;
 
 	if (off > b->size || len > b->size - off)
 		return odx__fail(ctx, ODX_ERANGE,
@@ -1457,6 +1532,19 @@ static int host_access(odx_buffer *b, int kind, void *ptr, size_t off, size_t le
 		odx__task_put(t);
 		return rc;
 	}
+	/*
+	 * Waiting forever for kernels already queued on one device whose backend can queue the
+	 * copy behind them: do that, and sleep once for both (a read of a kernel's output, a write
+	 * of a kernel's input). Not with a timeout: a copy handed to the device cannot be
+	 * withdrawn when it expires.
+	 */
+	if (timeout_ms < 0 && !ready_or_done(t) && (behind = behind_node(t)) >= 0 &&
+	    !atomic_compare_exchange_strong(&t->chain, &expected_chain, ODX__CHAIN_BEHIND))
+		behind = -1; /* they finished meanwhile: the usual way */
+	if (behind >= 0) {
+		rc = host_access_run(t, behind);
+		goto out;
+	}
 	rc = odx__wait_app(ctx, ready_or_done, t, timeout_ms);
 	if (rc == ODX_ETIMEDOUT &&
 	    atomic_compare_exchange_strong(&t->exec, &expected, ODX__EXEC_ABANDONED)) {
@@ -1470,7 +1558,8 @@ static int host_access(odx_buffer *b, int kind, void *ptr, size_t off, size_t le
 		return rc;
 	}
 	/* Ready (ours to run) or already done (canceled because its input failed). */
-	rc = atomic_load(&t->done) ? t->status : host_access_run(t);
+	rc = atomic_load(&t->done) ? t->status : host_access_run(t, -1);
+out:
 	if (rc)
 		odx__fail(ctx, rc, "%s: buffer %llu: %s", fn, (unsigned long long)b->id,
 			  t->message ? t->message : odx_strerror(rc));
@@ -1628,3 +1717,4 @@ void odx__buffers_release_all(odx_context *ctx)
 	while ((b = ctx->buffers) != NULL)
 		odx__buffer_release_memory(b);
 }
+

@@ -206,6 +206,9 @@ enum odx__chain_state {
 	ODX__CHAIN_FREE = 0,
 	ODX__CHAIN_CLAIMED = 1,
 	ODX__CHAIN_NO = 2,
+	ODX__CHAIN_BEHIND = 3, /* a read or write copied behind its unfinished predecessors, on
+				* the device lane they were launched on (buffer.c): the caller
+				* owns it; odx__task_ready only tells it they finished */
 };
 
 enum odx__exec_state {
@@ -253,6 +256,8 @@ struct odx__task {
 	bool staged;                /* its buffers were staged on its device */
 	bool chained;               /* launched behind an unfinished predecessor (ordered lane) */
 	bool launched;              /* its kernel was handed to the backend */
+	_Atomic bool queued;        /* ... and the backend took it (launch returned pending): a
+				     * copy queued after it on its device's lane runs after it */
 	_Atomic int chain;          /* 0, then CHAIN_CLAIMED by a chaining worker or CHAIN_NO
 				     * by odx__task_ready: whoever is first owns the launch */
 	int nstaged;                /* arguments 0..nstaged-1 are pinned */
@@ -272,7 +277,15 @@ struct odx__task {
 	uint64_t t_noroom;          /* when it first found no room on its device (stall time) */
 	int peer;                   /* sends and receives: the other rank */
 	uint64_t xfer_key;          /* sends and receives: the transfer's key on the fabric */
+	/* Reads and writes: could the copy be queued behind the unfinished predecessors seen at
+	 * submission (odx__task_submit)? AFTER_UNSEEN none yet, AFTER_NO no, else the one device
+	 * they were all launched on; after_producer (a reference) the one among them whose
+	 * output a read copies. */
+	int after_dev;
+	odx__task *after_producer;
 };
+
+enum { ODX__AFTER_UNSEEN = -2, ODX__AFTER_NO = -1 };
 
 odx__task *odx__task_new(odx_context *ctx);
 void odx__task_put(odx__task *t);
@@ -356,6 +369,7 @@ struct odx__device {
 	/* stats */
 	_Atomic uint64_t tasks_run;
 	_Atomic uint64_t chained;   /* tasks launched behind an unfinished predecessor */
+	_Atomic uint64_t copied_behind; /* reads and writes copied behind their predecessors */
 	_Atomic uint64_t busy_ns;
 	odx__lane_trace *compute_trace;
 	odx__lane_trace *copy_trace;

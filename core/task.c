@@ -92,6 +92,7 @@ odx__task *odx__task_new(odx_context *ctx)
 	t->staged = false;
 	t->chained = false;
 	t->launched = false;
+	atomic_init(&t->queued, false);
 	atomic_init(&t->chain, ODX__CHAIN_FREE);
 	t->no_effect = false;
 	atomic_init(&t->fetches, 0);
@@ -108,6 +109,8 @@ odx__task *odx__task_new(odx_context *ctx)
 	t->t_noroom = 0;
 	t->peer = -1;
 	t->xfer_key = 0;
+	t->after_dev = ODX__AFTER_UNSEEN;
+	t->after_producer = NULL;
 	return t;
 }
 
@@ -127,6 +130,8 @@ void odx__task_put(odx__task *t)
 		free(t->args);
 	if (t->succ != t->inline_succ)
 		free(t->succ);
+	if (t->after_producer)
+		odx__task_put(t->after_producer);
 	/* Lock-free push: finishing threads never wait for a submitting one. */
 	t->pool_next = atomic_load_explicit(&ctx->pool_returned, memory_order_relaxed);
 	while (!atomic_compare_exchange_weak_explicit(&ctx->pool_returned, &t->pool_next, t,
@@ -238,9 +243,18 @@ void odx__task_ready(odx__task *t)
 {
 	int expected = ODX__CHAIN_FREE;
 
-	/* Already launched behind its last predecessor: its own completion finishes it. */
-	if (!atomic_compare_exchange_strong(&t->chain, &expected, ODX__CHAIN_NO))
+	if (!atomic_compare_exchange_strong(&t->chain, &expected, ODX__CHAIN_NO)) {
+		/* A read or write copied behind its predecessors: its thread waits for them to
+		 * finish before it completes (and owns t from the store on). Otherwise: launched
+		 * behind its last predecessor, and its own completion finishes it. */
+		if (expected == ODX__CHAIN_BEHIND) {
+			odx_context *ctx = t->ctx;
+
+			atomic_store(&t->exec, ODX__EXEC_READY);
+			odx__wake_waiters(ctx);
+		}
 		return;
+	}
 	if (atomic_load(&t->cancel)) {
 		odx__task_complete(t, atomic_load(&t->cancel), NULL);
 		return;
@@ -312,6 +326,7 @@ void odx__task_complete(odx__task *t, int status, const char *msg)
 
 /* ---- dependency inference ------------------------------------------------------------------- */
 
+/* 1 if t now waits for pred, 0 if pred had finished, or ODX_ENOMEM. */
 static int add_edge(odx__task *pred, odx__task *t, bool data)
 {
 	pthread_mutex_lock(&pred->lock);
@@ -338,7 +353,31 @@ static int add_edge(odx__task *pred, odx__task *t, bool data)
 	pred->succ[pred->nsucc++] = (odx__succ){.task = t, .data = data};
 	atomic_fetch_add_explicit(&t->pending, 1, memory_order_relaxed);
 	pthread_mutex_unlock(&pred->lock);
-	return 0;
+	return 1;
+}
+
+/*
+ * A read or write t now waits for `pred`: can its copy still be queued behind it? Only if every
+ * such predecessor is a kernel the backend already took, all on one device (whose lane then
+ * orders them before the copy), and none is one a write consumes (a write canceled by a failed
+ * input must write nothing, and a copy handed to the device cannot be withdrawn). A read's one
+ * predecessor is the last writer of its buffer: the producer.
+ */
+static void note_after(odx__task *t, odx__task *pred, bool data)
+{
+	if (!odx__task_caller_runs(t) || t->after_dev == ODX__AFTER_NO)
+		return;
+	if (pred->kind != ODX__TASK_KERNEL || !atomic_load(&pred->queued) ||
+	    (t->after_dev >= 0 && t->after_dev != pred->device) ||
+	    (data && t->kind != ODX__TASK_READ)) {
+		t->after_dev = ODX__AFTER_NO;
+		return;
+	}
+	t->after_dev = pred->device;
+	if (data && !t->after_producer) {
+		atomic_fetch_add(&pred->refs, 1);
+		t->after_producer = pred;
+	}
 }
 
 static void drop_ref(odx__task **slot)
@@ -390,14 +429,19 @@ static int track_access(odx__task *t, odx_buffer *b, odx_access mode, edge_memo 
 
 	if (b->last_writer && !(b->last_writer == memo->pred && (memo->data || !data))) {
 		rc = add_edge(b->last_writer, t, data);
+		if (rc == 1)
+			note_after(t, b->last_writer, data);
 		memo->pred = b->last_writer;
 		memo->data = data;
 	}
-	if (rc)
+	if (rc < 0)
 		return rc;
+	rc = 0;
 	if (mode & ODX_W) {
-		for (i = 0; i < b->nreaders && rc == 0; i++)
-			rc = add_edge(b->readers[i], t, false);
+		for (i = 0; i < b->nreaders && rc >= 0; i++)
+			if ((rc = add_edge(b->readers[i], t, false)) == 1)
+				note_after(t, b->readers[i], false);
+		rc = rc < 0 ? rc : 0;
 		for (i = 0; i < b->nreaders; i++)
 			odx__task_put(b->readers[i]);
 		b->nreaders = 0;

@@ -450,6 +450,7 @@ static void run(odx__task *t, odx__device *dev)
 				      memory_order_relaxed);
 		if (rc == ODX_BACKEND_PENDING) {
 			/* launch_done finishes it; meanwhile launch what can follow it here. */
+			atomic_store(&t->queued, true);
 			if (dev->props.ordered_compute)
 				chain_successors(t, dev);
 			odx__task_put(t);

@@ -40,7 +40,11 @@ typedef struct host_job {
  * odx_backend_launch, which is valid only during the call. */
 typedef struct host_exec {
 	struct host_exec *next;
-	const odx_kernel_variant *variant;
+	const odx_kernel_variant *variant; /* NULL: a copy_sync_after (the fields below) */
+	void *copy_dst;
+	const void *copy_src;
+	size_t copy_n;
+	bool copied; /* set by the lane under copy_lock; the caller owns the item */
 	odx_backend_arg args[HOST_MAX_PARAMS];
 	int nargs;
 	uint32_t grid[3], block[3];
@@ -80,6 +84,7 @@ struct host_dev {
 	bool compute_started;
 	struct host_exec *exec_head, *exec_tail;
 	bool compute_stop;
+	pthread_cond_t copied_cond; /* a copy_sync_after's copy ran (under copy_lock) */
 
 	/* compute helpers: one generation per split launch */
 	host_helper *helpers;
@@ -235,6 +240,7 @@ static int host_device_open(void *state, int index, int odx_device, odx_backend_
 	d->bind_base = (unsigned)index * st->threads;
 	pthread_mutex_init(&d->copy_lock, NULL);
 	pthread_cond_init(&d->copy_cond, NULL);
+	pthread_cond_init(&d->copied_cond, NULL);
 	pthread_mutex_init(&d->pool_lock, NULL);
 	pthread_cond_init(&d->work_cond, NULL);
 	pthread_cond_init(&d->done_cond, NULL);
@@ -304,6 +310,7 @@ static void host_device_close(void *dev)
 	free(d->helpers);
 	pthread_mutex_destroy(&d->copy_lock);
 	pthread_cond_destroy(&d->copy_cond);
+	pthread_cond_destroy(&d->copied_cond);
 	pthread_mutex_destroy(&d->pool_lock);
 	pthread_cond_destroy(&d->work_cond);
 	pthread_cond_destroy(&d->done_cond);
@@ -483,6 +490,14 @@ static void *compute_lane_main(void *arg)
 		if (!d->exec_head)
 			d->exec_tail = NULL;
 		pthread_mutex_unlock(&d->copy_lock);
+		if (!e->variant) {
+			/* copy_sync_after: every launch before it ran and was reported. */
+			memcpy(e->copy_dst, e->copy_src, e->copy_n);
+			pthread_mutex_lock(&d->copy_lock);
+			e->copied = true;
+			pthread_cond_broadcast(&d->copied_cond);
+			continue;
+		}
 		rc = host_run(d, e->variant, e->args, e->nargs, e->grid, e->block, e->device, e->tag,
 			      error, sizeof(error), &native);
 		if (rc)
@@ -494,6 +509,37 @@ static void *compute_lane_main(void *arg)
 	}
 	pthread_mutex_unlock(&d->copy_lock);
 	return NULL;
+}
+
+/* ABI 1.5: the copy is queued on the compute lane behind the launches there, which the lane
+ * runs and reports in order, so when it ran they are reported too. Without an asynchronous
+ * lane a launch completes inside its call and nothing can be in flight: a plain copy. */
+static int host_copy_sync_after(void *dev, bool to_device, uint64_t mem, size_t off, void *host,
+				size_t n, char *error, size_t error_size)
+{
+	host_dev *d = dev;
+	char *p = (char *)(uintptr_t)mem + off;
+	host_exec e = {.copy_dst = to_device ? (void *)p : host,
+		       .copy_src = to_device ? (const void *)host : p,
+		       .copy_n = n};
+
+	(void)error;
+	(void)error_size;
+	if (!d->st->async) {
+		memcpy(e.copy_dst, e.copy_src, n);
+		return 0;
+	}
+	pthread_mutex_lock(&d->copy_lock);
+	if (d->exec_tail)
+		d->exec_tail->next = &e;
+	else
+		d->exec_head = &e;
+	d->exec_tail = &e;
+	pthread_cond_broadcast(&d->copy_cond);
+	while (!e.copied)
+		pthread_cond_wait(&d->copied_cond, &d->copy_lock);
+	pthread_mutex_unlock(&d->copy_lock);
+	return 0;
 }
 
 static int host_launch(void *dev, odx_backend_launch *bl, odx_backend_done_fn done, void *arg)
@@ -549,6 +595,7 @@ static const odx_backend_ops host_ops = {
 	.launch = host_launch,
 	.can_run = NULL,
 	.mem_map = host_mem_map,
+	.copy_sync_after = host_copy_sync_after,
 };
 
 const odx_backend_descriptor odx__host_descriptor = {

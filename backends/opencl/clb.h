@@ -95,6 +95,8 @@ typedef struct clb_api {
 #define CLB_MAX_PLATFORMS 16
 #define CLB_MAX_DEVICES 64
 #define CLB_MAX_ARGS 64
+/* Launches copy_sync_after claims at most (the others in flight are reported as usual). */
+#define CLB_AFTER_MAX 32
 
 /* One OpenCL context per platform, holding every selected device of it, so that copies between
  * those devices are a plain clEnqueueCopyBuffer. */
@@ -138,6 +140,7 @@ typedef struct clb_op {
 	bool fired;   /* its event callback ran */
 	bool claimed; /* an application thread waits for it in progress(): it delivers it */
 	bool dropped; /* its callback could not be set: nobody delivers it */
+	bool launch;  /* a launch, on the compute queue (copy_sync_after waits behind these) */
 } clb_op;
 
 /* A device memory handle (what mem_alloc returns): the buffer and how many of its regions the

@@ -180,6 +180,19 @@ static int clb_device_count(void *state)
 
 /* ---- completion ---------------------------------------------------------------------------- */
 
+/* d->lock held: takes the oldest completed command the completion thread has not taken yet. */
+static clb_op *clb_take_done(clb_dev *d)
+{
+	clb_op *op = d->head;
+
+	if (op) {
+		d->head = op->next;
+		if (!d->head)
+			d->tail = NULL;
+	}
+	return op;
+}
+
 /* Calls a finished command's `done` (no lock held); returns with d->lock held. */
 static void clb_deliver(clb_dev *d, clb_op *op)
 {
@@ -210,12 +223,9 @@ static void *clb_completion_main(void *arg)
 	for (;;) {
 		while (!d->head && !d->stop)
 			pthread_cond_wait(&d->cond, &d->lock);
-		op = d->head;
+		op = clb_take_done(d);
 		if (!op)
 			break; /* stopping, and every completion was delivered */
-		d->head = op->next;
-		if (!d->head)
-			d->tail = NULL;
 		pthread_mutex_unlock(&d->lock);
 		clb_deliver(d, op);
 	}
@@ -237,6 +247,18 @@ static void clb_fl_unlink(clb_dev *d, clb_op *op)
 	op->fl_prev = op->fl_next = NULL;
 }
 
+/* `ts` = now + ns on the clock of the condition variables (CLOCK_REALTIME). */
+static void clb_deadline(struct timespec *ts, uint64_t ns)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+	ts->tv_sec += (time_t)(ns / 1000000000u);
+	ts->tv_nsec += (long)(ns % 1000000000u);
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
 /*
  * ABI 1.4 progress: the calling thread claims the oldest command in flight and waits for its
  * event callback, which then wakes it instead of the completion thread; it delivers `done`. The
@@ -250,14 +272,16 @@ static int clb_progress(void *dev, uint64_t timeout_ns)
 	struct timespec ts;
 	int rc = 0;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += (time_t)(timeout_ns / 1000000000u);
-	ts.tv_nsec += (long)(timeout_ns % 1000000000u);
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
+	clb_deadline(&ts, timeout_ns);
 	pthread_mutex_lock(&d->lock);
+	/* Completed already, and the completion thread has not got to it: deliver it here. */
+	op = clb_take_done(d);
+	if (op) {
+		pthread_mutex_unlock(&d->lock);
+		clb_deliver(d, op);
+		pthread_mutex_unlock(&d->lock);
+		return 1;
+	}
 	op = d->fl_head;
 	if (!op || op->claimed || d->stop) {
 		pthread_mutex_unlock(&d->lock);
@@ -640,12 +664,10 @@ static int clb_copy_d2h(void *dev, void *dst, uint64_t src, size_t src_off, size
 	return rc;
 }
 
-/* A blocking copy on the copy queue, for a caller that waits anyway (ABI 1.3 copy_sync): one
- * hand-off to the driver and back, no event callback. */
-static int clb_copy_sync(void *dev, bool to_device, uint64_t mem, size_t off, void *host, size_t n,
-			 char *error, size_t error_size)
+/* A blocking copy on queue q: one hand-off to the driver and back, no event callback. */
+static int clb_copy_blocking(clb_dev *d, cl_command_queue q, bool to_device, uint64_t mem,
+			     size_t off, void *host, size_t n, char *error, size_t error_size)
 {
-	clb_dev *d = dev;
 	clb_region_out r;
 	cl_int err;
 	int rc;
@@ -653,13 +675,78 @@ static int clb_copy_sync(void *dev, bool to_device, uint64_t mem, size_t off, vo
 	rc = clb_region(d, (clb_buf *)(uintptr_t)mem, off, n, &r, error, error_size);
 	if (rc)
 		return rc;
-	err = to_device ? d->st->api.clEnqueueWriteBuffer(d->copy, r.mem, CL_TRUE, r.off, n, host,
-							  0, NULL, NULL)
-			: d->st->api.clEnqueueReadBuffer(d->copy, r.mem, CL_TRUE, r.off, n, host, 0,
-							 NULL, NULL);
+	err = to_device ? d->st->api.clEnqueueWriteBuffer(q, r.mem, CL_TRUE, r.off, n, host, 0,
+							  NULL, NULL)
+			: d->st->api.clEnqueueReadBuffer(q, r.mem, CL_TRUE, r.off, n, host, 0, NULL,
+							 NULL);
 	clb_region_done(d, &r);
 	return clb_check(err, to_device ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer", d, n,
 			 error, error_size);
+}
+
+/* For a caller that waits anyway (ABI 1.3 copy_sync): on the copy queue. */
+static int clb_copy_sync(void *dev, bool to_device, uint64_t mem, size_t off, void *host, size_t n,
+			 char *error, size_t error_size)
+{
+	clb_dev *d = dev;
+
+	return clb_copy_blocking(d, d->copy, to_device, mem, off, host, n, error, error_size);
+}
+
+/* How long copy_sync_after waits for the event callback of a launch that completed before its
+ * copy: the driver calls it right after the launch ends, so this only bounds a late one. */
+#define CLB_AFTER_WAIT_NS 100000000ull
+
+/*
+ * ABI 1.5 copy_sync_after: a blocking copy on the compute queue, which is in order, so it runs
+ * after the launches queued there before it. The launches in flight are claimed first (as
+ * progress claims one): their event callbacks then wake this thread instead of the completion
+ * thread, and this thread delivers their `done` once the copy returned, so the core finds them
+ * complete without another wait.
+ */
+static int clb_copy_sync_after(void *dev, bool to_device, uint64_t mem, size_t off, void *host,
+			       size_t n, char *error, size_t error_size)
+{
+	clb_dev *d = dev;
+	clb_op *mine[CLB_AFTER_MAX], *op;
+	struct timespec ts;
+	int i, k = 0, rc;
+
+	pthread_mutex_lock(&d->lock);
+	for (op = d->fl_head; op && k < CLB_AFTER_MAX; op = op->fl_next)
+		if (op->launch && !op->claimed && !d->stop) {
+			op->claimed = true;
+			mine[k++] = op;
+		}
+	pthread_mutex_unlock(&d->lock);
+
+	rc = clb_copy_blocking(d, d->compute, to_device, mem, off, host, n, error, error_size);
+
+	clb_deadline(&ts, CLB_AFTER_WAIT_NS);
+	pthread_mutex_lock(&d->lock);
+	for (i = 0; i < k; i++) {
+		int w = 0;
+
+		op = mine[i];
+		while (!op->fired && !op->dropped && w != ETIMEDOUT)
+			w = pthread_cond_timedwait(&d->claim_cond, &d->lock, &ts);
+		if (!op->fired) {
+			/* Late, or dropped: the usual path reports it (see clb_progress). */
+			op->claimed = false;
+			pthread_cond_broadcast(&d->claim_cond);
+			continue;
+		}
+		pthread_mutex_unlock(&d->lock);
+		clb_deliver(d, op); /* returns with d->lock held */
+	}
+	/* Launches that completed before the copy was queued, and wait for the completion thread
+	 * (probably these launches): delivered here too. */
+	while ((op = clb_take_done(d)) != NULL) {
+		pthread_mutex_unlock(&d->lock);
+		clb_deliver(d, op);
+	}
+	pthread_mutex_unlock(&d->lock);
+	return rc;
 }
 
 /* A hop of a staged copy is done: after the first, the bytes are in hop->bounce and go on to
@@ -874,6 +961,7 @@ static int clb_launch(void *dev, odx_backend_launch *l, odx_backend_done_fn done
 		rc = ODX_ENOMEM;
 		goto out_regions;
 	}
+	op->launch = true;
 	err = d->st->api.clEnqueueNDRangeKernel(d->compute, m->kernel, 3, NULL, global, local, 0,
 						NULL, &ev);
 	if (err != CL_SUCCESS) {
@@ -917,6 +1005,7 @@ static const odx_backend_ops clb_ops = {
 	.copy_d2d = clb_copy_d2d,
 	.copy_sync = clb_copy_sync,
 	.progress = clb_progress,
+	.copy_sync_after = clb_copy_sync_after,
 	.module_load = clb_module_load,
 	.module_unload = clb_module_unload,
 	.launch = clb_launch,

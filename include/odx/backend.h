@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define ODX_BACKEND_ABI_MAJOR 1
-#define ODX_BACKEND_ABI_MINOR 4
+#define ODX_BACKEND_ABI_MINOR 5
 #define ODX_BACKEND_ABI_VERSION ((ODX_BACKEND_ABI_MAJOR << 16) | ODX_BACKEND_ABI_MINOR)
 
 /** True if table `t` (whose first member is its size) was built with member `op` in it. */
@@ -273,6 +273,22 @@ typedef struct odx_backend_ops {
 	 * callback is still called exactly once, by whichever thread retires it. Called with no
 	 * core lock held, from application threads only; never from inside a callback. */
 	int (*progress)(void *dev, uint64_t timeout_ns);
+
+	/* ---- ABI 1.5 ------------------------------------------------------------------------ */
+
+	/** Optional (1.5): copy_sync queued behind the launches already queued on this device's
+	 * compute lane: the copy starts once they completed (the lane orders it after them, as
+	 * an in-order queue does), and the call returns once the copy completed. The core calls
+	 * it for an odx_buffer_read or odx_buffer_write whose only unfinished predecessors are
+	 * such launches (a read of what a kernel just wrote, a write of a buffer a kernel still
+	 * reads), so the waiting thread sleeps once, for both, instead of once for the kernel
+	 * and once for the copy. Before it returns the backend should call the `done` callbacks
+	 * of the launches it waited behind, on the calling thread, as progress does (the core
+	 * otherwise waits for them to be reported: the copy is complete only when they are).
+	 * Same arguments and errors as copy_sync; called with no core lock held, from
+	 * application threads only, never from inside a callback. */
+	int (*copy_sync_after)(void *dev, bool to_device, uint64_t mem, size_t off, void *host,
+			       size_t n, char *error, size_t error_size);
 } odx_backend_ops;
 
 /** What a backend module describes itself with. Static storage in the module. */
