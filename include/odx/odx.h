@@ -263,6 +263,8 @@ ODX_API int odx_buffer_register(odx_context *ctx, void *ptr, size_t size, unsign
  * (ODX_ERANGE) without writing anything. The bytes go into the buffer's host copy, or straight
  * into a device's copy when the buffer has one there (or, written whole for the first time, on a
  * context with one device: docs/memory.md, tier.direct_access); `src` is not used after return.
+ * With timeout_ms = -1, a write that waits only for kernels already queued on one device may be
+ * queued behind them there, so the caller sleeps once (docs/memory.md, "Queued behind kernels").
  */
 ODX_API int odx_buffer_write(odx_buffer *buf, size_t offset, const void *src, size_t len,
 			     int timeout_ms);
@@ -272,7 +274,8 @@ ODX_API int odx_buffer_write(odx_buffer *buf, size_t offset, const void *src, si
  * last earlier task that writes the buffer, and copies from the buffer's host copy if it is
  * valid, else straight from a device's valid copy (or brings one to host memory first when only
  * the disk tier holds it). If that writer failed or was canceled, returns ODX_ECANCELED with the
- * cause in odx_last_error() and `dst` is not touched.
+ * cause in odx_last_error() and `dst` is not touched. With timeout_ms = -1, a read of up to
+ * 256 KiB whose writer is a kernel already queued on a device may be queued behind it there.
  */
 ODX_API int odx_buffer_read(odx_buffer *buf, size_t offset, void *dst, size_t len, int timeout_ms);
 
