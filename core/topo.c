@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core.h"
 
@@ -231,6 +232,28 @@ int odx__topo_numa_of_area(odx__topo *t, const void *p, size_t len)
 	return rc;
 }
 
+/*
+ * Host copies of 2 MiB and more are asked to live in transparent huge pages (madvise, which is
+ * all Debian's default THP mode "madvise" grants): a first touch then faults once per 2 MiB
+ * instead of 512 times. A spilled copy's first write-back into host RAM is such a first touch:
+ * 4 MiB took 5-16 ms in 4 KiB pages on this VM, against about 0.8 ms for a later one.
+ */
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static void want_huge_pages(void *p, size_t size)
+{
+#ifdef MADV_HUGEPAGE
+	uintptr_t a = ((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+	uintptr_t end = ((uintptr_t)p + size) & ~(uintptr_t)(HUGE_PAGE - 1);
+
+	if (end > a)
+		madvise((void *)a, end - a, MADV_HUGEPAGE); /* advice: refused costs nothing */
+#else
+	(void)p;
+	(void)size;
+#endif
+}
+
 void *odx__topo_alloc_on(odx__topo *t, int numa, size_t size)
 {
 	void *p;
@@ -241,9 +264,17 @@ void *odx__topo_alloc_on(odx__topo *t, int numa, size_t size)
 		p = hwloc_alloc_membind(t->topo, size, t->numa[numa]->nodeset, HWLOC_MEMBIND_BIND,
 					HWLOC_MEMBIND_BYNODESET);
 		/* mmap'ed either way (page-aligned, zero-filled), so hwloc_free releases both */
-		return p ? p : hwloc_alloc(t->topo, size);
+		if (!p)
+			p = hwloc_alloc(t->topo, size);
+	} else if (size >= HUGE_PAGE) {
+		/* aligned so that every 2 MiB of it can be one huge page */
+		p = aligned_alloc(HUGE_PAGE, (size + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1));
+	} else {
+		return aligned_alloc(64, (size + 63) & ~(size_t)63);
 	}
-	return aligned_alloc(64, (size + 63) & ~(size_t)63);
+	if (p && size >= HUGE_PAGE)
+		want_huge_pages(p, size);
+	return p;
 }
 
 void odx__topo_free(odx__topo *t, void *p, size_t size)

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "odx/backend.h"
 
@@ -317,11 +318,18 @@ static void host_device_close(void *dev)
 	free(d);
 }
 
+/* Allocations of 2 MiB and more (the memory pool's chunks) are 2 MiB-aligned and asked to live
+ * in transparent huge pages (Debian's default THP mode grants them on madvise): one fault per
+ * 2 MiB at first touch instead of 512, fewer TLB misses for kernels streaming through them, and
+ * fresh mappings whatever glibc's mmap threshold has drifted to. */
+#define HOST_HUGE_PAGE ((size_t)2 << 20)
+
 static int host_mem_alloc(void *dev, size_t size, bool zero, uint64_t *handle)
 {
 	host_dev *d = dev;
-	size_t rounded = (size + 63) & ~(size_t)63;
-	void *p = aligned_alloc(64, rounded ? rounded : 64);
+	size_t align = size >= HOST_HUGE_PAGE ? HOST_HUGE_PAGE : 64;
+	size_t rounded = (size + align - 1) & ~(align - 1);
+	void *p = aligned_alloc(align, rounded ? rounded : 64);
 
 	if (!p) {
 		const odx_backend_host *env = d->st->env;
@@ -330,6 +338,10 @@ static int host_mem_alloc(void *dev, size_t size, bool zero, uint64_t *handle)
 			env->error_detail(env->core, "the host's allocator refused that size");
 		return ODX_ENOMEM;
 	}
+#ifdef MADV_HUGEPAGE
+	if (align == HOST_HUGE_PAGE)
+		madvise(p, rounded, MADV_HUGEPAGE); /* advice: refused costs nothing */
+#endif
 	if (zero)
 		memset(p, 0, size);
 	*handle = (uint64_t)(uintptr_t)p;
