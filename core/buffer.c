@@ -1445,7 +1445,9 @@ static bool exec_ready(void *arg)
 static int host_access_run(odx__task *t, int behind)
 {
 	odx_buffer *b = t->args[0].v.buffer;
+	void *user = t->host_ptr, *bounce = NULL;
 	char *replica0;
+	bool read_behind;
 	int rc;
 
 	t->node = behind >= 0 ? behind : access_node(t);
@@ -1463,36 +1465,34 @@ static int host_access_run(odx__task *t, int behind)
 	if (rc == ODX__STAGE_FETCHING)
 		odx__wait_app(t->ctx, fetched, t, -1);
 	rc = atomic_load(&t->fetch_error);
-	if (rc == 0 && behind >= 0 && t->kind == ODX__TASK_READ) {
-		/* Into a bounce first: `dst` stays untouched if the producer fails. */
-		void *user = t->host_ptr, *bounce = malloc(t->host_len);
-
-		if (bounce) {
-			t->host_ptr = bounce;
-			rc = direct_access(t, true);
-			t->host_ptr = user;
-		}
-		odx__wait_app(t->ctx, exec_ready, t, -1);
-		if (!bounce && !atomic_load(&t->cancel))
-			rc = direct_access(t, false); /* no memory for it: after the producer */
-		else if (rc == 0 && !atomic_load(&t->cancel))
-			memcpy(user, bounce, t->host_len);
-		free(bounce);
-	} else if (rc == 0 && !odx__is_host_node(t->ctx, t->node)) {
+	/* A read behind its producer goes into a bounce first: `dst` stays untouched if the
+	 * producer fails. Without memory for one, it copies once the producer finished. */
+	read_behind = behind >= 0 && t->kind == ODX__TASK_READ;
+	if (rc == 0 && read_behind && (bounce = malloc(t->host_len)) != NULL)
+		t->host_ptr = bounce;
+	if (rc != 0 || (read_behind && !bounce)) {
+		/* nothing to copy now */
+	} else if (!odx__is_host_node(t->ctx, t->node)) {
 		rc = direct_access(t, behind >= 0);
-	} else if (rc == 0) {
+	} else {
 		replica0 = (char *)(uintptr_t)b->replicas[t->node].mem + t->host_off;
 		if (t->kind == ODX__TASK_READ)
 			memcpy(t->host_ptr, replica0, t->host_len);
 		else
 			memcpy(replica0, t->host_ptr, t->host_len);
 	}
+	t->host_ptr = user;
 	if (behind >= 0) {
 		/* Their completions update the replicas' states before this one does. */
 		odx__wait_app(t->ctx, exec_ready, t, -1);
 		if (rc == 0)
 			rc = atomic_load(&t->cancel);
 	}
+	if (rc == 0 && read_behind && bounce)
+		memcpy(user, bounce, t->host_len);
+	else if (rc == 0 && read_behind)
+		rc = direct_access(t, false);
+	free(bounce);
 	odx__unstage(t, rc);
 	odx__task_complete(t, rc, t->fetch_msg);
 	return rc;
@@ -1717,4 +1717,3 @@ void odx__buffers_release_all(odx_context *ctx)
 	while ((b = ctx->buffers) != NULL)
 		odx__buffer_release_memory(b);
 }
-
