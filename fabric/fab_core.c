@@ -178,6 +178,9 @@ struct odx_fab {
 	struct fab_peer *peers;
 	char (*peer_str)[96]; /* fi_av_straddr of each rank, made before the progress thread starts */
 	int wake_fd, spin;
+	/* the clock at the start of the current round (progress role): one clock read per round
+	 * serves the timers, the idle policy and the activity stamps */
+	int64_t now;
 	pthread_t thread;
 	bool thread_started;
 
@@ -230,9 +233,11 @@ struct odx_fab {
 		transfers;
 };
 
+/* Counters are written by the progress role only (plock): no locked read-modify-write. */
 static void stat_add(_Atomic uint64_t *c, uint64_t n)
 {
-	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+			      memory_order_relaxed);
 }
 
 static void fab_log(const odx_fab *f, const char *fmt, ...)
@@ -388,7 +393,7 @@ static void op_free(struct fab_op *op)
 static void push_ready(odx_fab *f, struct fab_op *op)
 {
 	op->next = NULL;
-	if (op->not_before > fab_now_ns()) {
+	if (op->not_before && op->not_before > f->now) {
 		op->next = f->delayed;
 		f->delayed = op;
 		return;
@@ -421,7 +426,7 @@ static void posted_add(odx_fab *f, struct fab_op *op)
 {
 	if (op->kind == OP_DATA_TX || op->kind == OP_DATA_RX || op->kind == OP_READ) {
 		f->data_posted++;
-		f->last_data = fab_now_ns();
+		f->last_data = f->now;
 	}
 	if (op->kind != OP_CTRL_RX)
 		f->busy_posted++;
@@ -439,7 +444,7 @@ static void posted_remove(odx_fab *f, struct fab_op *op)
 		return;
 	if (op->kind == OP_DATA_TX || op->kind == OP_DATA_RX || op->kind == OP_READ) {
 		f->data_posted--;
-		f->last_data = fab_now_ns();
+		f->last_data = f->now;
 	}
 	if (op->kind != OP_CTRL_RX)
 		f->busy_posted--;
@@ -973,7 +978,7 @@ static void handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t l
 	}
 	stat_add(&f->msgs_recv, 1);
 	stat_add(&f->bytes_recv, len);
-	p->last_heard = fab_now_ns();
+	p->last_heard = f->now;
 	if (h.credits) {
 		p->credits += h.credits;
 		if (p->credits > f->prof.credits)
@@ -1241,7 +1246,7 @@ static int op_post(odx_fab *f, struct fab_op *op)
 	/* Only control messages count as "heard from us": data chunks and one-sided reads may take
 	 * longer than the peer timeout on a slow link, or never reach the peer's layer at all. */
 	if (p && op->kind == OP_CTRL_TX)
-		p->last_sent = fab_now_ns();
+		p->last_sent = f->now;
 	/* keep a copy of small messages for the replay test hook (cheap: headers and tiny bodies) */
 	if (op->kind == OP_CTRL_TX && !op->raw && op->len <= 128) {
 		pthread_mutex_lock(&f->lock);
@@ -1256,7 +1261,7 @@ static int op_post(odx_fab *f, struct fab_op *op)
 static int post_ready(odx_fab *f)
 {
 	int posted = 0;
-	int64_t now = f->delayed ? fab_now_ns() : 0;
+	int64_t now = f->delayed ? f->now : 0;
 	for (struct fab_op **pp = &f->delayed; *pp;) {
 		struct fab_op *op = *pp;
 		if (op->not_before <= now) {
@@ -1328,7 +1333,7 @@ static void data_op_done(odx_fab *f, struct fab_op *op)
 		stat_add(&f->bytes_sent, op->len);
 	} else {
 		stat_add(&f->bytes_recv, op->len);
-		f->peers[x->peer].last_heard = fab_now_ns();
+		f->peers[x->peer].last_heard = f->now;
 	}
 	op_free(op);
 	x->completed++;
@@ -1507,7 +1512,7 @@ static int poll_cq(odx_fab *f)
 
 static void run_timers(odx_fab *f)
 {
-	int64_t now = fab_now_ns();
+	int64_t now = f->now;
 	if (now < f->next_timer)
 		return;
 	int64_t timeout = (int64_t)f->peer_timeout_ms * 1000000;
@@ -1591,11 +1596,19 @@ static enum fab_idle idle_kind(odx_fab *f, int rounds)
 {
 	if (rounds < f->spin)
 		return rounds > 16 ? IDLE_YIELD : IDLE_SPIN;
-	int64_t now = fab_now_ns();
+	int64_t now = f->now;
 	if (now - f->last_data < FAB_ACTIVE_NS ||
 	    (f->data_posted && now - f->last_data < FAB_ACTIVE_POSTED_NS))
 		return IDLE_YIELD;
 	return IDLE_BLOCK;
+}
+
+/* With plock held: operations of ours are queued or posted (receives included; the standing
+ * control receives not), or a caller is blocked in odx_fab_wait (it waits for a message). */
+static bool in_motion(odx_fab *f)
+{
+	return f->busy_posted || f->ready_head || f->delayed || has_submissions(f) ||
+	       atomic_load(&f->blocked) > 0;
 }
 
 /* How the progress thread blocks: decided with plock held (fi_trywait touches the CQ), done
@@ -1614,7 +1627,11 @@ static bool block_plan(odx_fab *f, int rounds, struct fab_block *b)
 			b->wait_ns = op->not_before - now > 0 ? op->not_before - now : 0;
 	b->cq_fd = f->nrails == 1 ? f->rail[0].cq_fd : -1;
 	if (b->cq_fd < 0 && f->nrails) {
-		int64_t backoff = 50000ll << (rounds - f->spin < 4 ? rounds - f->spin : 4);
+		/* 50 us doubling to 0.8 ms while operations of ours are posted; with none, to the
+		 * timer period: an idle runtime wakes ~100 times a second, not ~1000 (on a small
+		 * host every wake-up preempts someone's busy thread) */
+		int cap = in_motion(f) ? 4 : 8;
+		int64_t backoff = 50000ll << (rounds - f->spin < cap ? rounds - f->spin : cap);
 		if (backoff < b->wait_ns)
 			b->wait_ns = backoff;
 	}
@@ -1665,11 +1682,12 @@ static bool user_work_pending(odx_fab *f)
  * that calls odx_fab_wait would wait for itself. */
 static _Thread_local const odx_fab *fab_driving;
 
-/* One round; with plock held. */
-static int progress_once(odx_fab *f)
+/* One round at time `now`; with plock held. */
+static int progress_once(odx_fab *f, int64_t now)
 {
 	const odx_fab *outer = fab_driving;
 	fab_driving = f;
+	f->now = now;
 	int work = take_submissions(f);
 	work += poll_cq(f);
 	work += post_ready(f);
@@ -1693,12 +1711,17 @@ static void notify_blocked(odx_fab *f)
 	pthread_mutex_unlock(&f->lock);
 }
 
-/* A round as the progress thread; then, if idle, yields or blocks (without the lock). */
+/* A round as the progress thread; then, if idle, yields or blocks (without the lock). `rounds`
+ * counts the idle rounds before it; returns the count after it. */
 static int progress_step(odx_fab *f, int rounds)
 {
 	struct fab_block b;
 	pthread_mutex_lock(&f->plock);
-	int work = progress_once(f);
+	int work = progress_once(f, fab_now_ns());
+	/* Nothing of ours in motion (after a park, a wake-up or a control message): no spinning,
+	 * straight to the activity check; the thread polls only while transfers go on. */
+	if (!work && rounds + 1 < f->spin && !in_motion(f))
+		rounds = f->spin - 1;
 	enum fab_idle how = work ? IDLE_SPIN : idle_kind(f, rounds + 1);
 	bool block = how == IDLE_BLOCK && block_plan(f, rounds + 1, &b);
 	pthread_mutex_unlock(&f->plock);
@@ -1708,7 +1731,7 @@ static int progress_step(odx_fab *f, int rounds)
 		block_wait(f, &b);
 	else if (how == IDLE_YIELD)
 		sched_yield();
-	return work;
+	return work ? 0 : rounds + 1;
 }
 
 /* A caller drives progress in odx_fab_wait, or left it lately with nothing in motion: the
@@ -1745,7 +1768,7 @@ static void *progress_main(void *arg)
 			rounds = 0;
 			continue;
 		}
-		rounds = progress_step(f, rounds) ? 0 : rounds + 1;
+		rounds = progress_step(f, rounds);
 	}
 	/* Closing (no caller may wait any more): drain what the caller started (bounded), say
 	 * goodbye, then cancel the rest. */
@@ -2281,6 +2304,20 @@ int odx_fab_recv(odx_fab *f, int src, uint64_t key, void *dst, size_t len, odx_f
 	return submit_xfer(f, false, src, key, dst, len, done, arg);
 }
 
+struct bar_wait {
+	odx_fab *f;
+	uint64_t epoch;
+};
+
+static bool barrier_done(void *arg)
+{
+	struct bar_wait *w = arg;
+	pthread_mutex_lock(&w->f->lock);
+	bool done = w->f->bar_released >= w->epoch || w->f->failed_peer >= 0;
+	pthread_mutex_unlock(&w->f->lock);
+	return done;
+}
+
 int odx_fab_barrier(odx_fab *f, int timeout_ms)
 {
 	if (!f)
@@ -2306,43 +2343,29 @@ int odx_fab_barrier(odx_fab *f, int timeout_ms)
 		submit_op(f, op);
 	}
 	pthread_mutex_unlock(&f->lock);
-	/* the progress thread runs the barrier: no lingering after an earlier odx_fab_wait */
-	atomic_store(&f->linger_until, 0);
-	uint64_t one = 1;
-	ssize_t k = write(f->wake_fd, &one, sizeof(one));
-	(void)k;
-	struct timespec dl;
-	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += timeout_ms / 1000;
-	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-	if (dl.tv_nsec >= 1000000000) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000;
-	}
-	int ret = 0;
+	/* The caller drives the rounds itself (odx_fab_wait): no hand-off to the progress thread,
+	 * which would otherwise go on polling for a while after the release, on cores the ranks'
+	 * next work needs. */
+	struct bar_wait w = {f, epoch};
+	int ret = odx_fab_wait(f, barrier_done, &w, timeout_ms);
 	pthread_mutex_lock(&f->lock);
-	while (f->bar_released < epoch) {
-		if (f->failed_peer >= 0) {
-			ret = ODX_EPEER;
-			break;
-		}
-		if (pthread_cond_timedwait(&f->cond, &f->lock, &dl) == ETIMEDOUT) {
-			ret = f->bar_released < epoch ? ODX_ETIMEDOUT : 0;
-			break;
-		}
-	}
+	bool released = f->bar_released >= epoch;
+	bool failed = f->failed_peer >= 0;
 	pthread_mutex_unlock(&f->lock);
-	return ret;
+	if (released)
+		return 0;
+	return ret ? ret : failed ? ODX_EPEER : ODX_ETIMEDOUT;
 }
 
 /* The caller gives the progress role back. The progress thread, parked meanwhile, is woken when
- * something is left to move (manual-progress providers move bytes only while polled); otherwise a
- * submission wakes it, or its park times out. */
-static void driver_leave(odx_fab *f)
+ * something is left to move (manual-progress providers move bytes only while polled) or when the
+ * caller goes on waiting blocked (`waiting`: a message it waits for must not sit unpolled through
+ * a linger); otherwise a submission wakes it, or its park times out. */
+static void driver_leave(odx_fab *f, bool waiting)
 {
 	bool idle = false;
-	if (pthread_mutex_trylock(&f->plock) == 0) {
-		idle = !f->busy_posted && !f->ready_head && !f->delayed && !has_submissions(f);
+	if (!waiting && pthread_mutex_trylock(&f->plock) == 0) {
+		idle = !in_motion(f);
 		pthread_mutex_unlock(&f->plock);
 	}
 	atomic_store(&f->linger_until, idle ? fab_now_ns() + FAB_LINGER_NS : 0);
@@ -2361,9 +2384,9 @@ static void driver_leave(odx_fab *f)
  * deadline. Returns true when a round did something or done() holds. */
 static bool wait_round(odx_fab *f, bool (*done)(void *), void *arg, int64_t deadline)
 {
-	atomic_fetch_add(&f->blocked, 1);
+	/* the caller raised `blocked` before it left the progress role */
 	unsigned gen = atomic_load(&f->round_gen);
-	/* checked after `blocked` is raised: a round that ended before this is seen by done() */
+	/* checked after `blocked` was raised: a round that ended before this is seen by done() */
 	bool moved = done(arg);
 	if (!moved) {
 		int64_t until = fab_now_ns() + 10000000;
@@ -2377,7 +2400,6 @@ static bool wait_round(odx_fab *f, bool (*done)(void *), void *arg, int64_t dead
 		moved = atomic_load(&f->round_gen) != gen;
 		pthread_mutex_unlock(&f->lock);
 	}
-	atomic_fetch_sub(&f->blocked, 1);
 	return moved;
 }
 
@@ -2400,13 +2422,15 @@ int odx_fab_wait(odx_fab *f, bool (*done)(void *arg), void *arg, int timeout_ms)
 			ret = ODX_ECLOSED;
 			break;
 		}
-		if (fab_now_ns() >= deadline) {
+		int64_t now = fab_now_ns();
+		if (now >= deadline) {
 			ret = ODX_ETIMEDOUT;
 			break;
 		}
 		if (!driving) {
 			if (wait_round(f, done, arg, deadline)) {
 				atomic_fetch_add(&f->drivers, 1);
+				atomic_fetch_sub(&f->blocked, 1);
 				driving = true;
 				rounds = 0;
 			}
@@ -2418,7 +2442,7 @@ int odx_fab_wait(odx_fab *f, bool (*done)(void *arg), void *arg, int timeout_ms)
 			sched_yield();
 			continue;
 		}
-		int work = progress_once(f);
+		int work = progress_once(f, now);
 		enum fab_idle how = work ? IDLE_SPIN : idle_kind(f, ++rounds);
 		pthread_mutex_unlock(&f->plock);
 		if (work) {
@@ -2427,13 +2451,17 @@ int odx_fab_wait(odx_fab *f, bool (*done)(void *arg), void *arg, int timeout_ms)
 		} else if (how == IDLE_YIELD) {
 			sched_yield();
 		} else if (how == IDLE_BLOCK) {
-			/* nothing in motion: the progress thread takes over until a round works */
-			driver_leave(f);
+			/* nothing in motion: the progress thread takes over (at once, polling while
+			 * anyone is blocked) until a round works */
+			atomic_fetch_add(&f->blocked, 1);
+			driver_leave(f, true);
 			driving = false;
 		}
 	}
 	if (driving)
-		driver_leave(f);
+		driver_leave(f, false);
+	else
+		atomic_fetch_sub(&f->blocked, 1);
 	return ret;
 }
 

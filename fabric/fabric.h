@@ -100,8 +100,9 @@ int odx_fab_send(odx_fab *f, int dst, uint64_t key, const void *src, size_t len,
 		 odx_fab_done_fn done, void *arg);
 int odx_fab_recv(odx_fab *f, int src, uint64_t key, void *dst, size_t len, odx_fab_done_fn done,
 		 void *arg);
-/* Every rank; returns 0, ODX_ETIMEDOUT, ODX_EPEER (a peer failed) or ODX_ECLOSED. timeout_ms <= 0
- * waits up to peer_timeout_ms. */
+/* Every rank; returns 0, ODX_ETIMEDOUT, ODX_EPEER (a peer failed), ODX_ECLOSED or ODX_EBUSY (from
+ * a callback). timeout_ms <= 0 waits up to peer_timeout_ms. The caller drives progress meanwhile,
+ * as in odx_fab_wait. */
 int odx_fab_barrier(odx_fab *f, int timeout_ms);
 
 /*
