@@ -183,6 +183,12 @@ static void fill_profile(struct fab_profile *prof, const char *prov, const struc
 		 * so the sender check falls back to the header (job key, rank range, sequence). */
 		prof->source_broken = true;
 	}
+	if (strstr(prov, "tcp")) {
+		/* Over tcp a large message is one rendezvous moved by one stream; 1 MiB chunks keep
+		 * eight in flight and the pipe full: 1.3-2x the single-message raw loop from 8 MiB
+		 * up on loopback (16 MiB chunks: 0.8-1.0x; docs/performance.md) */
+		prof->chunk = 1u << 20;
+	}
 	if (info->ep_attr->max_msg_size && prof->chunk > info->ep_attr->max_msg_size)
 		prof->chunk = info->ep_attr->max_msg_size;
 	const char *env = getenv("ODX_FAB_CHUNK");

@@ -413,18 +413,24 @@ int main(int argc, char **argv)
 	const char *prov = "tcp";
 	size_t max = 64u << 20, min = 0;
 	int opt;
-	while ((opt = getopt(argc, argv, "p:m:n:q")) != -1) {
+	int pairs = 5;
+	while ((opt = getopt(argc, argv, "p:m:n:k:q")) != -1) {
 		if (opt == 'p')
 			prov = optarg;
 		else if (opt == 'm')
 			max = strtoull(optarg, NULL, 0);
 		else if (opt == 'n')
 			min = strtoull(optarg, NULL, 0);
+		else if (opt == 'k')
+			pairs = atoi(optarg);
 		else if (opt == 'q')
 			quick = true;
 		else
-			DIE("usage: fabric_bw [-p provider] [-m max_bytes] [-n min_bytes] [-q]");
+			DIE("usage: fabric_bw [-p provider] [-m max_bytes] [-n min_bytes] [-k pairs] "
+			    "[-q]");
 	}
+	if (pairs < 1 || pairs > 15)
+		DIE("-k: 1 to 15 pairs of raw and ODX runs per size");
 	odx_fab_params p = {.provider = prov, .iface = getenv("ODX_FABRIC_IFACE")};
 	odx_fab *f = NULL;
 	char err[1024];
@@ -461,7 +467,8 @@ int main(int argc, char **argv)
 	raw_register(&r, buf, buf2, max);
 	/* The project's protocol: raw and ODX alternate (A B A B), `pairs` pairs per size; we print
 	 * the medians and the median ratio with its min and max (the host is shared and noisy). */
-	int pairs = quick ? 1 : 5;
+	if (quick)
+		pairs = 1;
 	for (size_t i = 0; i < nsizes; i++) {
 		double rl[16], rb[16], ol[16], ob[16], lr[16], br[16];
 		for (int k = 0; k < pairs; k++) {
