@@ -154,6 +154,7 @@ struct fab_rail {
 	struct fid_ep *ep;
 	bool mr_local, mr_endpoint, mr_virt, mr_prov_key, mr_raw, has_rma, has_source;
 	bool rx_iov2; /* receives take two iovs (the last chunk's sink) */
+	size_t chunk;  /* how transfers over this rail are cut (its provider's profile) */
 	struct fid_mr *sink_mr;
 	void *sink_desc;
 	int cq_fd;
@@ -777,7 +778,7 @@ static void xfer_start(odx_fab *f, struct fab_xfer *x)
 		return;
 	}
 	x->mode = FAB_MODE_TAGGED;
-	x->chunk = fab_chunk_size(x->len, f->prof.chunk);
+	x->chunk = fab_chunk_size(x->len, peer_rail(f, x->peer)->chunk);
 	x->nchunks = fab_chunk_count(x->len, x->chunk);
 	x->own_chunks = x->nchunks;
 	x->check = fab_data_check(f->wu.job_key, x->key, x->len, x->chunk, x->nchunks);
@@ -2005,11 +2006,7 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 		goto out_free;
 	snprintf(f->rail[0].prov, sizeof(f->rail[0].prov), "%s", f->prof.prov);
 	atomic_store(&f->pull_min, f->prof.pull_min);
-	f->sink_len = f->prof.chunk;
-	f->sink = mmap(NULL, f->sink_len, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (f->sink == MAP_FAILED)
-		f->sink = NULL; /* then a longer sender truncates (the provider's error) */
+	f->rail[0].chunk = f->prof.chunk;
 	ret = fab_wireup_detect(&f->wu, err, errlen);
 	if (ret)
 		goto out_free;
@@ -2047,6 +2044,7 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 				rl->info = shm_info;
 				shm_info = NULL;
 				snprintf(rl->prov, sizeof(rl->prov), "shm");
+				rl->chunk = shm_prof.chunk;
 				if (open_endpoint(f, rl, false, shm_err, sizeof(shm_err)) == 0)
 					f->nrails = 2;
 				else
@@ -2056,6 +2054,14 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 		}
 		snprintf(f->provider, sizeof(f->provider), "%s%s", f->prof.prov,
 			 f->nrails > 1 ? "+shm" : "");
+		/* room for one chunk of any rail */
+		f->sink_len = f->rail[0].chunk;
+		if (f->nrails > 1 && f->rail[1].chunk > f->sink_len)
+			f->sink_len = f->rail[1].chunk;
+		f->sink = mmap(NULL, f->sink_len, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (f->sink == MAP_FAILED)
+			f->sink = NULL; /* then a longer sender truncates (the provider's error) */
 		ret = exchange_names(f, err, errlen);
 		if (ret)
 			goto out_close;
