@@ -261,13 +261,13 @@ int main(void)
 	odx_context *ctx;
 	size_t gn = T * T * TS * TS * sizeof(float), sn = NCH * CH * sizeof(float);
 	size_t rn = RB * RW * sizeof(uint32_t);
-	float *g1 = calloc(1, gn), *g2 = calloc(1, gn), *s1 = calloc(1, sn), *s2 = calloc(1, sn);
-	uint32_t *r1 = calloc(1, rn), *r2 = calloc(1, rn);
 	int fails = 0;
 
 	alarm(150); /* the whole job's deadline, whatever hangs */
 	if (getenv("DIST_TEST_KILL") && strcmp(getenv("DIST_TEST_KILL"), "1") == 0)
 		return killed_rank();
+	float *g1 = calloc(1, gn), *g2 = calloc(1, gn), *s1 = calloc(1, sn), *s2 = calloc(1, sn);
+	uint32_t *r1 = calloc(1, rn), *r2 = calloc(1, rn);
 	CHECK(NULL, odx_open(&ctx, NULL));
 	rank_ = odx_rank(ctx);
 	printf("rank %d of %d\n", rank_, odx_size(ctx));
