@@ -1690,6 +1690,10 @@ static int progress_once(odx_fab *f, int64_t now)
 	fab_driving = f;
 	f->now = now;
 	int work = take_submissions(f);
+	/* new operations go out before the poll: on tcp a poll is a system call or more, and a
+	 * send posted a poll later cost 4-6 us of ping-pong latency */
+	if (work)
+		work += post_ready(f);
 	work += poll_cq(f);
 	work += post_ready(f);
 	if (f->nrails)
