@@ -2332,6 +2332,8 @@ int odx_fab_barrier(odx_fab *f, int timeout_ms)
 {
 	if (!f)
 		return ODX_EINVAL;
+	if (fab_driving == f)
+		return ODX_EBUSY; /* from a callback: checked before the epoch moves */
 	if (f->size == 1)
 		return 0;
 	if (timeout_ms <= 0)

@@ -181,16 +181,18 @@ static bool never(void *arg)
 	return false;
 }
 
-/* A callback that waits: its thread already drives progress, so the wait refuses. */
+/* A callback that waits: its thread already drives progress, so the wait (and a barrier, which
+ * waits too) refuses. */
 struct nested {
 	odx_fab *f;
-	int calls, ret;
+	int calls, ret, bar;
 };
 
 static void on_done_nested(void *arg, int status, const char *msg)
 {
 	struct nested *n = arg;
 	n->ret = odx_fab_wait(n->f, never, NULL, 1000);
+	n->bar = odx_fab_barrier(n->f, 1000);
 	__atomic_add_fetch(&n->calls, 1, __ATOMIC_SEQ_CST);
 	(void)status;
 	(void)msg;
@@ -229,14 +231,17 @@ static void test_wait(void)
 	CHECK(odx_fab_wait(NULL, never, NULL, 50) == ODX_EINVAL &&
 		      odx_fab_wait(f, NULL, NULL, 50) == ODX_EINVAL,
 	      "bad arguments accepted");
-	struct nested n = {f, 0, 0};
+	struct nested n = {f, 0, 0, 0};
 	char a[8] = "abcdefg", b[8];
 	CHECK(odx_fab_send(f, 0, 400, a, 8, on_done_nested, &n) == 0 &&
 		      odx_fab_recv(f, 0, 400, b, 8, on_done_nested, &n) == 0,
 	      "nested transfer");
 	ret = odx_fab_wait(f, nested_done, &n, 30000);
-	CHECK(ret == 0 && n.ret == ODX_EBUSY, "wait from a callback: %s, inner %s",
-	      odx_err_name(ret), odx_err_name(n.ret));
+	CHECK(ret == 0 && n.ret == ODX_EBUSY && n.bar == ODX_EBUSY,
+	      "wait from a callback: %s, inner wait %s, inner barrier %s", odx_err_name(ret),
+	      odx_err_name(n.ret), odx_err_name(n.bar));
+	/* the refused barrier left no epoch behind: a barrier from here still works */
+	CHECK(odx_fab_barrier(f, 1000) == 0, "barrier after a refused one");
 	odx_fab_close(f);
 }
 
