@@ -562,6 +562,42 @@ static int dir_entries(const char *path, char *first, size_t n)
 	return count;
 }
 
+/* Buffers written from the host, all live at once, 512 KiB more than host RAM and the devices
+ * hold under kv's limits (1 MiB each): some must be on disk when they are read back. */
+static void reload_all_live(const char *const *kv)
+{
+	enum { WORDS = 16384 }; /* 64 KiB */
+	int n = 16 * (host_nodes() + 1) + 8;
+	odx_buffer **b = calloc((size_t)n, sizeof(*b));
+	uint32_t *host = malloc(WORDS * sizeof(uint32_t));
+	odx_context *ctx;
+
+	assert_non_null(b);
+	assert_non_null(host);
+	ctx = open_ctx(kv);
+	log_reset();
+	for (int i = 0; i < n; i++) {
+		for (int j = 0; j < WORDS; j++)
+			host[j] = (uint32_t)(i * 40503u + (unsigned)j);
+		assert_ok(odx_buffer_create(ctx, WORDS * sizeof(uint32_t), 0, &b[i]));
+		assert_ok(odx_buffer_write(b[i], 0, host, WORDS * sizeof(uint32_t), TEST_TIMEOUT_MS));
+	}
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	for (int i = 0; i < n; i++) {
+		assert_ok(odx_buffer_read(b[i], 0, host, WORDS * sizeof(uint32_t), TEST_TIMEOUT_MS));
+		for (int j = 0; j < WORDS; j++)
+			if (host[j] != (uint32_t)(i * 40503u + (unsigned)j))
+				fail_msg("buffer %d word %d: %u after the round trip", i, j, host[j]);
+		odx_buffer_destroy(b[i]);
+	}
+	assert_ok(odx_close(ctx));
+	print_message("%d live buffers of 64 KiB: spills %llu, reloads %llu\n", n,
+		      stat_sum("disk tier", "spills"), stat_sum("disk tier", "reloads"));
+	assert_true(stat_sum("disk tier", "reloads") > 0);
+	free(b);
+	free(host);
+}
+
 /* Host RAM below the working set: copies go to disk and come back, results unchanged. */
 static void test_disk_spill_and_reload(void **state)
 {
@@ -579,7 +615,9 @@ static void test_disk_spill_and_reload(void **state)
 		      stat_sum("disk tier", "reloads"));
 	assert_memory_equal(ref, got, outbytes);
 	assert_true(stat_sum("disk tier", "spills") > 0);
-	assert_true(stat_sum("disk tier", "reloads") > 0);
+	/* Whether that run reloads anything depends on how far its kernels run ahead of its reads
+	 * (its inputs go to disk first): the reloads are checked where they cannot be avoided. */
+	reload_all_live(kv);
 	/* everything removed at close */
 	assert_int_equal(dir_entries(spill_root, NULL, 0), 0);
 	rmdir(spill_root);
