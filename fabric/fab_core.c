@@ -186,7 +186,7 @@ struct odx_fab {
 	bool thread_started;
 
 	pthread_mutex_t lock; /* submissions, handlers, barrier, peer states */
-	pthread_cond_t cond;  /* barrier, failed peers, and rounds that did something (round_gen) */
+	pthread_cond_t cond;  /* round_gen moved: a round did something, a barrier or a peer changed */
 	/* The progress role: held for a round by the progress thread or by a caller in
 	 * odx_fab_wait; it guards the libfabric objects and the "progress role only" state below.
 	 * Never held across a blocking call. Order: plock, then lock. */
@@ -283,6 +283,14 @@ static void wake(odx_fab *f)
 		ssize_t k = write(f->wake_fd, &one, sizeof(one));
 		(void)k;
 	}
+}
+
+/* With f->lock held: callers blocked in odx_fab_wait look at their condition again (a barrier
+ * released, a peer failed), even when no round counted work. */
+static void wake_blocked_locked(odx_fab *f)
+{
+	atomic_fetch_add(&f->round_gen, 1);
+	pthread_cond_broadcast(&f->cond);
 }
 
 /* ---- maps: (peer, key) --------------------------------------------------------------------- */
@@ -843,7 +851,7 @@ static void peer_fail(odx_fab *f, int rank, const char *why)
 	}
 	odx_fab_peer_fn on_peer = f->on_peer;
 	void *user = f->user;
-	pthread_cond_broadcast(&f->cond);
+	wake_blocked_locked(f);
 	pthread_mutex_unlock(&f->lock);
 	fab_log(f, "rank %d failed: %s", rank, msg);
 	if (on_peer)
@@ -1065,7 +1073,7 @@ static void handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t l
 			f->bar_arrived[b.epoch & 1]++;
 		else if (b.epoch > f->bar_released)
 			f->bar_released = b.epoch;
-		pthread_cond_broadcast(&f->cond);
+		wake_blocked_locked(f);
 		pthread_mutex_unlock(&f->lock);
 		if (h.type == FAB_MSG_BARRIER_IN)
 			check_barrier(f);
@@ -1106,7 +1114,7 @@ static void check_barrier(odx_fab *f)
 	if (release) {
 		f->bar_arrived[e & 1] -= (unsigned)f->size - 1;
 		f->bar_released = e;
-		pthread_cond_broadcast(&f->cond);
+		wake_blocked_locked(f);
 	}
 	pthread_mutex_unlock(&f->lock);
 	if (release) {
@@ -1711,8 +1719,7 @@ static void notify_blocked(odx_fab *f)
 	if (!atomic_load(&f->blocked))
 		return;
 	pthread_mutex_lock(&f->lock);
-	atomic_fetch_add(&f->round_gen, 1);
-	pthread_cond_broadcast(&f->cond);
+	wake_blocked_locked(f);
 	pthread_mutex_unlock(&f->lock);
 }
 
@@ -2364,9 +2371,7 @@ int odx_fab_barrier(odx_fab *f, int timeout_ms)
 	bool released = f->bar_released >= epoch;
 	bool failed = f->failed_peer >= 0;
 	pthread_mutex_unlock(&f->lock);
-	if (released)
-		return 0;
-	return ret ? ret : failed ? ODX_EPEER : ODX_ETIMEDOUT;
+	return released ? 0 : failed ? ODX_EPEER : ret;
 }
 
 /* The caller gives the progress role back. The progress thread, parked meanwhile, is woken when
