@@ -359,6 +359,15 @@ static const struct key_def keys[] = {
 		.max = 100,
 	},
 	{
+		.name = "fabric.shm_lanes",
+		.type = KEY_INT,
+		.def = "2",
+		.help = "copy lanes between ranks on one host (shm): endpoints with a copying thread "
+			"each, over which large transfers split (1: off)",
+		.min = 1,
+		.max = 4,
+	},
+	{
 		.name = "fabric.fault",
 		.type = KEY_STRING,
 		.def = "",

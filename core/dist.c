@@ -74,6 +74,7 @@ static void fab_params(const odx_context *ctx, odx_fab_params *p)
 	if (!p->fault[0])
 		p->fault = NULL;
 	p->max_retries = (int)odx__config_int(ctx->config, "fabric.retries");
+	p->shm_lanes = (int)odx__config_int(ctx->config, "fabric.shm_lanes");
 }
 
 int odx__dist_open(odx_context *ctx, char *err, size_t errlen)

@@ -45,6 +45,8 @@
 #define FAB_SEQ_AHEAD_MAX 65536
 #define FAB_MAP_BUCKETS 1024
 #define FAB_WIREUP_TIMEOUT_MS 60000
+#define FAB_RAILS_MAX 2
+#define FAB_LANES_MAX 4
 /* Data in motion keeps the progress thread polling (yielding, never sleeping): a data completion
  * this recent, or data ops posted and one posted or completed this recent. Manual-progress
  * providers move bytes only while polled, on both sides (tcp sockets, shm's two-copy protocol),
@@ -91,6 +93,14 @@ struct fab_op {
 	int rail;	  /* OP_CTRL_RX: the endpoint it is posted on */
 	bool detached;	  /* a data op its transfer gave up on: only released when it comes back */
 	bool sink;	  /* OP_DATA_RX: a second iov into the sink takes bytes beyond the chunk */
+	/* Copy lanes (data chunks only): 0 is the rail's own endpoint; k > 0 hands the op to lane
+	 * k's thread, which posts it, polls for it and hands it back with c_* filled in. */
+	uint8_t lane;
+	atomic_bool cancel;	      /* the progress role wants it cancelled (lane ops) */
+	struct fab_op *qprev, *qnext; /* the lane thread's list of what it posted */
+	size_t c_len;
+	uint64_t c_data;
+	int c_err, c_prov_errno;
 	_Alignas(8) unsigned char data[]; /* control buffers: headers are read in place */
 };
 
@@ -106,6 +116,9 @@ struct fab_xfer {
 	uint64_t check;	     /* fab_data_check of this transfer (tagged mode) */
 	uint32_t own_chunks; /* a receive's chunks into its buffer; beyond them, into the sink */
 	bool mismatch;	     /* the sender's length differs: drain its chunks, then fail */
+	bool hollow;	     /* a send the receiver refused: chunks not yet posted go out empty */
+	int refused;	     /* ... and fails with this once its last chunk is out */
+	char *refused_msg;
 	unsigned char *buf;
 	size_t len;
 	odx_fab_done_fn done;
@@ -132,6 +145,8 @@ enum peer_state {
 struct fab_peer {
 	fi_addr_t addr; /* in its rail's AV */
 	int rail;	/* 0: the network endpoint, 1: shm for ranks on this host (auto mode) */
+	int lanes; /* copy lanes used with it: the fewer of its rail's and the peer's (1: none) */
+	fi_addr_t lane_addr[FAB_LANES_MAX]; /* its lanes in its rail's AV (sends go there) */
 	enum peer_state state;
 	unsigned credits, to_return;
 	bool credit_pending, hb_inflight, gone_swept;
@@ -142,6 +157,8 @@ struct fab_peer {
 	unsigned tx_inflight; /* data chunks posted to it (profile tx_limit) */
 	struct fab_xfer *tx_wait_head, *tx_wait_tail;
 };
+
+struct fab_lane;
 
 /* One endpoint with its own fabric, domain, AV and CQ. */
 struct fab_rail {
@@ -155,12 +172,37 @@ struct fab_rail {
 	bool mr_local, mr_endpoint, mr_virt, mr_prov_key, mr_raw, has_rma, has_source;
 	bool rx_iov2; /* receives take two iovs (the last chunk's sink) */
 	size_t chunk;  /* how transfers over this rail are cut (its provider's profile) */
+	size_t lane_min; /* the smallest piece worth a copy lane (profile) */
 	struct fid_mr *sink_mr;
 	void *sink_desc;
 	int cq_fd;
+	/* copy lanes: more endpoints of this provider, each driven by a thread of its own, so
+	 * that the chunks of one transfer are copied in parallel (lane 0 is this endpoint) */
+	int nlanes;
+	struct fab_lane *lanes[FAB_LANES_MAX];
 };
 
-#define FAB_RAILS_MAX 2
+/* A copy lane: an endpoint (in its own fabric and domain) that only its thread touches. The
+ * progress role hands it data ops through `in` and takes them back, completed, from `out`. */
+struct fab_lane {
+	struct fab_rail rl;
+	odx_fab *f;
+	int index;
+	fi_addr_t *addr; /* each rank's address in this lane's AV */
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t lock;
+	pthread_cond_t cond; /* `in` got an op, or stop */
+	struct fab_op *in_head, *in_tail, *out_head, *out_tail;
+	bool stop, idle_wait;
+	atomic_bool has_out;
+	atomic_uint cancels;
+	/* lane thread only */
+	struct fab_op *pending, *pending_tail; /* taken from `in`, not yet accepted (EAGAIN) */
+	struct fab_op *posted;
+	unsigned nposted;
+};
+
 #define FAB_HOST_KEY 64
 
 struct odx_fab {
@@ -231,7 +273,7 @@ struct odx_fab {
 	atomic_uint garbage_calls;
 
 	_Atomic uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv, bad_msgs, retries, eagain,
-		transfers;
+		transfers, lane_bytes;
 };
 
 /* Counters are written by the progress role only (plock): no locked read-modify-write. */
@@ -557,6 +599,7 @@ static void xfer_release(odx_fab *f, struct fab_xfer *x)
 	if (x->anext)
 		x->anext->aprev = x->aprev;
 	mr_close(&x->mr);
+	free(x->refused_msg);
 	free(x);
 }
 
@@ -569,6 +612,8 @@ static void xfer_activate(odx_fab *f, struct fab_xfer *x)
 	f->active = x;
 }
 
+static void lane_cancel(struct fab_lane *ln, struct fab_op *op);
+
 /* Takes a data op out of its transfer's window: the transfer goes on (or ends) without it, and
  * the op is only released when the provider hands it back (or the queue drops it). */
 static void op_detach(odx_fab *f, struct fab_xfer *x, struct fab_op *op)
@@ -578,8 +623,13 @@ static void op_detach(odx_fab *f, struct fab_xfer *x, struct fab_op *op)
 	op->slot = -1;
 	op->detached = true;
 	x->inflight--;
-	if (op->posted && op->kind != OP_DATA_TX)
-		fi_cancel(&peer_rail(f, x->peer)->ep->fid, op);
+	if (op->posted && op->kind != OP_DATA_TX) {
+		struct fab_rail *rl = peer_rail(f, x->peer);
+		if (op->lane)
+			lane_cancel(rl->lanes[op->lane], op);
+		else
+			fi_cancel(&rl->ep->fid, op);
+	}
 }
 
 /* Calls done once; frees the transfer when the provider holds none of its operations. */
@@ -656,14 +706,19 @@ static void xfer_feed(odx_fab *f, struct fab_xfer *x)
 			/* a longer sender's chunk beyond this buffer: drained (only with a sink,
 			 * see recv_mismatch_begin) */
 			op->buf = f->sink;
-			op->len = x->chunk < f->sink_len ? x->chunk : f->sink_len;
+			op->len = f->sink_len; /* a chunk of any size the sender may cut */
 			op->desc = NULL;
 		} else if (kind == OP_DATA_RX && f->sink && peer_rail(f, x->peer)->rx_iov2) {
 			/* the last chunk: a longer sender's bytes spill into the sink instead of
-			 * truncating (tcp;ofi_rxm drops the connection then) */
-			op->sink = op->chunk == x->own_chunks - 1;
+			 * truncating (tcp;ofi_rxm drops the connection then); with copy lanes every
+			 * chunk, since a sender of another length cuts other chunk sizes */
+			op->sink = op->chunk == x->own_chunks - 1 || p->lanes > 1;
 		}
 		op->tag = fab_data_tag(x->key, x->next_chunk);
+		/* the chunks take turns over the copy lanes (the same turn on both sides); chunk 0
+		 * stays on the rail's endpoint, so a length disagreement still shows there */
+		if (kind != OP_READ && p->lanes > 1)
+			op->lane = (uint8_t)(op->chunk % (uint32_t)p->lanes);
 		op->rma_addr = x->rma_addr + off;
 		op->rma_key = x->rma_key;
 		for (int i = 0; i < FAB_WINDOW_MAX; i++) {
@@ -765,6 +820,21 @@ static void self_match(odx_fab *f, struct fab_xfer *rx, struct fab_xfer *tx)
 	xfer_finish(f, rx, 0, NULL);
 }
 
+/* How transfers of `len` bytes with `peer` are cut: its rail's chunk, and with copy lanes one
+ * piece per lane at least, each of lane_min bytes or more (page-aligned). Both sides compute it
+ * from their length: a receive whose length differs from its send's learns so from chunk 0,
+ * which both post on the rail's own endpoint. */
+static size_t xfer_chunk(odx_fab *f, int peer, size_t len)
+{
+	struct fab_rail *rl = peer_rail(f, peer);
+	size_t lanes = (size_t)f->peers[peer].lanes;
+	if (lanes < 2 || !rl->lane_min || len / rl->lane_min < 2)
+		return rl->chunk;
+	size_t pieces = len / rl->lane_min < lanes ? len / rl->lane_min : lanes;
+	size_t piece = ((len + pieces - 1) / pieces + 4095) & ~(size_t)4095;
+	return piece < rl->chunk ? piece : rl->chunk;
+}
+
 static void xfer_start(odx_fab *f, struct fab_xfer *x)
 {
 	xfer_activate(f, x);
@@ -786,7 +856,7 @@ static void xfer_start(odx_fab *f, struct fab_xfer *x)
 		return;
 	}
 	x->mode = FAB_MODE_TAGGED;
-	x->chunk = fab_chunk_size(x->len, peer_rail(f, x->peer)->chunk);
+	x->chunk = fab_chunk_size(x->len, xfer_chunk(f, x->peer, x->len));
 	x->nchunks = fab_chunk_count(x->len, x->chunk);
 	x->own_chunks = x->nchunks;
 	x->check = fab_data_check(f->wu.job_key, x->key, x->len, x->chunk, x->nchunks);
@@ -1055,7 +1125,20 @@ static void handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t l
 				 "expects %llu bytes (%s)",
 				 src, x->len, (unsigned long long)x->key,
 				 (unsigned long long)fin.len, odx_strerror(fin.status));
-			xfer_finish(f, x, fin.status < 0 ? fin.status : ODX_EINVAL, msg);
+			int status = fin.status < 0 ? fin.status : ODX_EINVAL;
+			if (x->mode == FAB_MODE_TAGGED && !x->finished &&
+			    x->completed < x->nchunks) {
+				/* The receiver drains every chunk this send cuts (it learned how many
+				 * from chunk 0): the ones not posted yet (window, credits, EAGAIN) go
+				 * out empty, else it would wait for them forever. The caller hears
+				 * when the last one is out: until then the provider may still read
+				 * its buffer. */
+				x->hollow = true;
+				x->refused = status;
+				x->refused_msg = strdup(msg);
+			} else {
+				xfer_finish(f, x, status, msg);
+			}
 		}
 		break;
 	}
@@ -1146,6 +1229,31 @@ static void data_op_release(odx_fab *f, struct fab_op *op)
 		xfer_release(f, x);
 }
 
+/* Posts a data chunk (a send, or a receive into its buffer and maybe the sink) on rl's
+ * endpoint: the progress role for a rail, a lane's thread for its lane. */
+static ssize_t post_data(odx_fab *f, struct fab_rail *rl, fi_addr_t addr, struct fab_op *op)
+{
+	if (op->kind == OP_DATA_TX)
+		return fi_tsenddata(rl->ep, op->buf, op->len, op->desc, op->xfer->check, addr,
+				    op->tag, op);
+	if (op->sink || op->buf == f->sink) {
+		struct iovec iov[2] = {{op->buf, op->len}, {f->sink, f->sink_len}};
+		void *desc[2] = {op->desc, rl->sink_desc};
+		/* an empty chunk: the sink alone */
+		size_t n = !op->sink ? 1 : op->len ? 2 : 1;
+		if (op->sink && !op->len) {
+			iov[0] = iov[1];
+			desc[0] = desc[1];
+		}
+		if (op->buf == f->sink)
+			desc[0] = rl->sink_desc;
+		return fi_trecvv(rl->ep, iov, desc, n, addr, op->tag, 0, op);
+	}
+	return fi_trecv(rl->ep, op->buf, op->len, op->desc, addr, op->tag, 0, op);
+}
+
+static void lane_submit(struct fab_lane *ln, struct fab_op *op);
+
 /* Returns 0 when the op left the queue (posted, dropped or failed), -FI_EAGAIN to keep it. */
 static int op_post(odx_fab *f, struct fab_op *op)
 {
@@ -1171,6 +1279,8 @@ static int op_post(odx_fab *f, struct fab_op *op)
 			return 0;
 		}
 	}
+	if (op->kind == OP_DATA_TX && op->xfer->hollow)
+		op->len = 0; /* refused: the receiver only counts it */
 	if (op->kind == OP_CTRL_TX && !op->raw) {
 		struct fab_hdr *h = (struct fab_hdr *)op->buf;
 		if (!op->seq_set) {
@@ -1204,8 +1314,16 @@ static int op_post(odx_fab *f, struct fab_op *op)
 					  0);
 		rl->sink_desc = fi_mr_desc(rl->sink_mr);
 	}
+	if (op->lane && op->kind == OP_DATA_RX) {
+		/* counted as posted from here: the lane hands it back when the provider does */
+		lane_submit(rl->lanes[op->lane], op);
+		posted_add(f, op);
+		return 0;
+	}
 	ssize_t ret;
-	fi_addr_t addr = p ? p->addr : FI_ADDR_UNSPEC;
+	/* a chunk for a copy lane goes from this endpoint to the peer's lane: only the receiver's
+	 * lane threads work (the copy is the receiver's) */
+	fi_addr_t addr = !p ? FI_ADDR_UNSPEC : op->lane ? p->lane_addr[op->lane] : p->addr;
 	switch (op->kind) {
 	case OP_CTRL_TX:
 		ret = op->tag ? fi_tsenddata(rl->ep, op->buf, op->len, op->desc, op->cq_data, addr,
@@ -1218,25 +1336,8 @@ static int op_post(odx_fab *f, struct fab_op *op)
 			       FAB_TAG_CTRL, 0, op);
 		break;
 	case OP_DATA_TX:
-		ret = fi_tsenddata(rl->ep, op->buf, op->len, op->desc, op->xfer->check, addr,
-				   op->tag, op);
-		break;
 	case OP_DATA_RX:
-		if (op->sink || op->buf == f->sink) {
-			struct iovec iov[2] = {{op->buf, op->len}, {f->sink, f->sink_len}};
-			void *desc[2] = {op->desc, rl->sink_desc};
-			/* an empty chunk: the sink alone */
-			size_t n = !op->sink ? 1 : op->len ? 2 : 1;
-			if (op->sink && !op->len) {
-				iov[0] = iov[1];
-				desc[0] = desc[1];
-			}
-			if (op->buf == f->sink)
-				desc[0] = rl->sink_desc;
-			ret = fi_trecvv(rl->ep, iov, desc, n, addr, op->tag, 0, op);
-		} else {
-			ret = fi_trecv(rl->ep, op->buf, op->len, op->desc, addr, op->tag, 0, op);
-		}
+		ret = post_data(f, rl, addr, op);
 		break;
 	case OP_READ:
 		ret = fi_read(rl->ep, op->buf, op->len, op->desc, addr, op->rma_addr, op->rma_key,
@@ -1342,6 +1443,8 @@ static void data_op_done(odx_fab *f, struct fab_op *op)
 		stat_add(&f->bytes_sent, op->len);
 	} else {
 		stat_add(&f->bytes_recv, op->len);
+		if (op->lane)
+			stat_add(&f->lane_bytes, op->len);
 		f->peers[x->peer].last_heard = f->now;
 	}
 	op_free(op);
@@ -1352,6 +1455,11 @@ static void data_op_done(odx_fab *f, struct fab_op *op)
 	}
 	if (x->is_send && x->mode == FAB_MODE_PULL)
 		return; /* waits for the receiver's FIN */
+	if (x->hollow) {
+		xfer_finish(f, x, x->refused,
+			    x->refused_msg ? x->refused_msg : "the receiver refused the send");
+		return;
+	}
 	if (x->mode == FAB_MODE_PULL) {
 		struct fab_fin fin = {.key = x->key, .len = x->len};
 		ctrl_send(f, x->peer, FAB_MSG_FIN, &fin, sizeof(fin));
@@ -1509,11 +1617,252 @@ static int poll_rail(odx_fab *f, int rail)
 	return 0;
 }
 
+/* ---- copy lanes ---------------------------------------------------------------------------
+ * On shm the receiver's progress does the copy (process_vm_readv with CMA), so one endpoint
+ * moves a large transfer at the speed of one thread's copy loop. A lane is another endpoint of
+ * the same provider with a thread of its own; the chunks of a transfer take turns over the
+ * rail's endpoint and the receiver's lanes. Only receives go through a lane thread: the sender
+ * sends every chunk from its rail endpoint to the receiver's lane (the sender's work is small;
+ * a second polling thread on the sending side would only take a core from a copying one). The
+ * lane thread alone touches its endpoint (FI_THREAD_DOMAIN holds per domain): it posts the
+ * receives the progress role hands it, polls, and hands them back completed. */
+
+/* Hands `op` to the lane thread (progress role). */
+static void lane_submit(struct fab_lane *ln, struct fab_op *op)
+{
+	op->next = NULL;
+	pthread_mutex_lock(&ln->lock);
+	if (ln->in_tail)
+		ln->in_tail->next = op;
+	else
+		ln->in_head = op;
+	ln->in_tail = op;
+	if (ln->idle_wait)
+		pthread_cond_signal(&ln->cond);
+	pthread_mutex_unlock(&ln->lock);
+}
+
+/* Asks the lane thread to cancel `op`, handed to it and not yet back (progress role). The thread
+ * only looks at ops it still holds, so the flag of one it already handed back is never read. */
+static void lane_cancel(struct fab_lane *ln, struct fab_op *op)
+{
+	atomic_store(&op->cancel, true);
+	atomic_fetch_add(&ln->cancels, 1);
+	pthread_mutex_lock(&ln->lock);
+	if (ln->idle_wait)
+		pthread_cond_signal(&ln->cond);
+	pthread_mutex_unlock(&ln->lock);
+}
+
+/* Lane thread: `op` is done (c_* filled in); back to the progress role, which is woken if it
+ * sleeps. */
+static void lane_done(struct fab_lane *ln, struct fab_op *op)
+{
+	odx_fab *f = ln->f;
+	op->next = NULL;
+	pthread_mutex_lock(&ln->lock);
+	if (ln->out_tail)
+		ln->out_tail->next = op;
+	else
+		ln->out_head = op;
+	ln->out_tail = op;
+	pthread_mutex_unlock(&ln->lock);
+	atomic_store(&ln->has_out, true);
+	wake(f);
+}
+
+static void lane_posted_remove(struct fab_lane *ln, struct fab_op *op)
+{
+	if (op->qprev)
+		op->qprev->qnext = op->qnext;
+	else
+		ln->posted = op->qnext;
+	if (op->qnext)
+		op->qnext->qprev = op->qprev;
+	ln->nposted--;
+}
+
+/* Lane thread: posts what is pending, in order, until the provider pushes back. Returns how many
+ * left the pending list. */
+static int lane_post(struct fab_lane *ln)
+{
+	int n = 0;
+	while (ln->pending) {
+		struct fab_op *op = ln->pending;
+		if (atomic_load(&op->cancel)) {
+			op->c_err = FI_ECANCELED;
+		} else {
+			ssize_t ret = post_data(ln->f, &ln->rl, ln->addr[op->peer], op);
+			if (ret == -FI_EAGAIN)
+				break;
+			op->c_err = ret ? (int)-ret : 0;
+		}
+		ln->pending = op->next;
+		if (!ln->pending)
+			ln->pending_tail = NULL;
+		n++;
+		if (op->c_err) {
+			op->c_len = 0;
+			lane_done(ln, op);
+			continue;
+		}
+		op->qprev = NULL;
+		op->qnext = ln->posted;
+		if (ln->posted)
+			ln->posted->qprev = op;
+		ln->posted = op;
+		ln->nposted++;
+	}
+	return n;
+}
+
+/* Lane thread: one poll of its CQ; returns the completions handed back. */
+static int lane_poll(struct fab_lane *ln)
+{
+	struct fi_cq_tagged_entry e[16];
+	ssize_t n = fi_cq_read(ln->rl.cq, e, 16);
+	if (n > 0) {
+		for (ssize_t i = 0; i < n; i++) {
+			struct fab_op *op = e[i].op_context;
+			lane_posted_remove(ln, op);
+			op->c_err = 0;
+			op->c_len = e[i].len;
+			op->c_data = e[i].data;
+			lane_done(ln, op);
+		}
+		return (int)n;
+	}
+	if (n == -FI_EAVAIL) {
+		struct fi_cq_err_entry ee;
+		memset(&ee, 0, sizeof(ee));
+		if (fi_cq_readerr(ln->rl.cq, &ee, 0) > 0 && ee.op_context) {
+			struct fab_op *op = ee.op_context;
+			lane_posted_remove(ln, op);
+			op->c_err = abs(ee.err) ? abs(ee.err) : FI_EIO;
+			op->c_prov_errno = ee.prov_errno;
+			op->c_len = ee.len;
+			op->c_data = ee.data;
+			lane_done(ln, op);
+		}
+		return 1;
+	}
+	return 0;
+}
+
+static void *lane_main(void *arg)
+{
+	struct fab_lane *ln = arg;
+	int idle = 0, sleeps = 0;
+	int64_t last = fab_now_ns();
+	for (;;) {
+		pthread_mutex_lock(&ln->lock);
+		bool stop = ln->stop;
+		if (ln->in_head) {
+			if (ln->pending_tail)
+				ln->pending_tail->next = ln->in_head;
+			else
+				ln->pending = ln->in_head;
+			ln->pending_tail = ln->in_tail;
+			ln->in_head = ln->in_tail = NULL;
+		}
+		pthread_mutex_unlock(&ln->lock);
+		if (stop)
+			break;
+		if (atomic_exchange(&ln->cancels, 0) > 0) {
+			for (struct fab_op *op = ln->posted; op; op = op->qnext)
+				if (atomic_exchange(&op->cancel, false) && op->kind != OP_DATA_TX)
+					fi_cancel(&ln->rl.ep->fid, op);
+		}
+		int work = lane_post(ln);
+		work += lane_poll(ln);
+		if (work) {
+			idle = sleeps = 0;
+			last = fab_now_ns();
+			continue;
+		}
+		/* the same policy as the progress thread: spin briefly, yield while bytes move,
+		 * then sleep with a growing timeout (a receive posted long before its data) */
+		if (++idle < 16 && (ln->posted || ln->pending))
+			continue;
+		int64_t now = fab_now_ns();
+		bool busy = ln->posted || ln->pending;
+		if (now - last < (busy ? FAB_ACTIVE_POSTED_NS : FAB_ACTIVE_NS)) {
+			/* and briefly after the last op: the next window's chunks come soon, and a
+			 * condition-variable wake-up costs more than the copy of a small piece */
+			sched_yield();
+			continue;
+		}
+		int64_t ns = !busy ? 100000000ll : 50000ll << (sleeps < 4 ? sleeps : 4);
+		sleeps++;
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += ns;
+		ts.tv_sec += ts.tv_nsec / 1000000000;
+		ts.tv_nsec %= 1000000000;
+		pthread_mutex_lock(&ln->lock);
+		ln->idle_wait = true;
+		if (!ln->in_head && !ln->stop && !atomic_load(&ln->cancels))
+			pthread_cond_timedwait(&ln->cond, &ln->lock, &ts);
+		ln->idle_wait = false;
+		pthread_mutex_unlock(&ln->lock);
+	}
+	return NULL;
+}
+
+/* Progress role: takes back what the lanes of rail `rail` completed. */
+static int poll_lanes(odx_fab *f, int rail)
+{
+	struct fab_rail *rl = &f->rail[rail];
+	int n = 0;
+	for (int k = 1; k < rl->nlanes; k++) {
+		struct fab_lane *ln = rl->lanes[k];
+		if (!atomic_load(&ln->has_out))
+			continue;
+		pthread_mutex_lock(&ln->lock);
+		atomic_store(&ln->has_out, false);
+		struct fab_op *op = ln->out_head;
+		ln->out_head = ln->out_tail = NULL;
+		pthread_mutex_unlock(&ln->lock);
+		while (op) {
+			struct fab_op *next = op->next;
+			op->next = NULL;
+			if (!op->c_err) {
+				op_complete(f, rail, op, op->c_len, op->c_data, FI_ADDR_NOTAVAIL);
+			} else if (op->kind == OP_DATA_RX && op->c_err == FI_ETRUNC) {
+				posted_remove(f, op);
+				if (!rx_checked(f, op, op->c_len, op->c_data, true))
+					data_op_done(f, op);
+			} else {
+				char detail[160];
+				snprintf(detail, sizeof(detail),
+					 "provider %s, copy lane %d: %s (%d)", rl->prov, k,
+					 fi_strerror(op->c_err), op->c_prov_errno);
+				op_complete_error(f, op, op->c_err, detail);
+			}
+			op = next;
+			n++;
+		}
+	}
+	return n;
+}
+
+static bool lanes_have_out(odx_fab *f)
+{
+	for (int r = 0; r < f->nrails; r++)
+		for (int k = 1; k < f->rail[r].nlanes; k++)
+			if (atomic_load(&f->rail[r].lanes[k]->has_out))
+				return true;
+	return false;
+}
+
 static int poll_cq(odx_fab *f)
 {
 	int n = 0;
-	for (int r = 0; r < f->nrails; r++)
+	for (int r = 0; r < f->nrails; r++) {
 		n += poll_rail(f, r);
+		if (f->rail[r].nlanes > 1)
+			n += poll_lanes(f, r);
+	}
 	return n;
 }
 
@@ -1658,7 +2007,8 @@ static void block_wait(odx_fab *f, const struct fab_block *b)
 	atomic_store(&f->sleeping, true);
 	/* after `sleeping` is set, a submission or a leaving caller writes the eventfd; a caller
 	 * that arrived drives (the loop then parks) */
-	if (has_submissions(f) || atomic_load(&f->closing) || atomic_load(&f->drivers) > 0) {
+	if (has_submissions(f) || atomic_load(&f->closing) || atomic_load(&f->drivers) > 0 ||
+	    lanes_have_out(f)) {
 		atomic_store(&f->sleeping, false);
 		return;
 	}
@@ -1821,8 +2171,8 @@ static void *progress_main(void *arg)
 
 /* ---- open / close ----------------------------------------------------------------------- */
 
-static int open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, char *err,
-			 size_t errlen)
+static int open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, const char *name,
+			 char *err, size_t errlen)
 {
 	struct fi_info *info = rl->info;
 	int ret = fi_fabric(info->fabric_attr, &rl->fabric, NULL);
@@ -1833,7 +2183,8 @@ static int open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, ch
 	}
 	if (!ret) {
 		step = "fi_av_open";
-		struct fi_av_attr av_attr = {.type = FI_AV_TABLE, .count = (size_t)f->size};
+		struct fi_av_attr av_attr = {.type = FI_AV_TABLE,
+					     .count = (size_t)f->size * FAB_LANES_MAX};
 		ret = fi_av_open(rl->domain, &av_attr, &rl->av, NULL);
 	}
 	if (!ret) {
@@ -1867,6 +2218,10 @@ static int open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, ch
 		ret = fi_ep_bind(rl->ep, &rl->av->fid, 0);
 		if (!ret)
 			ret = fi_ep_bind(rl->ep, &rl->cq->fid, FI_TRANSMIT | FI_RECV);
+	}
+	if (!ret && name) {
+		step = "fi_setname";
+		ret = fi_setname(&rl->ep->fid, (void *)name, strlen(name) + 1);
 	}
 	if (!ret) {
 		step = "fi_enable";
@@ -1909,6 +2264,78 @@ static void close_rail(struct fab_rail *rl)
 	rl->cq_fd = -1;
 }
 
+/* Opens want - 1 copy lanes beside rail rl (fewer if the provider refuses more). A lane endpoint
+ * is named after the rail's ("<name>_l<k>"), which needs string addresses; lanes also need no
+ * local registration (the progress role registers buffers in the rail's domain only). */
+static void open_lanes(odx_fab *f, struct fab_rail *rl, int want)
+{
+	char base[FAB_NAME_MAX];
+	size_t blen = sizeof(base) - 1;
+	rl->nlanes = 1;
+	if (want < 2 || rl->mr_local || rl->info->addr_format != FI_ADDR_STR ||
+	    fi_getname(&rl->ep->fid, base, &blen) != 0)
+		return;
+	base[blen < sizeof(base) ? blen : sizeof(base) - 1] = '\0';
+	for (int k = 1; k < want && k < FAB_LANES_MAX; k++) {
+		struct fab_lane *ln = calloc(1, sizeof(*ln));
+		char name[FAB_NAME_MAX], err[256];
+		if (!ln)
+			return;
+		ln->addr = calloc((size_t)f->size, sizeof(*ln->addr));
+		ln->rl.info = fi_dupinfo(rl->info);
+		ln->rl.cq_fd = -1;
+		snprintf(ln->rl.prov, sizeof(ln->rl.prov), "%s", rl->prov);
+		snprintf(name, sizeof(name), "%.*s_l%d", (int)sizeof(name) - 8, base, k);
+		if (!ln->addr || !ln->rl.info ||
+		    open_endpoint(f, &ln->rl, false, name, err, sizeof(err)) != 0) {
+			close_rail(&ln->rl);
+			free(ln->addr);
+			free(ln);
+			return;
+		}
+		ln->f = f;
+		ln->index = k;
+		pthread_mutex_init(&ln->lock, NULL);
+		pthread_condattr_t ca;
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&ln->cond, &ca);
+		pthread_condattr_destroy(&ca);
+		rl->lanes[k] = ln;
+		rl->nlanes = k + 1;
+	}
+}
+
+static void stop_lanes(struct fab_rail *rl)
+{
+	for (int k = 1; k < rl->nlanes; k++) {
+		struct fab_lane *ln = rl->lanes[k];
+		if (!ln->started)
+			continue;
+		pthread_mutex_lock(&ln->lock);
+		ln->stop = true;
+		pthread_cond_signal(&ln->cond);
+		pthread_mutex_unlock(&ln->lock);
+		pthread_join(ln->thread, NULL);
+		ln->started = false;
+	}
+}
+
+/* After stop_lanes and after the ops they held are freed. */
+static void free_lanes(struct fab_rail *rl)
+{
+	for (int k = 1; k < rl->nlanes; k++) {
+		struct fab_lane *ln = rl->lanes[k];
+		close_rail(&ln->rl);
+		pthread_cond_destroy(&ln->cond);
+		pthread_mutex_destroy(&ln->lock);
+		free(ln->addr);
+		free(ln);
+		rl->lanes[k] = NULL;
+	}
+	rl->nlanes = 1;
+}
+
 /* Ranks on the same host share a kernel boot and a network namespace: the shm endpoint can reach
  * them. Different namespaces count as different hosts (odx-run --netns tests the network). */
 static void host_key(char *key, size_t n)
@@ -1927,8 +2354,10 @@ static void host_key(char *key, size_t n)
 	snprintf(key, n, "%.36s/%.24s", boot, ns);
 }
 
-/* Name slot per rank: host key, then each rail's endpoint name (zeros where a rank has none). */
-#define FAB_SLOT (FAB_HOST_KEY + FAB_RAILS_MAX * FAB_NAME_MAX)
+/* Name slot per rank: host key, then each rail's endpoint name, then the copy lanes' names of
+ * the rail that has them (zeros where a rank has none). */
+#define FAB_LANE_NAMES (FAB_HOST_KEY + FAB_RAILS_MAX * FAB_NAME_MAX)
+#define FAB_SLOT (FAB_LANE_NAMES + (FAB_LANES_MAX - 1) * FAB_NAME_MAX)
 
 static int exchange_names(odx_fab *f, char *err, size_t errlen)
 {
@@ -1943,6 +2372,18 @@ static int exchange_names(odx_fab *f, char *err, size_t errlen)
 			snprintf(err, errlen, "fi_getname on %s failed: %s", f->rail[i].prov,
 				 fi_strerror(-ret));
 			return fab_err(ret);
+		}
+		for (int k = 1; k < f->rail[i].nlanes; k++) {
+			len = FAB_NAME_MAX;
+			struct fab_lane *ln = f->rail[i].lanes[k];
+			ret = fi_getname(&ln->rl.ep->fid,
+					 mine + FAB_LANE_NAMES + (size_t)(k - 1) * FAB_NAME_MAX,
+					 &len);
+			if (ret) {
+				snprintf(err, errlen, "fi_getname on a %s copy lane failed: %s",
+					 f->rail[i].prov, fi_strerror(-ret));
+				return fab_err(ret);
+			}
 		}
 	}
 	unsigned char *all = calloc((size_t)f->size, FAB_SLOT);
@@ -1972,9 +2413,38 @@ static int exchange_names(odx_fab *f, char *err, size_t errlen)
 		}
 		size_t slen = sizeof(f->peer_str[r]);
 		fi_av_straddr(rl->av, name, f->peer_str[r], &slen);
+		/* copy lanes: as many as both have (both sides count the same) */
+		int lanes = 1;
+		while (lanes < rl->nlanes &&
+		       memcmp(slot + FAB_LANE_NAMES + (size_t)(lanes - 1) * FAB_NAME_MAX, zeros,
+			      FAB_NAME_MAX) != 0)
+			lanes++;
+		for (int k = 1; !ret && k < lanes; k++) {
+			/* its lane in the rail's AV (our sends), its rail endpoint in our lane's AV
+			 * (the source of what our lane receives) */
+			struct fab_lane *ln = rl->lanes[k];
+			if (fi_av_insert(rl->av,
+					 slot + FAB_LANE_NAMES + (size_t)(k - 1) * FAB_NAME_MAX, 1,
+					 &f->peers[r].lane_addr[k], 0, NULL) != 1 ||
+			    fi_av_insert(ln->rl.av, name, 1, &ln->addr[r], 0, NULL) != 1) {
+				snprintf(err, errlen,
+					 "fi_av_insert of rank %d's copy lane %d address failed", r,
+					 k);
+				ret = ODX_EPEER;
+			}
+		}
+		f->peers[r].lanes = lanes;
 	}
 	free(all);
 	return ret;
+}
+
+/* Copy lanes for a rail of profile prof: the profile's count (shm: 2), or fabric.shm_lanes. */
+static int lane_count(const struct fab_profile *prof, const odx_fab_params *p)
+{
+	if (prof->lanes > 1 && p && p->shm_lanes > 0)
+		return p->shm_lanes < FAB_LANES_MAX ? p->shm_lanes : FAB_LANES_MAX;
+	return (int)prof->lanes;
 }
 
 int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errlen)
@@ -2018,6 +2488,7 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 	snprintf(f->rail[0].prov, sizeof(f->rail[0].prov), "%s", f->prof.prov);
 	atomic_store(&f->pull_min, f->prof.pull_min);
 	f->rail[0].chunk = f->prof.chunk;
+	f->rail[0].lane_min = f->prof.lane_min;
 	ret = fab_wireup_detect(&f->wu, err, errlen);
 	if (ret)
 		goto out_free;
@@ -2039,7 +2510,7 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 		snprintf(f->provider, sizeof(f->provider), "self");
 	} else {
 		f->nrails = 1;
-		ret = open_endpoint(f, &f->rail[0], f->prof.source_broken, err, errlen);
+		ret = open_endpoint(f, &f->rail[0], f->prof.source_broken, NULL, err, errlen);
 		if (ret)
 			goto out_close;
 		/* auto mode: a second, shm endpoint for the ranks on this host (ODX_FAB_SHM=0: off) */
@@ -2056,13 +2527,17 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 				shm_info = NULL;
 				snprintf(rl->prov, sizeof(rl->prov), "shm");
 				rl->chunk = shm_prof.chunk;
-				if (open_endpoint(f, rl, false, shm_err, sizeof(shm_err)) == 0)
+				rl->lane_min = shm_prof.lane_min;
+				if (open_endpoint(f, rl, false, NULL, shm_err, sizeof(shm_err)) ==
+				    0) {
 					f->nrails = 2;
-				else
-					close_rail(
-						rl); /* the network endpoint serves every rank then */
+					open_lanes(f, rl, lane_count(&shm_prof, p));
+				} else {
+					close_rail(rl); /* the network endpoint serves every rank */
+				}
 			}
 		}
+		open_lanes(f, &f->rail[0], lane_count(&f->prof, p));
 		snprintf(f->provider, sizeof(f->provider), "%s%s", f->prof.prov,
 			 f->nrails > 1 ? "+shm" : "");
 		/* room for one chunk of any rail */
@@ -2076,6 +2551,18 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 		ret = exchange_names(f, err, errlen);
 		if (ret)
 			goto out_close;
+		for (int rail = 0; rail < f->nrails; rail++) {
+			for (int k = 1; k < f->rail[rail].nlanes; k++) {
+				struct fab_lane *ln = f->rail[rail].lanes[k];
+				if (pthread_create(&ln->thread, NULL, lane_main, ln)) {
+					snprintf(err, errlen,
+						 "could not start a fabric copy lane thread");
+					ret = ODX_ENOMEM;
+					goto out_close;
+				}
+				ln->started = true;
+			}
+		}
 		for (int rail = 0; rail < f->nrails; rail++) {
 			for (unsigned i = 0; i < f->prof.ctrl_rx; i++) {
 				/* owned by the queues (and the provider) from here on */
@@ -2136,8 +2623,17 @@ void odx_fab_close(odx_fab *f)
 		(void)k;
 		pthread_join(f->thread, NULL);
 	}
-	/* Closing the endpoints first means the provider holds none of our buffers afterwards. */
+	/* Closing the endpoints first means the provider holds none of our buffers afterwards (the
+	 * lanes' threads stop first: they touch their endpoints; the ops they held are on
+	 * f->posted). */
 	for (int i = 0; i < FAB_RAILS_MAX; i++) {
+		stop_lanes(&f->rail[i]);
+		for (int k = 1; k < f->rail[i].nlanes; k++) {
+			struct fab_rail *lrl = &f->rail[i].lanes[k]->rl;
+			if (lrl->ep)
+				fi_close(&lrl->ep->fid);
+			lrl->ep = NULL;
+		}
 		if (f->rail[i].ep)
 			fi_close(&f->rail[i].ep->fid);
 		f->rail[i].ep = NULL;
@@ -2162,10 +2658,13 @@ void odx_fab_close(odx_fab *f)
 		struct fab_xfer *x = f->active;
 		f->active = x->anext;
 		mr_close(&x->mr);
+		free(x->refused_msg);
 		free(x);
 	}
-	for (int i = 0; i < FAB_RAILS_MAX; i++)
+	for (int i = 0; i < FAB_RAILS_MAX; i++) {
+		free_lanes(&f->rail[i]);
 		close_rail(&f->rail[i]);
+	}
 	fab_wireup_finish(&f->wu);
 	if (f->wake_fd >= 0)
 		close(f->wake_fd);
@@ -2493,6 +2992,7 @@ void odx_fab_get_stats(const odx_fab *f, odx_fab_stats *s)
 	s->retries = atomic_load(&m->retries);
 	s->eagain = atomic_load(&m->eagain);
 	s->transfers = atomic_load(&m->transfers);
+	s->lane_bytes = atomic_load(&m->lane_bytes);
 }
 
 int odx_fab_peer_addr(const odx_fab *f, int rank, char *buf, size_t n)

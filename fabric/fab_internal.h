@@ -150,6 +150,8 @@ struct fab_profile {
 	size_t max_xfer;   /* the largest transfer allowed (SIZE_MAX: none) */
 	size_t pull_min;   /* transfers this large use fi_read when possible (SIZE_MAX: never) */
 	bool source_broken; /* the provider's FI_SOURCE addresses cannot be trusted (quirk) */
+	unsigned lanes;	    /* copy lanes (endpoints with a thread each) for ranks it reaches */
+	size_t lane_min;    /* a transfer splits over the lanes in pieces at least this large */
 };
 
 /* Resolves p->provider to a profile and an fi_info (the first usable one; freed by the caller

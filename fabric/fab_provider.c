@@ -168,6 +168,15 @@ static void fill_profile(struct fab_profile *prof, const char *prov, const struc
 	prof->max_xfer = SIZE_MAX;
 	prof->pull_min = SIZE_MAX;
 	prof->source_broken = false;
+	prof->lanes = 1;
+	prof->lane_min = 512u << 10;
+	if (!strcmp(prov, "shm")) {
+		/* The receiver copies (process_vm_readv with CMA): a second copying thread took the
+		 * median at 8-64 MiB from 0.95 to 1.2-1.4x the raw loop here, with wide spread on
+		 * 2 cores; pieces under 512 KiB lost more to the hand-off than they gained
+		 * (docs/performance.md, "Copy lanes") */
+		prof->lanes = 2;
+	}
 	if (strstr(prov, "ofi_rxd")) {
 		/* udp;ofi_rxd hung at 1 MiB single messages here; small chunks, few in flight and few
 		 * credits keep it inside what it handles (see docs/distributed.md). */
@@ -194,6 +203,9 @@ static void fill_profile(struct fab_profile *prof, const char *prov, const struc
 	const char *env = getenv("ODX_FAB_CHUNK");
 	if (env && strtoull(env, NULL, 0) > 0)
 		prof->chunk = strtoull(env, NULL, 0);
+	env = getenv("ODX_FAB_LANE_MIN");
+	if (env && strtoull(env, NULL, 0) > 0)
+		prof->lane_min = strtoull(env, NULL, 0);
 	env = getenv("ODX_FAB_PULL_MIN");
 	if (env && *env)
 		prof->pull_min = strtoull(env, NULL, 0);

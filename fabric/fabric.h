@@ -48,6 +48,9 @@ typedef struct odx_fab_params {
 	const char *fault;
 	/* Bounded retries of a failed transfer before the peer is declared failed (0 = 3). */
 	int max_retries;
+	/* Copy lanes on the shm endpoint (ranks on one host): endpoints with a copying thread
+	 * each, over which a large transfer's chunks take turns (0 = the profile's 2; 1 = off). */
+	int shm_lanes;
 } odx_fab_params;
 
 /*
@@ -125,6 +128,7 @@ int odx_fab_wait(odx_fab *f, bool (*done)(void *arg), void *arg, int timeout_ms)
 /* Counters for ODX_STATS: messages/bytes sent/received, dropped bad messages, retries, EAGAINs. */
 typedef struct odx_fab_stats {
 	uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv, bad_msgs, retries, eagain, transfers;
+	uint64_t lane_bytes; /* of bytes_recv, those received through copy lanes */
 } odx_fab_stats;
 void odx_fab_get_stats(const odx_fab *f, odx_fab_stats *s);
 

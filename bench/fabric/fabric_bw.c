@@ -432,6 +432,8 @@ int main(int argc, char **argv)
 	if (pairs < 1 || pairs > 15)
 		DIE("-k: 1 to 15 pairs of raw and ODX runs per size");
 	odx_fab_params p = {.provider = prov, .iface = getenv("ODX_FABRIC_IFACE")};
+	if (getenv("ODX_FABRIC_SHM_LANES"))
+		p.shm_lanes = atoi(getenv("ODX_FABRIC_SHM_LANES"));
 	odx_fab *f = NULL;
 	char err[1024];
 	int ret = odx_fab_open(&p, &f, err, sizeof(err));

@@ -14,7 +14,9 @@
  *   fab_test huge     one FAB_TEST_BIG-byte transfer (above 4 GiB by hand; not in the suite)
  *
  * Environment: FAB_TEST_PROVIDER, FAB_TEST_FAULT, FAB_TEST_BIG (largest size, default 64 MiB),
- * FAB_TEST_TIMEOUT_MS (peer timeout), ODX_FABRIC_IFACE (pin), FAB_TEST_NOSHM_RANK (in auto mode,
+ * FAB_TEST_TIMEOUT_MS (peer timeout), FAB_TEST_LANES (shm copy lanes; 0: the default),
+ * FAB_TEST_EXPECT_LANES (1: copy lanes carried at least an eighth of the bytes received, 0: none),
+ * ODX_FABRIC_IFACE (pin), FAB_TEST_NOSHM_RANK (in auto mode,
  * that rank opens no shm endpoint), FAB_TEST_WAIT=cond (wait on a condition variable rather than
  * in odx_fab_wait). Every wait has a deadline; a failure
  * prints why and exits 1.
@@ -397,14 +399,24 @@ static void forged_data(odx_fab *f)
 }
 
 /* Rank 0 sends, rank 1 receives with another length: sizes inside one chunk, more and fewer
- * chunks than the receive (FAB_TEST chunk 1 MiB), and empty on either side. Half the receives
+ * chunks than the receive (FAB_TEST chunk 1 MiB), more than a send's window, and empty on
+ * either side. Half the receives
  * are posted before the sends, half after. */
 static void run_mismatch(odx_fab *f)
 {
 	static const size_t pairs[][2] = {
-		{100, 200},	    {200, 100},		{20000, 20001},
-		{3 << 20, 1 << 20}, {1 << 20, 3 << 20}, {0, 5000},
-		{5000, 0},	    {9000, 8999},	{(3 << 20) + 1, (3 << 20) + 2}};
+		{100, 200},
+		{200, 100},
+		{20000, 20001},
+		{3 << 20, 1 << 20},
+		{1 << 20, 3 << 20},
+		{0, 5000},
+		{5000, 0},
+		{9000, 8999},
+		{(3 << 20) + 1, (3 << 20) + 2},
+		/* more chunks than a send keeps in flight: those not out when the refusal
+		 * comes must still reach the receiver, which drains them all */
+		{12 << 20, 1 << 20}};
 	enum {
 		NP = sizeof(pairs) / sizeof(pairs[0])
 	};
@@ -423,8 +435,9 @@ static void run_mismatch(odx_fab *f)
 		if (my_rank == 1 && round == 0)
 			for (int i = 0; i < NP; i++)
 				post(f, &xs[i]);
-		if (odx_fab_barrier(f, 30000))
-			DIE("mismatch barrier");
+		int bret = odx_fab_barrier(f, 30000);
+		if (bret)
+			DIE("mismatch barrier of round %d: %s", round, odx_err_name(bret));
 		for (int i = 0; my_rank == 0 && i < NP; i++)
 			post(f, &xs[round * NP + i]);
 		if (my_rank == 1 && round == 1) {
@@ -476,6 +489,8 @@ static odx_fab *open_fab(void)
 	odx_fab_params p = {0};
 	p.provider = getenv("FAB_TEST_PROVIDER");
 	p.fault = getenv("FAB_TEST_FAULT");
+	const char *lanes = getenv("FAB_TEST_LANES");
+	p.shm_lanes = lanes ? atoi(lanes) : 0;
 	p.iface = getenv("ODX_FABRIC_IFACE");
 	const char *t = getenv("FAB_TEST_TIMEOUT_MS");
 	p.peer_timeout_ms = t ? atoi(t) : 0;
@@ -596,10 +611,20 @@ int main(int argc, char **argv)
 		DIE("last barrier: %s", odx_err_name(ret));
 	odx_fab_stats st;
 	odx_fab_get_stats(f, &st);
-	printf("ok: %llu transfers, %llu msgs sent, %llu recv, %llu retries, %llu eagain, %llu bad\n",
+	printf("ok: %llu transfers, %llu msgs sent, %llu recv, %llu retries, %llu eagain, %llu bad, "
+	       "%llu of %llu bytes received through copy lanes\n",
 	       (unsigned long long)st.transfers, (unsigned long long)st.msgs_sent,
 	       (unsigned long long)st.msgs_recv, (unsigned long long)st.retries,
-	       (unsigned long long)st.eagain, (unsigned long long)st.bad_msgs);
+	       (unsigned long long)st.eagain, (unsigned long long)st.bad_msgs,
+	       (unsigned long long)st.lane_bytes, (unsigned long long)st.bytes_recv);
+	/* the copy lanes carry their share, or nothing when turned off */
+	const char *expect = getenv("FAB_TEST_EXPECT_LANES");
+	if (expect && atoi(expect) && st.lane_bytes < st.bytes_recv / 8)
+		DIE("only %llu of %llu bytes came through the copy lanes",
+		    (unsigned long long)st.lane_bytes, (unsigned long long)st.bytes_recv);
+	if (expect && !atoi(expect) && st.lane_bytes)
+		DIE("copy lanes are off, yet %llu bytes came through them",
+		    (unsigned long long)st.lane_bytes);
 	odx_fab_close(f);
 	for (size_t i = 0; i < nxfers; i++)
 		free(xfers[i].mem);

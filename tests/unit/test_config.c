@@ -313,15 +313,18 @@ static void test_defaults(void **state)
 	/* The backend sections, then the tier and fabric keys (their own check below); a
 	 * Lua policy key may sit among the policy ones. */
 	assert_true(l.count >= 42);
-	assert_non_null(strstr(l.text, "tier.device.limit=0@default;tier.host.limit=0@default;"
-				       "tier.pinned.size=64MiB@default;tier.pinned.block=4MiB@default;"
-				       "tier.disk.path=@default;tier.disk.limit=0@default;"
-				       "tier.disk.direct=auto@default;tier.disk.engine=auto@default;"
-				       "tier.disk.fault=@default;tier.monitor.start=90@default;"
-				       "tier.monitor.stop=75@default;tier.prefetch=true@default;"
-				       "tier.direct_access=true@default;tier.watchdog_ms=30000@default;fabric.provider=auto@default;"
-				       "fabric.iface=@default;fabric.peer_timeout_ms=10000@default;"
-				       "fabric.retries=3@default;fabric.fault=@default;"));
+	assert_non_null(strstr(
+		l.text,
+		"tier.device.limit=0@default;tier.host.limit=0@default;"
+		"tier.pinned.size=64MiB@default;tier.pinned.block=4MiB@default;"
+		"tier.disk.path=@default;tier.disk.limit=0@default;"
+		"tier.disk.direct=auto@default;tier.disk.engine=auto@default;"
+		"tier.disk.fault=@default;tier.monitor.start=90@default;"
+		"tier.monitor.stop=75@default;tier.prefetch=true@default;"
+		"tier.direct_access=true@default;tier.watchdog_ms=30000@default;fabric.provider=auto@default;"
+		"fabric.iface=@default;fabric.peer_timeout_ms=10000@default;"
+		"fabric.retries=3@default;fabric.shm_lanes=2@default;"
+		"fabric.fault=@default;"));
 	assert_non_null(strstr(l.text, "backends=auto@default;policy=least_loaded@default;"
 				       "policy.budget=1000@default;policy.memory_limit=8MiB@default;"
 				       "policy.model_dir=@default;"));
