@@ -169,12 +169,12 @@ static void fill_profile(struct fab_profile *prof, const char *prov, const struc
 	prof->pull_min = SIZE_MAX;
 	prof->source_broken = false;
 	prof->lanes = 1;
-	prof->lane_min = 512u << 10;
+	prof->lane_min = 8u << 20;
 	if (!strcmp(prov, "shm")) {
-		/* The receiver copies (process_vm_readv with CMA): a second copying thread took the
-		 * median at 8-64 MiB from 0.95 to 1.2-1.4x the raw loop here, with wide spread on
-		 * 2 cores; pieces under 512 KiB lost more to the hand-off than they gained
-		 * (docs/performance.md, "Copy lanes") */
+		/* The receiver copies (process_vm_readv with CMA): a second copying thread took 64 MiB
+		 * from 0.55 to 0.66 of memcpy (medians of 8 runs, spread 0.4-0.9) on this 2-core VM;
+		 * pieces of 1-4 MiB lost more to the hand-off than they gained, so only transfers of
+		 * 16 MiB and more split (docs/performance.md, "Copy lanes") */
 		prof->lanes = 2;
 	}
 	if (strstr(prov, "ofi_rxd")) {
