@@ -14,7 +14,8 @@
  *   fab_test huge     one FAB_TEST_BIG-byte transfer (above 4 GiB by hand; not in the suite)
  *
  * Environment: FAB_TEST_PROVIDER, FAB_TEST_FAULT, FAB_TEST_BIG (largest size, default 64 MiB),
- * FAB_TEST_TIMEOUT_MS (peer timeout), FAB_TEST_LANES (shm copy lanes; 0: the default),
+ * FAB_TEST_TIMEOUT_MS (peer timeout), FAB_TEST_LANES (shm copy lanes, or one count per rank
+ * separated by commas; 0: the default),
  * FAB_TEST_EXPECT_LANES (1: copy lanes carried at least an eighth of the bytes received, 0: none),
  * ODX_FABRIC_IFACE (pin), FAB_TEST_NOSHM_RANK (in auto mode,
  * that rank opens no shm endpoint), FAB_TEST_WAIT=cond (wait on a condition variable rather than
@@ -489,7 +490,10 @@ static odx_fab *open_fab(void)
 	odx_fab_params p = {0};
 	p.provider = getenv("FAB_TEST_PROVIDER");
 	p.fault = getenv("FAB_TEST_FAULT");
+	/* "2", or one count per rank ("1,2,3": the ranks settle on the fewer of each pair's) */
 	const char *lanes = getenv("FAB_TEST_LANES");
+	for (int r = me ? atoi(me) : 0; lanes && r > 0 && strchr(lanes, ','); r--)
+		lanes = strchr(lanes, ',') + 1;
 	p.shm_lanes = lanes ? atoi(lanes) : 0;
 	p.iface = getenv("ODX_FABRIC_IFACE");
 	const char *t = getenv("FAB_TEST_TIMEOUT_MS");
