@@ -46,7 +46,6 @@
 #define FAB_MAP_BUCKETS 1024
 #define FAB_WIREUP_TIMEOUT_MS 60000
 #define FAB_RAILS_MAX 2
-#define FAB_LANES_MAX 4
 /* Data in motion keeps the progress thread polling (yielding, never sleeping): a data completion
  * this recent, or data ops posted and one posted or completed this recent. Manual-progress
  * providers move bytes only while polled, on both sides (tcp sockets, shm's two-copy protocol),
@@ -2439,14 +2438,6 @@ static int exchange_names(odx_fab *f, char *err, size_t errlen)
 	return ret;
 }
 
-/* Copy lanes for a rail of profile prof: the profile's count (shm: 2), or fabric.shm_lanes. */
-static int lane_count(const struct fab_profile *prof, const odx_fab_params *p)
-{
-	if (prof->lanes > 1 && p && p->shm_lanes > 0)
-		return p->shm_lanes < FAB_LANES_MAX ? p->shm_lanes : FAB_LANES_MAX;
-	return (int)prof->lanes;
-}
-
 int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errlen)
 {
 	char dummy[8];
@@ -2531,13 +2522,13 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 				if (open_endpoint(f, rl, false, NULL, shm_err, sizeof(shm_err)) ==
 				    0) {
 					f->nrails = 2;
-					open_lanes(f, rl, lane_count(&shm_prof, p));
+					open_lanes(f, rl, fab_lane_count(&shm_prof, p));
 				} else {
 					close_rail(rl); /* the network endpoint serves every rank */
 				}
 			}
 		}
-		open_lanes(f, &f->rail[0], lane_count(&f->prof, p));
+		open_lanes(f, &f->rail[0], fab_lane_count(&f->prof, p));
 		snprintf(f->provider, sizeof(f->provider), "%s%s", f->prof.prov,
 			 f->nrails > 1 ? "+shm" : "");
 		/* room for one chunk of any rail */

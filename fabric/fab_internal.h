@@ -154,6 +154,16 @@ struct fab_profile {
 	size_t lane_min;    /* a transfer splits over the lanes in pieces at least this large */
 };
 
+/* Copy lanes (endpoints with a copying thread each) a rail of profile prof opens: the profile's
+ * count (shm: 2), or p->shm_lanes where the profile uses lanes at all. */
+#define FAB_LANES_MAX 4
+static inline int fab_lane_count(const struct fab_profile *prof, const odx_fab_params *p)
+{
+	if (prof->lanes > 1 && p && p->shm_lanes > 0)
+		return p->shm_lanes < FAB_LANES_MAX ? p->shm_lanes : FAB_LANES_MAX;
+	return (int)prof->lanes;
+}
+
 /* Resolves p->provider to a profile and an fi_info (the first usable one; freed by the caller
  * with fi_freeinfo). Returns 0 or ODX_E* with err filled (an unknown provider lists the present
  * ones). */

@@ -289,6 +289,12 @@ int odx_fab_describe(const odx_fab_params *p, char *buf, size_t n)
 		used += (size_t)snprintf(buf + used, n - used, "auto -> %s%s\n",
 					 ret ? "none" : prof.prov,
 					 shm ? " (+ shm for ranks on the same host)" : "");
+	if (shm && used < n)
+		used += (size_t)snprintf(
+			buf + used, n - used,
+			"shm copy lanes: %d (fabric.shm_lanes; transfers of %zu MiB "
+			"and more split over them)\n",
+			fab_lane_count(&shm_prof, p), 2 * shm_prof.lane_min >> 20);
 	if (p && p->provider && strcmp(p->provider, "auto") != 0) {
 		ret = fab_resolve(p, &prof, &info, err, sizeof(err));
 		if (used < n)

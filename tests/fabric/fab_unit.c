@@ -248,11 +248,13 @@ static void test_wait(void)
 static void test_describe(void)
 {
 	char buf[2048];
-	odx_fab_params p = {.provider = "shm"};
+	odx_fab_params p = {.provider = "shm", .shm_lanes = 3};
 	int ret = odx_fab_describe(&p, buf, sizeof(buf));
 	CHECK(ret == 0, "describe: %s", odx_err_name(ret));
 	CHECK(strstr(buf, "RDM providers:") && strstr(buf, "auto -> ") && strstr(buf, "shm -> shm"),
 	      "describe says: %s", buf);
+	/* auto adds shm here (tcp and shm are both present), with the lanes asked for */
+	CHECK(strstr(buf, "shm copy lanes: 3"), "describe names no copy lanes: %s", buf);
 	fputs(buf, stdout);
 }
 
