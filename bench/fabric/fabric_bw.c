@@ -7,10 +7,12 @@
  * One JSON object per line on rank 0. Run with two ranks:
  *
  *   scripts/odx-run -n 2 build/bench/fabric/fabric_bw [-p tcp|shm|...] [-m max_bytes]
- *                                                     [-n min_bytes] [-q]
+ *                                                     [-n min_bytes] [-k pairs] [-w window] [-q]
  *
  * -q: quick (fewer iterations; the meson benchmark smoke pass). -n skips the sizes below
- * min_bytes (and the memcpy reference), for a quick look at a few sizes. The raw loop exchanges its
+ * min_bytes (and the memcpy reference), for a quick look at a few sizes. -k: raw/ODX pairs per
+ * size (5). -w: transfers in flight per bandwidth round for every size (default 16 below 1 MiB, 4
+ * below 16 MiB, 2 above). The raw loop exchanges its
  * endpoint names over odx_fab control messages, so both run under the same launcher.
  */
 #include <stdatomic.h>
@@ -81,8 +83,12 @@ static int warm_iters(int iters)
 	return iters / 5 > 2 ? iters / 5 : 2;
 }
 
+static int window_opt; /* -w: transfers in flight per bandwidth round (0: by size) */
+
 static int bw_window(size_t size)
 {
+	if (window_opt)
+		return window_opt;
 	return size >= (16u << 20) ? 2 : size >= (1u << 20) ? 4 : 16;
 }
 
@@ -414,7 +420,7 @@ int main(int argc, char **argv)
 	size_t max = 64u << 20, min = 0;
 	int opt;
 	int pairs = 5;
-	while ((opt = getopt(argc, argv, "p:m:n:k:q")) != -1) {
+	while ((opt = getopt(argc, argv, "p:m:n:k:w:q")) != -1) {
 		if (opt == 'p')
 			prov = optarg;
 		else if (opt == 'm')
@@ -423,14 +429,18 @@ int main(int argc, char **argv)
 			min = strtoull(optarg, NULL, 0);
 		else if (opt == 'k')
 			pairs = atoi(optarg);
+		else if (opt == 'w')
+			window_opt = atoi(optarg);
 		else if (opt == 'q')
 			quick = true;
 		else
 			DIE("usage: fabric_bw [-p provider] [-m max_bytes] [-n min_bytes] [-k pairs] "
-			    "[-q]");
+			    "[-w window] [-q]");
 	}
 	if (pairs < 1 || pairs > 15)
 		DIE("-k: 1 to 15 pairs of raw and ODX runs per size");
+	if (window_opt < 0 || window_opt > 63)
+		DIE("-w: 1 to 63 transfers in flight per bandwidth round");
 	odx_fab_params p = {.provider = prov, .iface = getenv("ODX_FABRIC_IFACE")};
 	if (getenv("ODX_FABRIC_SHM_LANES"))
 		p.shm_lanes = atoi(getenv("ODX_FABRIC_SHM_LANES"));
