@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fab_core.c - the transport: one RDM endpoint, an AV table, one CQ and one progress thread.
+ * fab_core.c - the transport: an RDM endpoint per rail (the network, and shm for ranks on this
+ * host in auto mode), each with an AV table and a CQ, and one progress thread.
  *
- * Only the holder of the progress role touches libfabric objects (FI_THREAD_DOMAIN): the
- * progress thread, or a caller waiting in odx_fab_wait, which drives progress itself (as
- * MPI_Wait does) while the progress thread steps aside; plock serialises them. API calls hand
+ * Only the holder of the progress role touches the rails' libfabric objects (FI_THREAD_DOMAIN):
+ * the progress thread, or a caller waiting in odx_fab_wait, which drives progress itself (as
+ * MPI_Wait does) while the progress thread steps aside; plock serialises them. The shm rail's
+ * copy lanes are endpoints of their own, each touched only by its thread, which receives the
+ * chunks the role holder hands it and hands them back (see "copy lanes"). API calls hand
  * the role holder submissions through a locked list and an eventfd. Control messages are tagged sends with tag 0
  * into a pool of pre-posted buffers, bounded per peer by credits. A data transfer needs no
  * announcement: both sides cut it into chunks the same way and tag each with the key and the
