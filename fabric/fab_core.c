@@ -189,7 +189,6 @@ struct fab_rail {
 struct fab_lane {
 	struct fab_rail rl;
 	odx_fab *f;
-	int index;
 	fi_addr_t *addr; /* each rank's address in this lane's AV */
 	pthread_t thread;
 	bool started;
@@ -202,7 +201,6 @@ struct fab_lane {
 	/* lane thread only */
 	struct fab_op *pending, *pending_tail; /* taken from `in`, not yet accepted (EAGAIN) */
 	struct fab_op *posted;
-	unsigned nposted;
 };
 
 #define FAB_HOST_KEY 64
@@ -1584,6 +1582,14 @@ static void op_complete_error(odx_fab *f, struct fab_op *op, int fi_err, const c
 	peer_fail(f, peer, why);
 }
 
+/* A chunk receive got more bytes than its chunk and the sink hold: whose, and why. */
+static void rx_truncated(odx_fab *f, struct fab_op *op, size_t len, uint64_t data)
+{
+	posted_remove(f, op);
+	if (!rx_checked(f, op, len, data, true))
+		data_op_done(f, op);
+}
+
 static int poll_rail(odx_fab *f, int rail)
 {
 	struct fab_rail *rl = &f->rail[rail];
@@ -1603,10 +1609,7 @@ static int poll_rail(odx_fab *f, int rail)
 		if (fi_cq_readerr(rl->cq, &ee, 0) > 0 && ee.op_context) {
 			struct fab_op *op = ee.op_context;
 			if (op->kind == OP_DATA_RX && abs(ee.err) == FI_ETRUNC) {
-				/* bytes beyond the posted chunk and the sink: whose, and why */
-				posted_remove(f, op);
-				if (!rx_checked(f, op, ee.len, ee.data, true))
-					data_op_done(f, op);
+				rx_truncated(f, op, ee.len, ee.data);
 				return 1;
 			}
 			char detail[160];
@@ -1630,15 +1633,21 @@ static int poll_rail(odx_fab *f, int rail)
  * receives the progress role hands it, polls, and hands them back completed. */
 
 /* Hands `op` to the lane thread (progress role). */
-static void lane_submit(struct fab_lane *ln, struct fab_op *op)
+/* Appends op to the list head..tail (linked through op->next). */
+static void op_append(struct fab_op **head, struct fab_op **tail, struct fab_op *op)
 {
 	op->next = NULL;
-	pthread_mutex_lock(&ln->lock);
-	if (ln->in_tail)
-		ln->in_tail->next = op;
+	if (*tail)
+		(*tail)->next = op;
 	else
-		ln->in_head = op;
-	ln->in_tail = op;
+		*head = op;
+	*tail = op;
+}
+
+static void lane_submit(struct fab_lane *ln, struct fab_op *op)
+{
+	pthread_mutex_lock(&ln->lock);
+	op_append(&ln->in_head, &ln->in_tail, op);
 	if (ln->idle_wait)
 		pthread_cond_signal(&ln->cond);
 	pthread_mutex_unlock(&ln->lock);
@@ -1661,13 +1670,8 @@ static void lane_cancel(struct fab_lane *ln, struct fab_op *op)
 static void lane_done(struct fab_lane *ln, struct fab_op *op)
 {
 	odx_fab *f = ln->f;
-	op->next = NULL;
 	pthread_mutex_lock(&ln->lock);
-	if (ln->out_tail)
-		ln->out_tail->next = op;
-	else
-		ln->out_head = op;
-	ln->out_tail = op;
+	op_append(&ln->out_head, &ln->out_tail, op);
 	pthread_mutex_unlock(&ln->lock);
 	atomic_store(&ln->has_out, true);
 	wake(f);
@@ -1681,7 +1685,6 @@ static void lane_posted_remove(struct fab_lane *ln, struct fab_op *op)
 		ln->posted = op->qnext;
 	if (op->qnext)
 		op->qnext->qprev = op->qprev;
-	ln->nposted--;
 }
 
 /* Lane thread: posts what is pending, in order, until the provider pushes back. Returns how many
@@ -1713,7 +1716,6 @@ static int lane_post(struct fab_lane *ln)
 		if (ln->posted)
 			ln->posted->qprev = op;
 		ln->posted = op;
-		ln->nposted++;
 	}
 	return n;
 }
@@ -1831,9 +1833,7 @@ static int poll_lanes(odx_fab *f, int rail)
 			if (!op->c_err) {
 				op_complete(f, rail, op, op->c_len, op->c_data, FI_ADDR_NOTAVAIL);
 			} else if (op->kind == OP_DATA_RX && op->c_err == FI_ETRUNC) {
-				posted_remove(f, op);
-				if (!rx_checked(f, op, op->c_len, op->c_data, true))
-					data_op_done(f, op);
+				rx_truncated(f, op, op->c_len, op->c_data);
 			} else {
 				char detail[160];
 				snprintf(detail, sizeof(detail),
@@ -2296,7 +2296,6 @@ static void open_lanes(odx_fab *f, struct fab_rail *rl, int want)
 			return;
 		}
 		ln->f = f;
-		ln->index = k;
 		pthread_mutex_init(&ln->lock, NULL);
 		pthread_condattr_t ca;
 		pthread_condattr_init(&ca);
