@@ -62,6 +62,12 @@
  * a context switch on one of the cores the ranks share. Operations submitted meanwhile and never
  * waited for start at most this late. */
 #define FAB_LINGER_NS 1000000ll
+/* While a caller drives, the parked progress thread has nothing to do: the caller runs the rounds
+ * (timers included), and it wakes the thread through the eventfd when it leaves. The timeout is
+ * only a backstop. It was FAB_LINGER_NS: a wake-up every 1 ms in each rank cost 7-11% of the raw
+ * loop's bandwidth at 64 KiB-2 MiB on shm on this 2-core VM (every wake-up takes a core from a
+ * copying rank; docs/performance.md, "The parked thread's wake-ups"). */
+#define FAB_PARK_NS 100000000ll
 
 enum op_kind {
 	OP_CTRL_TX,
@@ -2107,7 +2113,7 @@ static bool park(odx_fab *f)
 	bool driven = atomic_load(&f->drivers) > 0;
 	if (!driven && now >= until)
 		return false;
-	int64_t ns = driven ? FAB_LINGER_NS : until - now;
+	int64_t ns = driven ? FAB_PARK_NS : until - now;
 	atomic_store(&f->parked, true);
 	if (atomic_load(&f->drivers) > 0 || atomic_load(&f->linger_until) > now) {
 		struct pollfd pfd = {.fd = f->wake_fd, .events = POLLIN};
