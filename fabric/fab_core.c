@@ -66,7 +66,7 @@
  * (timers included), and it wakes the thread through the eventfd when it leaves. The timeout is
  * only a backstop. It was FAB_LINGER_NS: a wake-up every 1 ms in each rank cost 7-11% of the raw
  * loop's bandwidth at 64 KiB-2 MiB on shm on this 2-core VM (every wake-up takes a core from a
- * copying rank; docs/performance.md, "The parked thread's wake-ups"). */
+ * copying rank; docs/performance.md, "Current figures"). */
 #define FAB_PARK_NS 100000000ll
 
 enum op_kind {
@@ -1959,7 +1959,7 @@ enum fab_idle {
  * are shared), doubling up to FAB_YIELD_STRIDE_MAX while they come straight back. A yield is a
  * system call (1.3 us on this VM) that delays the next poll: yielding every idle round cost 5-10%
  * of the raw loop's bandwidth at 64-128 KiB on shm without CMA (both sides copy), and yielding
- * every 16th round always cost 3-8% more test time with 4 ranks on 2 cores. A yield that took
+ * every 16th round cost 3-8% more test time with 4 ranks on 2 cores. A yield that took
  * more than twice the fastest one this thread saw ran someone else (here: 1-2 us alone, 3-10 us
  * with 3-4 spinning threads on 2 cores). */
 #define FAB_YIELD_STRIDE_MAX 16
