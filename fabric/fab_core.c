@@ -181,6 +181,7 @@ struct fab_rail {
 	bool rx_iov2; /* receives take two iovs (the last chunk's sink) */
 	size_t chunk;  /* how transfers over this rail are cut (its provider's profile) */
 	size_t lane_min; /* the smallest piece worth a copy lane (profile) */
+	int av_lanes;	 /* lanes per peer its address vector has room for (open_endpoint) */
 	struct fid_mr *sink_mr;
 	void *sink_desc;
 	int cq_fd;
@@ -2204,8 +2205,11 @@ static void *progress_main(void *arg)
 
 /* ---- open / close ----------------------------------------------------------------------- */
 
+/* Opens rl's endpoint. Its address vector gets room for `lanes` addresses per rank (each peer's
+ * copy lanes), or for one if the provider refuses that many (shm in libfabric 1.17 takes at most
+ * 256 addresses): rl->av_lanes says which. */
 static int open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, const char *name,
-			 char *err, size_t errlen)
+			 int lanes, char *err, size_t errlen)
 {
 	struct fi_info *info = rl->info;
 	int ret = fi_fabric(info->fabric_attr, &rl->fabric, NULL);
@@ -2217,8 +2221,14 @@ static int open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, co
 	if (!ret) {
 		step = "fi_av_open";
 		struct fi_av_attr av_attr = {.type = FI_AV_TABLE,
-					     .count = (size_t)f->size * FAB_LANES_MAX};
+					     .count = (size_t)f->size * (size_t)lanes};
+		rl->av_lanes = lanes;
 		ret = fi_av_open(rl->domain, &av_attr, &rl->av, NULL);
+		if (ret && lanes > 1) {
+			av_attr.count = (size_t)f->size;
+			rl->av_lanes = 1;
+			ret = fi_av_open(rl->domain, &av_attr, &rl->av, NULL);
+		}
 	}
 	if (!ret) {
 		step = "fi_cq_open";
@@ -2305,6 +2315,8 @@ static void open_lanes(odx_fab *f, struct fab_rail *rl, int want)
 	char base[FAB_NAME_MAX];
 	size_t blen = sizeof(base) - 1;
 	rl->nlanes = 1;
+	if (want > rl->av_lanes)
+		want = rl->av_lanes; /* the rail's AV holds the peers' lane addresses */
 	if (want < 2 || rl->mr_local || rl->info->addr_format != FI_ADDR_STR ||
 	    fi_getname(&rl->ep->fid, base, &blen) != 0)
 		return;
@@ -2320,7 +2332,7 @@ static void open_lanes(odx_fab *f, struct fab_rail *rl, int want)
 		snprintf(ln->rl.prov, sizeof(ln->rl.prov), "%s", rl->prov);
 		snprintf(name, sizeof(name), "%.*s_l%d", (int)sizeof(name) - 8, base, k);
 		if (!ln->addr || !ln->rl.info ||
-		    open_endpoint(f, &ln->rl, false, name, err, sizeof(err)) != 0) {
+		    open_endpoint(f, &ln->rl, false, name, 1, err, sizeof(err)) != 0) {
 			close_rail(&ln->rl);
 			free(ln->addr);
 			free(ln);
@@ -2534,7 +2546,8 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 		snprintf(f->provider, sizeof(f->provider), "self");
 	} else {
 		f->nrails = 1;
-		ret = open_endpoint(f, &f->rail[0], f->prof.source_broken, NULL, err, errlen);
+		ret = open_endpoint(f, &f->rail[0], f->prof.source_broken, NULL,
+				    fab_lane_count(&f->prof, p), err, errlen);
 		if (ret)
 			goto out_close;
 		/* auto mode: a second, shm endpoint for the ranks on this host (ODX_FAB_SHM=0: off) */
@@ -2552,8 +2565,8 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 				snprintf(rl->prov, sizeof(rl->prov), "shm");
 				rl->chunk = shm_prof.chunk;
 				rl->lane_min = shm_prof.lane_min;
-				if (open_endpoint(f, rl, false, NULL, shm_err, sizeof(shm_err)) ==
-				    0) {
+				if (open_endpoint(f, rl, false, NULL, fab_lane_count(&shm_prof, p),
+						  shm_err, sizeof(shm_err)) == 0) {
 					f->nrails = 2;
 					open_lanes(f, rl, fab_lane_count(&shm_prof, p));
 				} else {
