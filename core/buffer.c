@@ -1704,6 +1704,7 @@ int odx__buffer_release_memory(odx_buffer *b)
 	free(b->readers);
 	if (b->last_writer)
 		odx__task_put(b->last_writer);
+	free(b->valid_set);
 	pthread_mutex_destroy(&b->lock);
 	free(b);
 	return 0;

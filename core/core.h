@@ -141,7 +141,11 @@ struct odx_buffer {
 	uint64_t disk_slot;
 	_Atomic int transfers;  /* copies and spills of it in flight, callbacks included */
 	/* distributed execution (dist.c): every rank tracks the same facts, in program order */
-	uint64_t valid_ranks;   /* ranks holding its latest version (bit r) */
+	/* ranks holding its latest version: every rank (0, a new or fully rewritten buffer), one
+	 * (valid_one: its last writer), or a set (valid_set: ctx->size bits, allocated on first use) */
+	uint8_t valid_kind;
+	int valid_one;
+	uint64_t *valid_set;
 	uint32_t xfer_seq;      /* transfers of it so far: part of each transfer's key */
 	void *user_ptr;
 	uint64_t host_registered; /* registered buffers: devices (bit d) that page-locked user_ptr */

@@ -5,16 +5,16 @@
  *
  * Every rank runs the same program and submits the same tasks, buffers, reads and writes in the
  * same order, so every rank can track, for every buffer, which ranks hold its latest version
- * (valid_ranks) without a single message. For each kernel task every rank computes the same
- * answer to "which rank runs it" (the Lua policy's place_rank when it has one, else the owner of
- * the first buffer it writes), and the same list of transfers its inputs need: for each buffer
- * the task uses that its rank lacks, one transfer from a rank that has it. The sender submits a
- * SEND task (it reads the buffer: ordered after its last writer) and the receiver a RECV task (it
- * writes the buffer: ordered after the local readers of the old bytes); the receive is posted
- * straight into the host copy when its turn comes, and the send may run earlier: the fabric
- * matches them by (rank, key), and the key (buffer id, transfer count) is the same on both sides
- * because both counted the same transfers. A rank that neither runs a task nor sends or receives
- * for it only updates valid_ranks of the buffers it writes.
+ * (valid_kind, valid_one, valid_set) without a single message. For each kernel task every rank
+ * computes the same answer to "which rank runs it" (the Lua policy's place_rank when it has one,
+ * else the owner of the first buffer it writes), and the same list of transfers its inputs need:
+ * for each buffer the task uses that its rank lacks, one transfer from a rank that has it. The
+ * sender submits a SEND task (it reads the buffer: ordered after its last writer) and the receiver
+ * a RECV task (it writes the buffer: ordered after the local readers of the old bytes); the
+ * receive is posted straight into the host copy when its turn comes, and the send may run
+ * earlier: the fabric matches them by (rank, key), and the key (buffer id, transfer count) is the
+ * same on both sides because both counted the same transfers. A rank that neither runs a task nor
+ * sends or receives for it only records the writer of the buffers it writes (O(1)).
  *
  * Only fabric/ includes libfabric; this file sees the transport through fabric/fabric.h.
  */
@@ -26,18 +26,60 @@
 #include "fabric.h"
 #include "policy.h"
 
-#define MAX_RANKS 64 /* valid_ranks is one 64-bit word */
+/* The environment wire-up's bound (fabric/fab_wireup.c); nothing here has a smaller one. */
+#define MAX_RANKS 65536
 
-static uint64_t all_ranks(const odx_context *ctx)
+/* Who holds a buffer's latest version. Every rank: a new buffer reads as zeros everywhere, a
+ * registered one is each rank's own memory, a host write reached all. One rank: the last writer
+ * (recorded in O(1) by every rank for every task). A set: the writer and the ranks it was copied
+ * to since, ctx->size bits. */
+enum {
+	VALID_ALL,
+	VALID_ONE,
+	VALID_SET
+};
+
+static size_t set_words(const odx_context *ctx)
 {
-	return ctx->size >= 64 ? ~0ull : (1ull << ctx->size) - 1;
+	return ((size_t)ctx->size + 63) / 64;
 }
 
-/* Does rank r hold b's latest version? valid_ranks 0 means every rank: a new buffer reads as
- * zeros everywhere, a registered one is each rank's own memory. */
 static bool has(const odx_buffer *b, int r)
 {
-	return b->valid_ranks == 0 || ((b->valid_ranks >> r) & 1);
+	switch (b->valid_kind) {
+	case VALID_ALL:
+		return true;
+	case VALID_ONE:
+		return b->valid_one == r;
+	default:
+		return (b->valid_set[r / 64] >> (r % 64)) & 1;
+	}
+}
+
+static void holds_only(odx_buffer *b, int r)
+{
+	b->valid_kind = VALID_ONE;
+	b->valid_one = r;
+}
+
+/* Rank r holds it too (after a transfer to it). */
+static int holds_also(odx_context *ctx, odx_buffer *b, int r)
+{
+	if (has(b, r))
+		return 0;
+	if (b->valid_kind == VALID_ONE) {
+		if (!b->valid_set) {
+			b->valid_set = calloc(set_words(ctx), sizeof(uint64_t));
+			if (!b->valid_set)
+				return odx__fail(ctx, ODX_ENOMEM, "out of memory for a rank set");
+		} else {
+			memset(b->valid_set, 0, set_words(ctx) * sizeof(uint64_t));
+		}
+		b->valid_set[b->valid_one / 64] |= 1ull << (b->valid_one % 64);
+		b->valid_kind = VALID_SET;
+	}
+	b->valid_set[r / 64] |= 1ull << (r % 64);
+	return 0;
 }
 
 static void on_peer(void *user, int rank, const char *why)
@@ -143,7 +185,9 @@ static int transfer(odx_context *ctx, odx_buffer *b, int src, int dst)
 	odx__task *t;
 	int rc;
 
-	b->valid_ranks |= 1ull << dst;
+	rc = holds_also(ctx, b, dst);
+	if (rc)
+		return rc;
 	if (ctx->rank != src && ctx->rank != dst)
 		return 0;
 	t = odx__task_new(ctx);
@@ -164,9 +208,18 @@ static int transfer(odx_context *ctx, odx_buffer *b, int src, int dst)
 }
 
 /* The rank with the latest version to copy from: the lowest one holding it. */
-static int source_rank(const odx_buffer *b)
+static int source_rank(const odx_context *ctx, const odx_buffer *b)
 {
-	return b->valid_ranks ? __builtin_ctzll(b->valid_ranks) : 0;
+	size_t w;
+
+	if (b->valid_kind == VALID_ALL)
+		return 0;
+	if (b->valid_kind == VALID_ONE)
+		return b->valid_one;
+	for (w = 0; w < set_words(ctx); w++)
+		if (b->valid_set[w])
+			return (int)(w * 64) + __builtin_ctzll(b->valid_set[w]);
+	return 0; /* not reached: a set holds its writer */
 }
 
 /* Every rank computes the same placement from the same facts. */
@@ -231,7 +284,7 @@ int odx__dist_kernel(odx_context *ctx, const odx_arg *args, int nargs, const odx
 		 * version of every buffer it touches, written or read. */
 		if (j < i || has(b, r))
 			continue;
-		rc = transfer(ctx, b, source_rank(b), r);
+		rc = transfer(ctx, b, source_rank(ctx, b), r);
 		if (rc)
 			return rc;
 	}
@@ -246,7 +299,7 @@ void odx__dist_written(odx_context *ctx, const odx_arg *args, int nargs, int ran
 		return;
 	for (i = 0; i < nargs; i++)
 		if (args[i].kind == ODX_ARG_BUFFER && (args[i].access & ODX_W))
-			args[i].v.buffer->valid_ranks = 1ull << rank;
+			holds_only(args[i].v.buffer, rank);
 }
 
 int odx__dist_read(odx_buffer *b)
@@ -259,7 +312,7 @@ int odx__dist_read(odx_buffer *b)
 	for (r = 0; r < ctx->size; r++) {
 		if (has(b, r))
 			continue;
-		rc = transfer(ctx, b, source_rank(b), r);
+		rc = transfer(ctx, b, source_rank(ctx, b), r);
 		if (rc)
 			return rc;
 	}
@@ -274,7 +327,7 @@ void odx__dist_write(odx_buffer *b, bool full)
 		return;
 	if (!full)
 		odx__dist_read(b); /* the bytes it leaves alone must be the latest everywhere */
-	b->valid_ranks = all_ranks(ctx);
+	b->valid_kind = VALID_ALL;
 }
 
 /* ---- running the transfers ------------------------------------------------------------- */
