@@ -367,12 +367,14 @@ ODX_API int odx_open(odx_context **out, const odx_config *cfg)
 	odx__log(ctx, ODX_LOG_INFO, "context open: %d devices, policy %s", ctx->ndevices,
 		 ctx->policy ? odx__policy_name(ctx->policy) : ctx->sched->name);
 	*out = ctx;
+	odx__set_open_error("");
 	return 0;
 
 out_fail:
 	if (!err[0])
 		snprintf(err, sizeof(err), "%s", odx_strerror(rc));
 	odx__config_set_error(cfg, err);
+	odx__set_open_error(err);
 	{
 		void *user = NULL;
 		odx_log_fn fn = odx__config_api_log_fn(cfg, &user);

@@ -54,6 +54,8 @@ uint64_t odx__now_ns(void);
  * error_detail), taken: empty afterwards. "" when it gave none. */
 const char *odx__backend_detail_take(char *buf, size_t n);
 void odx__backend_detail_set(const char *msg);
+/* Records why odx_open failed on this thread ("" when it succeeded): odx_last_error(NULL). */
+void odx__set_open_error(const char *msg);
 long odx__inflight(odx_context *ctx);
 
 /* ---- memory nodes and replicas (buffer.c) ------------------------------------------------- */

@@ -59,13 +59,21 @@ int odx__fail(odx_context *ctx, int code, const char *fmt, ...)
 	return code;
 }
 
+/* Why this thread's last odx_open failed ("" after one that succeeded): odx_last_error(NULL). */
+static _Thread_local char open_error[ODX__MSG_MAX];
+
+void odx__set_open_error(const char *msg)
+{
+	snprintf(open_error, sizeof(open_error), "%s", msg ? msg : "");
+}
+
 ODX_API const char *odx_last_error(odx_context *ctx)
 {
 	/* A per-thread copy, so a concurrent failure cannot change the text under the caller. */
 	static _Thread_local char copy[ODX__MSG_MAX];
 
 	if (!ctx)
-		return "odx_last_error: invalid argument 'ctx'";
+		return open_error;
 	pthread_mutex_lock(&ctx->error_lock);
 	memcpy(copy, ctx->last_error, sizeof(copy));
 	pthread_mutex_unlock(&ctx->error_lock);

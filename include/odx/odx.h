@@ -135,8 +135,9 @@ ODX_API const char *odx_config_error(const odx_config *cfg);
 /**
  * Opens a context: reads the configuration, opens the backends and their devices, starts one
  * worker per device. `cfg` may be NULL (environment, file and defaults only) and may be destroyed
- * right after this call. On failure *out is not touched; if `cfg` is not NULL the reason is
- * available from odx_config_error(cfg), and it is also logged at the error level.
+ * right after this call. On failure *out is not touched; the reason is available from
+ * odx_last_error(NULL) on the same thread (and from odx_config_error(cfg) if `cfg` is not NULL),
+ * and it is also logged at the error level.
  */
 ODX_API int odx_open(odx_context **out, const odx_config *cfg);
 
@@ -154,6 +155,8 @@ ODX_API int odx_close(odx_context *ctx);
 /**
  * The detailed message of the last error on `ctx` (what, where, native code), or "" if none.
  * The pointer refers to a per-thread copy, valid until the next odx_last_error call on this thread.
+ * With `ctx` NULL: why this thread's last odx_open failed ("" if it succeeded), valid until the
+ * next odx_open on this thread.
  */
 ODX_API const char *odx_last_error(odx_context *ctx);
 

@@ -27,7 +27,7 @@ static int rank_ = -1;
 		int rc_ = (expr);                                                                  \
 		if (rc_) {                                                                         \
 			fprintf(stderr, "rank %d: %s:%d: %s: %s: %s\n", rank_, __FILE__, __LINE__, \
-				#expr, odx_err_name(rc_), (ctx) ? odx_last_error(ctx) : "");       \
+				#expr, odx_err_name(rc_), odx_last_error(ctx));                    \
 			exit(1);                                                                   \
 		}                                                                                  \
 	} while (0)

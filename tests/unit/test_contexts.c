@@ -375,6 +375,26 @@ static void test_open_close_loop(void **state)
 	assert_ok(odx_close(NULL));
 }
 
+/* odx_last_error(NULL): why this thread's last odx_open failed, "" once one succeeds. */
+static void test_open_error(void **state)
+{
+	odx_config *cfg;
+	odx_context *ctx = NULL;
+	const char *kv[] = {"host.devices", "1", "host.bind", "false", NULL};
+
+	(void)state;
+	assert_ok(odx_config_create(&cfg));
+	assert_ok(odx_config_set(cfg, "policy", "lua:/nonexistent/odx-test-policy.lua"));
+	assert_int_not_equal(odx_open(&ctx, cfg), 0);
+	assert_null(ctx);
+	assert_non_null(strstr(odx_last_error(NULL), "odx-test-policy.lua"));
+	assert_string_equal(odx_last_error(NULL), odx_config_error(cfg));
+	odx_config_destroy(cfg);
+	ctx = test_open_ctx(kv);
+	assert_string_equal(odx_last_error(NULL), "");
+	assert_ok(odx_close(ctx));
+}
+
 /* Every code of the table has its name and message; unknown codes get a placeholder. */
 static void test_error_names(void **state)
 {
@@ -517,6 +537,7 @@ int main(void)
 		cmocka_unit_test(test_threads_share_context),
 		cmocka_unit_test(test_threads_share_buffer),
 		cmocka_unit_test(test_open_close_loop),
+		cmocka_unit_test(test_open_error),
 		cmocka_unit_test(test_error_names),
 		cmocka_unit_test(test_version),
 		cmocka_unit_test(test_backend_kind_names),
