@@ -45,8 +45,11 @@ struct bench {
 
 static void die(odx_context *ctx, int rc, const char *what)
 {
+	/* with ctx NULL: why odx_open failed, if it did */
+	const char *why = odx_last_error(ctx);
+
 	fprintf(stderr, "task_overhead: %s failed: %s (%s)%s%s\n", what, odx_err_name(rc),
-		odx_strerror(rc), ctx ? ": " : "", ctx ? odx_last_error(ctx) : "");
+		odx_strerror(rc), why[0] ? ": " : "", why);
 	exit(1);
 }
 

@@ -37,8 +37,11 @@ static void check(odx_context *ctx, int rc, const char *what)
 {
 	if (rc >= 0)
 		return;
+	/* with ctx NULL: why odx_open failed, if it did */
+	const char *why = odx_last_error(ctx);
+
 	fprintf(stderr, "%s: %s failed: %s (%s)%s%s\n", PROGRAM, what, odx_err_name(rc),
-		odx_strerror(rc), ctx ? ": " : "", ctx ? odx_last_error(ctx) : "");
+		odx_strerror(rc), why[0] ? ": " : "", why);
 	exit(1);
 }
 

@@ -35,8 +35,11 @@ static void usage(FILE *out)
 
 static void die(odx_context *ctx, int rc, const char *what)
 {
+	/* with ctx NULL: why odx_open failed, if it did */
+	const char *why = odx_last_error(ctx);
+
 	fprintf(stderr, "odx: %s failed: %s (%s)%s%s\n", what, odx_err_name(rc), odx_strerror(rc),
-		ctx ? ": " : "", ctx ? odx_last_error(ctx) : "");
+		why[0] ? ": " : "", why);
 	exit(1);
 }
 
