@@ -1639,7 +1639,6 @@ static int poll_rail(odx_fab *f, int rail)
  * lane thread alone touches its endpoint (FI_THREAD_DOMAIN holds per domain): it posts the
  * receives the progress role hands it, polls, and hands them back completed. */
 
-/* Hands `op` to the lane thread (progress role). */
 /* Appends op to the list head..tail (linked through op->next). */
 static void op_append(struct fab_op **head, struct fab_op **tail, struct fab_op *op)
 {
@@ -1651,6 +1650,7 @@ static void op_append(struct fab_op **head, struct fab_op **tail, struct fab_op 
 	*tail = op;
 }
 
+/* Hands `op` to the lane thread (progress role). */
 static void lane_submit(struct fab_lane *ln, struct fab_op *op)
 {
 	pthread_mutex_lock(&ln->lock);
@@ -2546,8 +2546,9 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 		snprintf(f->provider, sizeof(f->provider), "self");
 	} else {
 		f->nrails = 1;
-		ret = open_endpoint(f, &f->rail[0], f->prof.source_broken, NULL,
-				    fab_lane_count(&f->prof, p), err, errlen);
+		int lanes = fab_lane_count(&f->prof, p);
+		ret = open_endpoint(f, &f->rail[0], f->prof.source_broken, NULL, lanes, err,
+				    errlen);
 		if (ret)
 			goto out_close;
 		/* auto mode: a second, shm endpoint for the ranks on this host (ODX_FAB_SHM=0: off) */
@@ -2565,16 +2566,17 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 				snprintf(rl->prov, sizeof(rl->prov), "shm");
 				rl->chunk = shm_prof.chunk;
 				rl->lane_min = shm_prof.lane_min;
-				if (open_endpoint(f, rl, false, NULL, fab_lane_count(&shm_prof, p),
-						  shm_err, sizeof(shm_err)) == 0) {
+				int shm_lanes = fab_lane_count(&shm_prof, p);
+				if (open_endpoint(f, rl, false, NULL, shm_lanes, shm_err,
+						  sizeof(shm_err)) == 0) {
 					f->nrails = 2;
-					open_lanes(f, rl, fab_lane_count(&shm_prof, p));
+					open_lanes(f, rl, shm_lanes);
 				} else {
 					close_rail(rl); /* the network endpoint serves every rank */
 				}
 			}
 		}
-		open_lanes(f, &f->rail[0], fab_lane_count(&f->prof, p));
+		open_lanes(f, &f->rail[0], lanes);
 		snprintf(f->provider, sizeof(f->provider), "%s%s", f->prof.prov,
 			 f->nrails > 1 ? "+shm" : "");
 		/* room for one chunk of any rail */
