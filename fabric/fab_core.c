@@ -2212,6 +2212,12 @@ static int open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, co
 			 int lanes, char *err, size_t errlen)
 {
 	struct fi_info *info = rl->info;
+	char shm_name[FAB_NAME_MAX];
+	if (!name && !strcmp(rl->prov, "shm")) {
+		/* The provider's own name would be pid-based: see fab_shm.c */
+		fab_shm_name(shm_name, sizeof(shm_name));
+		name = shm_name;
+	}
 	int ret = fi_fabric(info->fabric_attr, &rl->fabric, NULL);
 	const char *step = "fi_fabric";
 	if (!ret) {
@@ -2545,6 +2551,7 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 	if (f->size == 1) {
 		snprintf(f->provider, sizeof(f->provider), "self");
 	} else {
+		fab_shm_sweep(); /* segments that killed ODX ranks left behind (fab_shm.c) */
 		f->nrails = 1;
 		int lanes = fab_lane_count(&f->prof, p);
 		ret = open_endpoint(f, &f->rail[0], f->prof.source_broken, NULL, lanes, err,

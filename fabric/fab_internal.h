@@ -218,4 +218,11 @@ uint64_t fab_hash64(const void *data, size_t len);
 /* Monotonic clock in nanoseconds. */
 int64_t fab_now_ns(void);
 
+/* ---- shm endpoint names (fab_shm.c) ------------------------------------------------------- */
+/* A name for a new shm endpoint that no other process, live or dead, can hold: the pid, the
+ * process's start time and a per-process sequence number. */
+void fab_shm_name(char *buf, size_t n);
+/* Removes the /dev/shm segments of ODX processes that are gone; returns how many. */
+int fab_shm_sweep(void);
+
 #endif /* ODX_FAB_INTERNAL_H */

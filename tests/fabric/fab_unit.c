@@ -2,12 +2,17 @@
 /*
  * fab_unit.c - single-process checks of the transport: provider errors, the fault spec, a single
  * rank's self transfers and messages, length mismatches, cancellation at close, odx_fab_wait
- * (caller-driven progress, its deadline, a wait from a callback), odx_fab_describe.
+ * (caller-driven progress, its deadline, a wait from a callback), odx_fab_describe, the names of
+ * shm endpoints and the removal of the segments dead processes left.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "fab_internal.h"
@@ -245,6 +250,52 @@ static void test_wait(void)
 	odx_fab_close(f);
 }
 
+static bool shm_exists(const char *name)
+{
+	int fd = shm_open(name, O_RDONLY, 0);
+
+	if (fd >= 0)
+		close(fd);
+	return fd >= 0;
+}
+
+static void shm_make(const char *name)
+{
+	int fd = shm_open(name, O_RDWR | O_CREAT, 0600);
+
+	CHECK(fd >= 0, "shm_open %s: %s", name, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
+/* A killed rank's segment must not block the next process that gets its pid (libfabric's own
+ * pid-based names did: fi_enable EBUSY), and is removed by the next job; a live one stays. */
+static void test_shm_names(void)
+{
+	char mine[256], again[256], dead[256], reused[256];
+	pid_t child = fork();
+
+	fab_shm_name(mine, sizeof(mine));
+	fab_shm_name(again, sizeof(again));
+	CHECK(strncmp(mine, "odx-", 4) == 0 && strcmp(mine, again) != 0,
+	      "two endpoints of one process got '%s' and '%s'", mine, again);
+	if (child == 0)
+		_exit(0);
+	CHECK(child > 0 && waitpid(child, NULL, 0) == child, "fork/wait");
+	/* a process that is gone, and one whose pid is now held by another process (ours, with
+	 * another start time) */
+	snprintf(dead, sizeof(dead), "odx-%ld-12345-0", (long)child);
+	snprintf(reused, sizeof(reused), "odx-%ld-1-0_l1", (long)getpid());
+	shm_make(mine);
+	shm_make(dead);
+	shm_make(reused);
+	CHECK(fab_shm_sweep() >= 2, "the sweep removed fewer than the two dead segments");
+	CHECK(!shm_exists(dead), "the segment of a dead process is still there");
+	CHECK(!shm_exists(reused), "the segment of a dead process whose pid was reused is still there");
+	CHECK(shm_exists(mine), "the sweep removed the segment of a live process");
+	shm_unlink(mine);
+}
+
 static void test_describe(void)
 {
 	char buf[2048];
@@ -266,6 +317,7 @@ int main(void)
 	test_single_rank();
 	test_wait();
 	test_describe();
+	test_shm_names();
 	if (failures)
 		fprintf(stderr, "%d checks failed\n", failures);
 	else
