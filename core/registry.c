@@ -16,6 +16,8 @@
 #ifndef ODX_BACKEND_DIR
 #define ODX_BACKEND_DIR "/usr/local/lib/odx"
 #endif
+/* meson.build defines ODX_BUILD_ROOT (the build directory) and ODX_BUILD_MODULE_PATH (where that
+ * build puts its modules) for libodx itself. */
 
 #define PREFIX "libodx-backend-"
 #define SUFFIX ".so"
@@ -134,33 +136,77 @@ static int try_dir(const char *dir, size_t dirlen, const char *name, odx__backen
 	return load_module(path, name, out, reason, n);
 }
 
+/*
+ * Where the modules of this libodx are: ODX_BACKEND_DIR once installed; the module directories of
+ * its own build when this libodx.so is the one in its build directory, so that a program run from
+ * the build tree (build/tools/odx info) finds the modules built with it, as an installed one does,
+ * and never mixes in the modules of another installed version.
+ */
+static const char *own_module_dirs(void)
+{
+#if defined(ODX_BUILD_ROOT) && defined(ODX_BUILD_MODULE_PATH)
+	static const char anchor; /* an address inside this libodx, for dladdr */
+	const char *dirs = ODX_BACKEND_DIR;
+	char *lib, *root;
+	Dl_info info;
+
+	if (!dladdr(&anchor, &info) || !info.dli_fname)
+		return dirs;
+	lib = realpath(info.dli_fname, NULL);
+	root = realpath(ODX_BUILD_ROOT, NULL);
+	if (lib && root) {
+		char *slash = strrchr(lib, '/');
+
+		if (slash && (size_t)(slash - lib) == strlen(root) &&
+		    strncmp(lib, root, strlen(root)) == 0)
+			dirs = ODX_BUILD_MODULE_PATH;
+	}
+	free(lib);
+	free(root);
+	return dirs;
+#else
+	return ODX_BACKEND_DIR;
+#endif
+}
+
+/* The next non-empty entry of the ':'-separated *list: its start in *dir, its length in *len. */
+static bool next_dir(const char **list, const char **dir, size_t *len)
+{
+	while (*list && **list) {
+		const char *end = strchr(*list, ':');
+
+		*dir = *list;
+		*len = end ? (size_t)(end - *list) : strlen(*list);
+		*list = end ? end + 1 : NULL;
+		if (*len > 0)
+			return true;
+	}
+	return false;
+}
+
 int odx__backend_find(const char *name, odx__backend_module *out, char *reason, size_t n)
 {
-	const char *path = getenv("ODX_BACKEND_PATH");
+	const char *own = own_module_dirs(), *list = getenv("ODX_BACKEND_PATH"), *dir;
+	size_t len;
 	int i, rc;
 
 	*out = (odx__backend_module){0};
 	/* A module on ODX_BACKEND_PATH wins, so a developer can replace a built-in backend. */
-	while (path && *path) {
-		const char *end = strchr(path, ':');
-		size_t len = end ? (size_t)(end - path) : strlen(path);
-
-		if (len > 0 && (rc = try_dir(path, len, name, out, reason, n)) <= 0)
+	while (next_dir(&list, &dir, &len))
+		if ((rc = try_dir(dir, len, name, out, reason, n)) <= 0)
 			return rc;
-		path = end ? end + 1 : NULL;
-	}
 	for (i = 0; i < NBUILTIN; i++)
 		if (strcmp(builtin[i]->name, name) == 0) {
 			out->desc = builtin[i];
 			snprintf(out->path, sizeof(out->path), "built in");
 			return 0;
 		}
-	rc = try_dir(ODX_BACKEND_DIR, strlen(ODX_BACKEND_DIR), name, out, reason, n);
-	if (rc <= 0)
-		return rc;
-	snprintf(reason, n, "not built into this ODX and no " PREFIX "%s" SUFFIX
-			    " in $ODX_BACKEND_PATH or " ODX_BACKEND_DIR,
-		 name);
+	for (list = own; next_dir(&list, &dir, &len);)
+		if ((rc = try_dir(dir, len, name, out, reason, n)) <= 0)
+			return rc;
+	snprintf(reason, n,
+		 "not built into this ODX and no " PREFIX "%s" SUFFIX " in $ODX_BACKEND_PATH or %s",
+		 name, own);
 	return ODX_EUNAVAIL;
 }
 
@@ -199,19 +245,17 @@ static int scan_dir(const char *dir, size_t dirlen, char **names, int count, int
 
 int odx__backend_list(char **names, int max)
 {
-	const char *path = getenv("ODX_BACKEND_PATH");
+	const char *list = getenv("ODX_BACKEND_PATH"), *dir;
 	int count = 0, i;
+	size_t len;
 
 	for (i = 0; i < NBUILTIN; i++)
 		count = add_name(names, count, max, builtin[i]->name, strlen(builtin[i]->name));
-	while (path && *path) {
-		const char *end = strchr(path, ':');
-		size_t len = end ? (size_t)(end - path) : strlen(path);
-
-		count = scan_dir(path, len, names, count, max);
-		path = end ? end + 1 : NULL;
-	}
-	return scan_dir(ODX_BACKEND_DIR, strlen(ODX_BACKEND_DIR), names, count, max);
+	while (next_dir(&list, &dir, &len))
+		count = scan_dir(dir, len, names, count, max);
+	for (list = own_module_dirs(); next_dir(&list, &dir, &len);)
+		count = scan_dir(dir, len, names, count, max);
+	return count;
 }
 
 void odx__backend_unload(odx__backend_module *m)
