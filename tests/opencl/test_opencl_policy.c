@@ -3,7 +3,7 @@
  * test_opencl_policy.c - the shipped Lua policies placing real kernels on two PoCL devices
  * (POCL_DEVICES="pthread pthread"): `locality` keeps a chain of tasks on the device that holds
  * its input (nothing moves but the final read), where `round_robin` moves it back and forth;
- * `heft` spreads independent equal tasks over both devices. Every result is checked. Where each
+ * `heft` places independent equal tasks by its measurements. Every result is checked. Where each
  * kernel ran comes from the context's trace (a span per task on its device's compute lane, named
  * by the task's tag); how many copies were made from its statistics (stats = true), printed
  * through the log at close.
@@ -282,10 +282,12 @@ static void test_heft_spreads(void **state)
 	free(got);
 	close_and_count(ctx, "lua:heft", "spin", &st);
 	assert_int_equal(st.tasks[0] + st.tasks[1], SPREAD);
-	/* Both devices took a share (equal work, equal devices). Not half each: heft follows
-	 * its measurements, and on a loaded machine one device can measure much slower. */
-	assert_true(st.tasks[0] >= SPREAD / 8);
-	assert_true(st.tasks[1] >= SPREAD / 8);
+	/* How many each device ran is heft following its measurements (run times, link
+	 * bandwidths), which depend on the machine's load: asserting a share failed under load
+	 * (and even "at least one each" would not hold where the first copy measures faster than
+	 * the nominal link). The spreading of equal tasks is checked on synthetic inputs, which do
+	 * not depend on timing, in policies/heft.test.lua; here every result is checked above. */
+	print_message("heft: %llu tasks on device 0, %llu on device 1\n", st.tasks[0], st.tasks[1]);
 }
 
 int main(void)
