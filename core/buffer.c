@@ -1050,17 +1050,105 @@ void odx__unstage(odx__task *t, int status)
 
 /* ---- buffers -------------------------------------------------------------------------------- */
 
+/*
+ * Buffer structs are never handed back to malloc before close: they come from slabs of
+ * BUF_SLAB, and a released one waits in a FIFO quarantine until ODX__BUF_QUARANTINE others
+ * were released after it. A stale handle therefore points at mapped memory marked destroyed
+ * (refused by odx__buffer_check) for that long, and memory stays bounded by the most buffers
+ * alive at once plus the quarantine, however many are created over a run.
+ */
+#define BUF_SLAB 64
+
+static size_t buffer_bytes(const odx_context *ctx)
+{
+	size_t n = sizeof(odx_buffer) + (size_t)ctx->nmemnodes * sizeof(odx__replica);
+
+	return (n + 63) & ~(size_t)63; /* each struct on its own cache lines */
+}
+
+/* A struct for a new buffer (objects_lock held): the oldest quarantined one once the
+ * quarantine is full, else the next one carved from a slab. */
+static odx_buffer *buffer_slot_get(odx_context *ctx)
+{
+	odx_buffer *b;
+
+	if (ctx->bufq_n >= ODX__BUF_QUARANTINE) {
+		b = ctx->bufq_head;
+		ctx->bufq_head = b->next;
+		if (!ctx->bufq_head)
+			ctx->bufq_tail = NULL;
+		ctx->bufq_n--;
+		return b;
+	}
+	if (ctx->buf_carve_left == 0) {
+		char *slab;
+
+		if (ctx->nbuf_slabs == ctx->capbuf_slabs) {
+			int cap = ctx->capbuf_slabs ? 2 * ctx->capbuf_slabs : 16;
+			void **v = realloc(ctx->buf_slabs, (size_t)cap * sizeof(*v));
+
+			if (!v)
+				return NULL;
+			ctx->buf_slabs = v;
+			ctx->capbuf_slabs = cap;
+		}
+		slab = malloc(BUF_SLAB * buffer_bytes(ctx));
+		if (!slab)
+			return NULL;
+		ctx->buf_slabs[ctx->nbuf_slabs++] = slab;
+		ctx->buf_carve = slab;
+		ctx->buf_carve_left = BUF_SLAB;
+	}
+	b = (odx_buffer *)ctx->buf_carve;
+	ctx->buf_carve += buffer_bytes(ctx);
+	ctx->buf_carve_left--;
+	return b;
+}
+
+/* Its struct joins the quarantine's tail, still marked destroyed. */
+static void buffer_slot_put(odx_buffer *b)
+{
+	odx_context *ctx = b->ctx;
+
+	atomic_store(&b->destroyed, true);
+	pthread_mutex_lock(&ctx->objects_lock);
+	b->next = NULL;
+	if (ctx->bufq_tail)
+		ctx->bufq_tail->next = b;
+	else
+		ctx->bufq_head = b;
+	ctx->bufq_tail = b;
+	ctx->bufq_n++;
+	pthread_mutex_unlock(&ctx->objects_lock);
+}
+
+int odx__buffer_check(const odx_buffer *buf, const char *fn)
+{
+	if (!buf)
+		return ODX_EINVAL;
+	if (atomic_load_explicit(&buf->destroyed, memory_order_acquire))
+		return odx__fail(buf->ctx, ODX_EINVAL,
+				 "%s: buffer %llu was destroyed (odx_buffer_destroy or odx_close): "
+				 "its handle must not be used again",
+				 fn, (unsigned long long)buf->id);
+	return 0;
+}
+
 static odx_buffer *buffer_new(odx_context *ctx, size_t size)
 {
-	odx_buffer *b = calloc(1, sizeof(*b) + (size_t)ctx->nmemnodes * sizeof(odx__replica));
+	odx_buffer *b;
 
+	pthread_mutex_lock(&ctx->objects_lock);
+	b = buffer_slot_get(ctx);
+	pthread_mutex_unlock(&ctx->objects_lock);
 	if (!b)
 		return NULL;
+	memset(b, 0, buffer_bytes(ctx));
 	b->ctx = ctx;
 	b->id = atomic_fetch_add(&ctx->next_buffer_id, 1) + 1;
 	b->size = size;
 	b->home_rank = 0;
-	b->home = ctx->nhost == 1 ? 0 : -1;
+	atomic_init(&b->home, ctx->nhost == 1 ? 0 : -1);
 	b->zero = true;
 	pthread_mutex_init(&b->lock, NULL);
 	pthread_mutex_lock(&ctx->objects_lock);
@@ -1190,7 +1278,7 @@ ODX_API int odx_buffer_register(odx_context *ctx, void *ptr, size_t size, unsign
 
 ODX_API size_t odx_buffer_size(const odx_buffer *buf)
 {
-	return buf ? buf->size : 0;
+	return odx__buffer_check(buf, "odx_buffer_size") == 0 ? buf->size : 0;
 }
 
 static bool ready_or_done(void *arg)
@@ -1570,8 +1658,10 @@ out:
 ODX_API int odx_buffer_write(odx_buffer *buf, size_t offset, const void *src, size_t len,
 			     int timeout_ms)
 {
-	if (!buf)
-		return ODX_EINVAL;
+	int rc = odx__buffer_check(buf, "odx_buffer_write");
+
+	if (rc)
+		return rc;
 	ODX__CHECK_ARG(buf->ctx, src || len == 0, "src");
 	/* Several ranks: every rank writes the same bytes (dist.c). */
 	if (buf->ctx->fab && offset <= buf->size && len <= buf->size - offset && len > 0)
@@ -1582,13 +1672,14 @@ ODX_API int odx_buffer_write(odx_buffer *buf, size_t offset, const void *src, si
 
 ODX_API int odx_buffer_read(odx_buffer *buf, size_t offset, void *dst, size_t len, int timeout_ms)
 {
-	if (!buf)
-		return ODX_EINVAL;
+	int rc = odx__buffer_check(buf, "odx_buffer_read");
+
+	if (rc)
+		return rc;
 	ODX__CHECK_ARG(buf->ctx, dst || len == 0, "dst");
 	/* Several ranks: reads are collective; the latest version goes to every rank (dist.c). */
 	if (buf->ctx->fab && offset <= buf->size && len <= buf->size - offset && len > 0) {
-		int rc = odx__dist_read(buf);
-
+		rc = odx__dist_read(buf);
 		if (rc)
 			return rc;
 	}
@@ -1649,10 +1740,10 @@ void odx__buffers_destroy_all(odx_context *ctx)
 
 ODX_API int odx_buffer_wont_use(odx_buffer *buf)
 {
-	int m;
+	int m, rc = odx__buffer_check(buf, "odx_buffer_wont_use");
 
-	if (!buf)
-		return ODX_EINVAL;
+	if (rc)
+		return rc;
 	/* A hint, not a task: its copies become the first eviction candidates until a task
 	 * submitted after this call uses the buffer (tasks submitted before it are the uses the
 	 * program is finishing). */
@@ -1706,7 +1797,7 @@ int odx__buffer_release_memory(odx_buffer *b)
 		odx__task_put(b->last_writer);
 	free(b->valid_set);
 	pthread_mutex_destroy(&b->lock);
-	free(b);
+	buffer_slot_put(b);
 	return 0;
 }
 
@@ -1715,6 +1806,17 @@ void odx__buffers_release_all(odx_context *ctx)
 {
 	odx_buffer *b;
 
+	int i;
+
 	while ((b = ctx->buffers) != NULL)
 		odx__buffer_release_memory(b);
+	/* Nothing may use a buffer handle after close: the structs go. */
+	for (i = 0; i < ctx->nbuf_slabs; i++)
+		free(ctx->buf_slabs[i]);
+	free(ctx->buf_slabs);
+	ctx->buf_slabs = NULL;
+	ctx->nbuf_slabs = ctx->capbuf_slabs = 0;
+	ctx->bufq_head = ctx->bufq_tail = NULL;
+	ctx->bufq_n = 0;
+	ctx->buf_carve_left = 0;
 }

@@ -151,6 +151,8 @@ static int open_backends(odx_context *ctx, odx_backend_host *env, char *err, siz
 			slot->ops = slot->module.desc->ops;
 			slot->available = slot->ops->open(env, &slot->state, slot->reason,
 							  sizeof(slot->reason)) == 0;
+			/* The backend fills it: it may leave no NUL. */
+			slot->reason[sizeof(slot->reason) - 1] = '\0';
 			if (slot->available) {
 				slot->ndevices = slot->ops->device_count(slot->state);
 				if (slot->ndevices <= 0) {
@@ -239,6 +241,9 @@ static int open_devices(odx_context *ctx, char *err, size_t errlen)
 					 detail);
 				return rc;
 			}
+			/* Fixed-size texts the backend filled may lack their NUL. */
+			dev->props.name[sizeof(dev->props.name) - 1] = '\0';
+			dev->props.pci_bus_id[sizeof(dev->props.pci_bus_id) - 1] = '\0';
 			snprintf(dev->name, sizeof(dev->name), "%s", dev->props.name);
 			dev->memnode = ctx->nmemnodes;
 			ctx->memnodes[ctx->nmemnodes++] = (odx__memnode){

@@ -129,7 +129,10 @@ struct odx_buffer {
 	bool registered;        /* replica 0 is user memory */
 	bool wont_use;          /* odx_buffer_wont_use: evict its copies first ... */
 	uint64_t wont_use_task; /* ... until a task created after the hint (id above this) uses it */
-	bool destroyed;         /* odx_buffer_destroy was called (under objects_lock) */
+	/* odx_buffer_destroy was called (written under objects_lock). Every public entry refuses
+	 * the handle from then on (odx__buffer_check); it stays set while the released struct
+	 * waits in the context's quarantine, so a stale handle is refused, not followed. */
+	_Atomic bool destroyed;
 	_Atomic bool dead;      /* its destruction is ready to run: no task reads it any more,
 				 * so its copies can be dropped, dirty or not */
 	/* data version: bumped when a task's write lands; a copy taken for eviction or spilling
@@ -151,11 +154,18 @@ struct odx_buffer {
 	uint32_t xfer_seq;      /* transfers of it so far: part of each transfer's key */
 	void *user_ptr;
 	uint64_t host_registered; /* registered buffers: devices (bit d) that page-locked user_ptr */
-	struct odx_buffer *prev, *next; /* ctx->buffers (live buffers) */
+	struct odx_buffer *prev, *next; /* ctx->buffers (live buffers); next: the quarantine */
 	odx__replica replicas[]; /* one per memory node */
 };
 
-int odx__buffer_release_memory(odx_buffer *buf); /* frees replicas and the struct */
+int odx__buffer_release_memory(odx_buffer *buf); /* frees replicas; the struct is quarantined */
+/* Handle check at a public entry: 0 for a live buffer of any context, else ODX_EINVAL with a
+ * message naming `fn` (a destroyed buffer: its struct stays mapped until close, docs/memory.md
+ * "Handles"). NULL gives ODX_EINVAL with no message (no context to hold it). */
+int odx__buffer_check(const odx_buffer *buf, const char *fn);
+/* Released buffer structs kept before reuse, per context (FIFO): a stale handle is refused
+ * for at least this many later buffer releases, and never reaches unmapped memory before close. */
+#define ODX__BUF_QUARANTINE 4096
 /* The buffer's host node, chosen now if it has none: the host node nearest memory node `near`
  * (a device's, or a host node) when it has room for the buffer, else the host node with the most
  * room. `near` -1: the calling thread's node. Takes no lock. */
@@ -188,9 +198,10 @@ struct odx_kernel {
 	void **device_module;
 	char **module_error;        /* per device: why module_load failed (not retried) */
 	int *loaded_variant;        /* per device: the variant loaded there, -1 before */
-	bool user_destroyed;    /* odx_kernel_destroy was called: freed at close, since tasks
+	_Atomic bool user_destroyed; /* odx_kernel_destroy was called: freed at close, since tasks
 				 * still queued may use it (no per-task reference counting on the
-				 * submission path) */
+				 * submission path); odx_submit refuses it from then on */
+	bool builtin;           /* odx_kernel_builtin: its ids are 32-bit ints in every dialect */
 	struct odx_kernel *prev, *next; /* ctx->kernels */
 };
 
@@ -289,7 +300,17 @@ struct odx__task {
 	 * output a read copies. */
 	int after_dev;
 	odx__task *after_producer;
+	/* Events (odx_submit with an event): the user holds a reference until odx_event_release.
+	 * Such a task, once freed, waits in the context's event quarantine before reuse, so a
+	 * released event is refused (user_ref false) rather than aliasing a new task at once. */
+	_Atomic bool user_ref;
+	bool has_event;
 };
+
+/* Freed tasks that carried an event, kept before reuse (FIFO, per context). */
+#define ODX__EVENT_QUARANTINE 4096
+/* Handle check at a public entry taking an event: 0, or ODX_EINVAL with a message. */
+int odx__event_check(const odx_event *ev, const char *fn);
 
 enum { ODX__AFTER_UNSEEN = -2, ODX__AFTER_NO = -1 };
 
@@ -615,6 +636,9 @@ struct odx_context {
 	void **slabs;
 	int nslabs, capslabs;
 	_Atomic uint64_t next_task_id;
+	/* tasks that carried an event, freed and waiting before reuse (under pool_lock) */
+	odx__task *evq_head, *evq_tail;
+	int evq_n;
 
 	/* in-flight accounting and waiting */
 	pthread_mutex_t wait_lock;
@@ -640,6 +664,14 @@ struct odx_context {
 	odx_kernel *kernels;
 	_Atomic int nsleeping;        /* workers asleep, for the eager queue's wake-up */
 	_Atomic uint64_t next_buffer_id;
+	/* buffer structs (buffer.c, under objects_lock): slabs kept until close, carved in order,
+	 * and a FIFO quarantine of released ones, reused once it holds ODX__BUF_QUARANTINE */
+	void **buf_slabs;
+	int nbuf_slabs, capbuf_slabs;
+	char *buf_carve;              /* the next unused struct of the newest slab */
+	int buf_carve_left;
+	odx_buffer *bufq_head, *bufq_tail;
+	int bufq_n;
 
 	/* last error */
 	pthread_mutex_t error_lock;

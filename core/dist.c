@@ -401,7 +401,7 @@ ODX_API int odx_size(odx_context *ctx)
 
 ODX_API int odx_buffer_set_owner(odx_buffer *buf, int rank)
 {
-	if (!buf)
+	if (odx__buffer_check(buf, "odx_buffer_set_owner"))
 		return ODX_EINVAL;
 	if (rank < 0 || rank >= buf->ctx->size)
 		return odx__fail(buf->ctx, ODX_EINVAL,
@@ -413,7 +413,7 @@ ODX_API int odx_buffer_set_owner(odx_buffer *buf, int rank)
 
 ODX_API int odx_buffer_owner(const odx_buffer *buf)
 {
-	return buf ? buf->home_rank : ODX_EINVAL;
+	return odx__buffer_check(buf, "odx_buffer_owner") ? ODX_EINVAL : buf->home_rank;
 }
 
 ODX_API int odx_fabric_describe(odx_context *ctx, char *buf, size_t n)

@@ -94,7 +94,9 @@ static _Thread_local char backend_detail[ODX__MSG_MAX];
 
 void odx__backend_detail_set(const char *msg)
 {
-	snprintf(backend_detail, sizeof(backend_detail), "%s", msg ? msg : "");
+	/* Precision bounds the read: a backend's text need not end within our size. */
+	snprintf(backend_detail, sizeof(backend_detail), "%.*s", (int)sizeof(backend_detail) - 1,
+		 msg ? msg : "");
 }
 
 const char *odx__backend_detail_take(char *buf, size_t n)

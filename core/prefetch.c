@@ -226,7 +226,7 @@ ODX_API int odx_buffer_prefetch(odx_buffer *buf, int device, odx_prefetch_level 
 	odx_context *ctx;
 	odx__prefetch_req *q, **pp;
 
-	if (!buf)
+	if (odx__buffer_check(buf, "odx_buffer_prefetch"))
 		return ODX_EINVAL;
 	ctx = buf->ctx;
 	if (device < 0 || device >= ctx->ndevices)

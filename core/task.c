@@ -111,6 +111,8 @@ odx__task *odx__task_new(odx_context *ctx)
 	t->xfer_key = 0;
 	t->after_dev = ODX__AFTER_UNSEEN;
 	t->after_producer = NULL;
+	atomic_init(&t->user_ref, false);
+	t->has_event = false;
 	return t;
 }
 
@@ -132,6 +134,28 @@ void odx__task_put(odx__task *t)
 		free(t->succ);
 	if (t->after_producer)
 		odx__task_put(t->after_producer);
+	if (t->has_event) {
+		/* Its event may still be in the user's hands, released: keep the task out of
+		 * reuse for a while, so that handle is refused instead of naming a new task. */
+		pthread_mutex_lock(&ctx->pool_lock);
+		t->pool_next = NULL;
+		if (ctx->evq_tail)
+			ctx->evq_tail->pool_next = t;
+		else
+			ctx->evq_head = t;
+		ctx->evq_tail = t;
+		if (++ctx->evq_n <= ODX__EVENT_QUARANTINE) {
+			pthread_mutex_unlock(&ctx->pool_lock);
+			return;
+		}
+		t = ctx->evq_head;
+		ctx->evq_head = t->pool_next;
+		ctx->evq_n--;
+		t->pool_next = ctx->pool_free;
+		ctx->pool_free = t;
+		pthread_mutex_unlock(&ctx->pool_lock);
+		return;
+	}
 	/* Lock-free push: finishing threads never wait for a submitting one. */
 	t->pool_next = atomic_load_explicit(&ctx->pool_returned, memory_order_relaxed);
 	while (!atomic_compare_exchange_weak_explicit(&ctx->pool_returned, &t->pool_next, t,
@@ -652,8 +676,17 @@ static int check_args(odx_context *ctx, const odx_kernel *k, const odx_arg *args
 			continue;
 		if (!a->v.buffer || a->v.buffer->ctx != ctx)
 			return odx__fail(ctx, ODX_EINVAL,
-					 "odx_submit: kernel '%s' argument %d (%s): invalid buffer",
-					 k->name, i, p->name ? p->name : "?");
+					 "odx_submit: kernel '%s' argument %d (%s): invalid buffer%s",
+					 k->name, i, p->name ? p->name : "?",
+					 a->v.buffer ? " (it belongs to another context)" : "");
+		/* A destroyed buffer's struct is quarantined, not freed: reading the flag is
+		 * safe, and following the handle further would not be. */
+		if (atomic_load_explicit(&a->v.buffer->destroyed, memory_order_acquire))
+			return odx__fail(ctx, ODX_EINVAL,
+					 "odx_submit: kernel '%s' argument %d (%s): buffer %llu was "
+					 "destroyed: its handle must not be used again",
+					 k->name, i, p->name ? p->name : "?",
+					 (unsigned long long)a->v.buffer->id);
 		if (a->access != 0 && ((a->access & ~ODX_RW) || (a->access & p->access) !=
 									p->access))
 			return odx__fail(ctx, ODX_EINVAL,
@@ -662,6 +695,40 @@ static int check_args(odx_context *ctx, const odx_kernel *k, const odx_arg *args
 					 k->name, i, p->name ? p->name : "?", (int)a->access,
 					 (int)p->access);
 	}
+	return 0;
+}
+
+/*
+ * Refuses a grid and block that no backend can launch: counts (groups, work-items per group,
+ * work-items in all) that overflow 64 bits, and, for built-in kernels, a dimension of more than
+ * 2^31 - 1 work-items, which their 32-bit ids cannot number in any dialect. 0 means 1.
+ */
+static int check_launch(odx_context *ctx, const odx_kernel *k, const odx_task_opts *opts)
+{
+	uint64_t g[3], b[3], groups, per_group, items;
+	int d;
+
+	for (d = 0; d < 3; d++) {
+		g[d] = opts->grid[d] ? opts->grid[d] : 1;
+		b[d] = opts->block[d] ? opts->block[d] : 1;
+	}
+	if (__builtin_mul_overflow(g[0] * g[1], g[2], &groups) ||
+	    __builtin_mul_overflow(b[0] * b[1], b[2], &per_group) ||
+	    __builtin_mul_overflow(groups, per_group, &items))
+		return odx__fail(ctx, ODX_EINVAL,
+				 "odx_submit: kernel '%s': grid %llu x %llu x %llu of blocks %llu x "
+				 "%llu x %llu: the number of work-items overflows 64 bits",
+				 k->name, (unsigned long long)g[0], (unsigned long long)g[1],
+				 (unsigned long long)g[2], (unsigned long long)b[0],
+				 (unsigned long long)b[1], (unsigned long long)b[2]);
+	for (d = 0; k->builtin && d < 3; d++)
+		if (g[d] * b[d] > INT32_MAX)
+			return odx__fail(ctx, ODX_EINVAL,
+					 "odx_submit: built-in kernel '%s': dimension %d has %llu x "
+					 "%llu work-items, more than its 32-bit ids can number "
+					 "(2^31 - 1; docs/kernels.md)",
+					 k->name, d, (unsigned long long)g[d],
+					 (unsigned long long)b[d]);
 	return 0;
 }
 
@@ -687,9 +754,17 @@ ODX_API int odx_submit(odx_context *ctx, odx_kernel *kernel, const odx_arg *args
 	if (!ctx)
 		return ODX_EINVAL;
 	ODX__CHECK_ARG(ctx, kernel && kernel->ctx == ctx, "kernel");
+	if (atomic_load_explicit(&kernel->user_destroyed, memory_order_relaxed))
+		return odx__fail(ctx, ODX_EINVAL,
+				 "odx_submit: kernel '%s' was destroyed: its handle must not be used "
+				 "again",
+				 kernel->name);
 	if (!opts)
 		opts = &no_opts;
 	rc = check_args(ctx, kernel, args, nargs);
+	if (rc)
+		return rc;
+	rc = check_launch(ctx, kernel, opts);
 	if (rc)
 		return rc;
 	if (opts->device < 0 || opts->device > ctx->ndevices)
@@ -761,8 +836,11 @@ ODX_API int odx_submit(odx_context *ctx, odx_kernel *kernel, const odx_arg *args
 	}
 	if (opts->tag)
 		snprintf(t->tag, sizeof(t->tag), "%s", opts->tag);
-	if (event)
+	if (event) {
 		atomic_fetch_add(&t->refs, 1);
+		t->has_event = true;
+		atomic_store_explicit(&t->user_ref, true, memory_order_relaxed);
+	}
 	odx__submitting = true;
 	rc = odx__task_submit(ctx, t,
 			      (opts->flags & ODX_SUBMIT_NONBLOCK) ? ODX__ADMIT_NONBLOCK
@@ -778,19 +856,38 @@ ODX_API int odx_submit(odx_context *ctx, odx_kernel *kernel, const odx_arg *args
 	return 0;
 }
 
-ODX_API int odx_event_query(odx_event *ev)
+/* An event's task is quarantined after its release (ODX__EVENT_QUARANTINE), never freed before
+ * close: reading the flag of a released one is safe. */
+int odx__event_check(const odx_event *ev, const char *fn)
 {
-	odx__task *t = (odx__task *)ev;
+	const odx__task *t = (const odx__task *)ev;
 
 	if (!t)
 		return ODX_EINVAL;
+	if (!atomic_load_explicit(&t->user_ref, memory_order_acquire))
+		return odx__fail(t->ctx, ODX_EINVAL,
+				 "%s: the event was released (odx_event_release): its handle must not "
+				 "be used again",
+				 fn);
+	return 0;
+}
+
+ODX_API int odx_event_query(odx_event *ev)
+{
+	odx__task *t = (odx__task *)ev;
+	int rc = odx__event_check(ev, "odx_event_query");
+
+	if (rc)
+		return rc;
 	return atomic_load(&t->done) ? t->status : ODX_EAGAIN;
 }
 
 ODX_API int odx_event_wait(odx_event *ev, int timeout_ms)
 {
-	if (!ev)
-		return ODX_EINVAL;
+	int rc = odx__event_check(ev, "odx_event_wait");
+
+	if (rc)
+		return rc;
 	return odx__task_wait((odx__task *)ev, timeout_ms);
 }
 
@@ -798,15 +895,24 @@ ODX_API const char *odx_event_message(odx_event *ev)
 {
 	odx__task *t = (odx__task *)ev;
 
-	if (!t || !atomic_load(&t->done) || !t->message)
+	if (odx__event_check(ev, "odx_event_message") || !atomic_load(&t->done) || !t->message)
 		return "";
 	return t->message;
 }
 
 ODX_API void odx_event_release(odx_event *ev)
 {
-	if (ev)
-		odx__task_put((odx__task *)ev);
+	odx__task *t = (odx__task *)ev;
+
+	if (!t)
+		return;
+	/* The user's one reference: a second release is refused, not a second drop. */
+	if (!atomic_exchange(&t->user_ref, false)) {
+		odx__fail(t->ctx, ODX_EINVAL,
+			  "odx_event_release: the event was already released");
+		return;
+	}
+	odx__task_put(t);
 }
 
 ODX_API int odx_wait_all(odx_context *ctx, int timeout_ms)

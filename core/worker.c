@@ -85,6 +85,7 @@ static int load_module(odx__task *t, odx__device *dev, char *err, size_t errlen)
 		err[0] = '\0';
 		rc = dev->ops->module_load(dev->bdev, &k->variants[v], &k->device_module[d], err,
 					   errlen);
+		err[errlen - 1] = '\0'; /* a backend may fill it without a NUL */
 		if (rc == 0) {
 			k->loaded_variant[d] = v;
 			return 0;
@@ -148,6 +149,9 @@ static int run_kernel(odx__task *t, odx__device *dev, char *err, size_t errlen, 
 	};
 	err[0] = '\0';
 	rc = dev->ops->launch(dev->bdev, &l, launch_done, t);
+	/* The backend, or the kernel behind it, may fill the text to the brim with no NUL: take
+	 * at most errlen - 1 bytes of it. */
+	err[errlen - 1] = '\0';
 	*native = l.native;
 	return rc;
 }
@@ -158,12 +162,13 @@ static void kernel_failed(odx__task *t, odx__device *dev, int rc, const char *er
 
 	if (rc == ODX_EDEVLOST && !atomic_exchange(&dev->lost, true))
 		odx__log(t->ctx, ODX_LOG_ERROR,
-			 "device %d (%s) is lost: %s; new tasks go to the other devices",
-			 dev->index, dev->name, err ? err : "");
+			 "device %d (%s) is lost: %.*s; new tasks go to the other devices",
+			 dev->index, dev->name, ODX__MSG_MAX - 1, err ? err : "");
 	snprintf(msg, sizeof(msg),
-		 "task #%llu '%s' (kernel '%s') failed on device %d (%s): %s%s%s (native code %d)",
+		 "task #%llu '%s' (kernel '%s') failed on device %d (%s): %s%s%.*s (native code %d)",
 		 (unsigned long long)t->id, t->tag, t->kernel->name, dev->index, dev->name,
-		 odx_err_name(rc), err && err[0] ? ": " : "", err ? err : "", native);
+		 odx_err_name(rc), err && err[0] ? ": " : "", ODX__MSG_MAX - 1, err ? err : "",
+		 native);
 	odx__task_finish(t, rc, msg);
 }
 

@@ -145,7 +145,14 @@ ODX_API int odx_kernel_builtin(odx_context *ctx, const char *name, odx_kernel **
 	add_image(v, &n, &b->ptx, ODX_BACKEND_CUDA, ODX_FORMAT_PTX, b->entry);
 	add_image(v, &n, &b->cl, ODX_BACKEND_CUDA, ODX_FORMAT_CUDA_C, b->entry);
 	add_image(v, &n, &b->hipco, ODX_BACKEND_HIP, ODX_FORMAT_HIP_CO, b->entry);
-	return odx_kernel_create(ctx, b->name, b->params, b->nparams, v, n, out);
+	{
+		int rc = odx_kernel_create(ctx, b->name, b->params, b->nparams, v, n, out);
+
+		/* Its sources number work-items with 32-bit ints: odx_submit bounds the grid. */
+		if (rc == 0)
+			(*out)->builtin = true;
+		return rc;
+	}
 }
 
 ODX_API int odx_kernel_builtin_list(const char *const **names)

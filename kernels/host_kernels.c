@@ -23,16 +23,30 @@
 #include "src/reduce_sum_f32.cl"
 #include "src/scale_f32.cl"
 
-/* A position in the launch: the work-item `it` of linear group `g` (< end). */
+/*
+ * The work-items a host variant runs: at most 2^31 - 1 per dimension (the kernels' ids are
+ * ints, so ODX_GLOBAL_ID and ODX_GLOBAL_SIZE never overflow) and at most HOST_MAX_ITEMS in a
+ * launch, counted after skipping the groups that can do nothing, so a mistaken huge grid
+ * finishes soon or is refused, never runs for hours.
+ */
+#define HOST_MAX_ITEMS (1ull << 32)
+
+/* A position in the launch: the work-item `it` of linear group `g` (< end). Groups whose
+ * dimension-0 index is ext0 or more are skipped (all their ids are past the data). */
 typedef struct walk {
 	odx_item it;
 	uint64_t g, end;
+	uint64_t ext0;
 } walk;
 
 static void walk_group(walk *w)
 {
-	uint64_t g = w->g;
+	uint64_t g, g0;
 
+	/* Jump over the rest of a row past ext0: a whole row costs one step. */
+	while (w->g < w->end && (g0 = w->g % w->it.grid[0]) >= w->ext0)
+		w->g += w->it.grid[0] - g0;
+	g = w->g;
 	w->it.group[0] = (uint32_t)(g % w->it.grid[0]);
 	g /= w->it.grid[0];
 	w->it.group[1] = (uint32_t)(g % w->it.grid[1]);
@@ -40,15 +54,43 @@ static void walk_group(walk *w)
 	w->it.local[0] = w->it.local[1] = w->it.local[2] = 0;
 }
 
-static void walk_first(walk *w, const odx_host_launch *l)
+/* Starts the walk, or refuses the launch (-1, message in l->error). `n0` < 0: every group runs;
+ * else a work-item whose dimension-0 id is n0 or more does nothing (a grid-stride kernel over
+ * n0 elements), so only ceil(n0 / block.x) groups of each row are visited. */
+static int walk_first(walk *w, const odx_host_launch *l, const char *kernel, int64_t n0)
 {
+	uint64_t items = 1, rows;
+
 	for (int d = 0; d < 3; d++) {
 		w->it.grid[d] = l->grid[d] ? l->grid[d] : 1;
 		w->it.block[d] = l->block[d] ? l->block[d] : 1;
+		if ((uint64_t)w->it.grid[d] * w->it.block[d] > INT32_MAX) {
+			snprintf(l->error, l->error_size,
+				 "%s: dimension %d has %u x %u work-items, more than 2^31 - 1", kernel,
+				 d, w->it.grid[d], w->it.block[d]);
+			return -1;
+		}
+	}
+	w->ext0 = w->it.grid[0];
+	if (n0 >= 0 && (uint64_t)(n0 + w->it.block[0] - 1) / w->it.block[0] < w->ext0)
+		w->ext0 = (uint64_t)(n0 + w->it.block[0] - 1) / w->it.block[0];
+	rows = (uint64_t)w->it.grid[1] * w->it.grid[2];
+	if (__builtin_mul_overflow(w->ext0 * w->it.block[0], rows, &items) ||
+	    __builtin_mul_overflow(items, (uint64_t)w->it.block[1] * w->it.block[2], &items) ||
+	    items > HOST_MAX_ITEMS) {
+		snprintf(l->error, l->error_size,
+			 "%s: grid %u x %u x %u of blocks %u x %u x %u would run more than 2^32 "
+			 "work-items on the host (a grid of ceil(n / block) groups is enough)",
+			 kernel, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
+			 l->block[2]);
+		return -1;
 	}
 	w->g = l->group_first;
 	w->end = l->group_first + l->group_count;
+	if (w->ext0 == 0) /* no data: not even the rows are worth stepping over */
+		w->g = w->end;
 	walk_group(w);
+	return 0;
 }
 
 static void walk_next(walk *w)
@@ -106,9 +148,9 @@ int odx__host_fill_u32(const odx_host_launch *l)
 	int32_t value = arg_i32(l, 1), n = arg_i32(l, 2);
 	walk w;
 
-	if (check_buffer(l, "odx.fill_u32", 0, n, 4))
+	if (check_buffer(l, "odx.fill_u32", 0, n, 4) || walk_first(&w, l, "odx.fill_u32", n))
 		return 1;
-	for (walk_first(&w, l); w.g < w.end; walk_next(&w))
+	for (; w.g < w.end; walk_next(&w))
 		odx_fill_u32(&w.it, l->buffers[0], value, n);
 	return 0;
 }
@@ -118,9 +160,10 @@ int odx__host_copy_u32(const odx_host_launch *l)
 	int32_t n = arg_i32(l, 2);
 	walk w;
 
-	if (check_buffer(l, "odx.copy_u32", 0, n, 4) || check_buffer(l, "odx.copy_u32", 1, n, 4))
+	if (check_buffer(l, "odx.copy_u32", 0, n, 4) || check_buffer(l, "odx.copy_u32", 1, n, 4) ||
+	    walk_first(&w, l, "odx.copy_u32", n))
 		return 1;
-	for (walk_first(&w, l); w.g < w.end; walk_next(&w))
+	for (; w.g < w.end; walk_next(&w))
 		odx_copy_u32(&w.it, l->buffers[0], l->buffers[1], n);
 	return 0;
 }
@@ -131,9 +174,9 @@ int odx__host_scale_f32(const odx_host_launch *l)
 	int32_t n = arg_i32(l, 2);
 	walk w;
 
-	if (check_buffer(l, "odx.scale_f32", 0, n, 4))
+	if (check_buffer(l, "odx.scale_f32", 0, n, 4) || walk_first(&w, l, "odx.scale_f32", n))
 		return 1;
-	for (walk_first(&w, l); w.g < w.end; walk_next(&w))
+	for (; w.g < w.end; walk_next(&w))
 		odx_scale_f32(&w.it, l->buffers[0], a, n);
 	return 0;
 }
@@ -144,9 +187,10 @@ int odx__host_axpy_f32(const odx_host_launch *l)
 	int32_t n = arg_i32(l, 3);
 	walk w;
 
-	if (check_buffer(l, "odx.axpy_f32", 0, n, 4) || check_buffer(l, "odx.axpy_f32", 1, n, 4))
+	if (check_buffer(l, "odx.axpy_f32", 0, n, 4) || check_buffer(l, "odx.axpy_f32", 1, n, 4) ||
+	    walk_first(&w, l, "odx.axpy_f32", n))
 		return 1;
-	for (walk_first(&w, l); w.g < w.end; walk_next(&w))
+	for (; w.g < w.end; walk_next(&w))
 		odx_axpy_f32(&w.it, l->buffers[0], l->buffers[1], a, n);
 	return 0;
 }
@@ -160,9 +204,10 @@ int odx__host_reduce_sum_f32(const odx_host_launch *l)
 	    l->grid[1] > 1 || l->grid[2] > 1)
 		return fail(l, "odx.reduce_sum_f32: needs a 1-D launch with block.x <= 256");
 	if (check_buffer(l, "odx.reduce_sum_f32", 0, n, 4) ||
-	    check_buffer(l, "odx.reduce_sum_f32", 1, l->grid[0], 4))
+	    check_buffer(l, "odx.reduce_sum_f32", 1, l->grid[0], 4) ||
+	    walk_first(&w, l, "odx.reduce_sum_f32", -1))
 		return 1;
-	for (walk_first(&w, l); w.g < w.end; walk_next(&w))
+	for (; w.g < w.end; walk_next(&w))
 		odx_reduce_sum_f32(&w.it, l->buffers[0], l->buffers[1], n);
 	return 0;
 }
@@ -178,9 +223,10 @@ int odx__host_gemm_f32(const odx_host_launch *l)
 		return fail(l, "odx.gemm_f32: negative dimension");
 	if (check_buffer(l, "odx.gemm_f32", 0, (int64_t)m * k, 4) ||
 	    check_buffer(l, "odx.gemm_f32", 1, (int64_t)k * n, 4) ||
-	    check_buffer(l, "odx.gemm_f32", 2, (int64_t)m * n, 4))
+	    check_buffer(l, "odx.gemm_f32", 2, (int64_t)m * n, 4) ||
+	    walk_first(&w, l, "odx.gemm_f32", n))
 		return 1;
-	for (walk_first(&w, l); w.g < w.end; walk_next(&w))
+	for (; w.g < w.end; walk_next(&w))
 		odx_gemm_f32(&w.it, l->buffers[0], l->buffers[1], l->buffers[2], m, n, k);
 	return 0;
 }
@@ -193,9 +239,10 @@ int odx__host_hash_partition_u32(const odx_host_launch *l)
 	if (parts < 1)
 		return fail(l, "odx.hash_partition_u32: parts must be >= 1");
 	if (check_buffer(l, "odx.hash_partition_u32", 0, n, 4) ||
-	    check_buffer(l, "odx.hash_partition_u32", 1, n, 4))
+	    check_buffer(l, "odx.hash_partition_u32", 1, n, 4) ||
+	    walk_first(&w, l, "odx.hash_partition_u32", n))
 		return 1;
-	for (walk_first(&w, l); w.g < w.end; walk_next(&w))
+	for (; w.g < w.end; walk_next(&w))
 		odx_hash_partition_u32(&w.it, l->buffers[0], l->buffers[1], n, parts);
 	return 0;
 }
@@ -206,9 +253,10 @@ int odx__host_histogram_u32(const odx_host_launch *l)
 	walk w;
 
 	if (check_buffer(l, "odx.histogram_u32", 0, n, 4) ||
-	    check_buffer(l, "odx.histogram_u32", 1, nbins, 4))
+	    check_buffer(l, "odx.histogram_u32", 1, nbins, 4) ||
+	    walk_first(&w, l, "odx.histogram_u32", n))
 		return 1;
-	for (walk_first(&w, l); w.g < w.end; walk_next(&w))
+	for (; w.g < w.end; walk_next(&w))
 		odx_histogram_u32(&w.it, l->buffers[0], l->buffers[1], n, nbins);
 	return 0;
 }
@@ -220,9 +268,10 @@ int odx__host_groupby_sum_i32(const odx_host_launch *l)
 
 	if (check_buffer(l, "odx.groupby_sum_i32", 0, n, 4) ||
 	    check_buffer(l, "odx.groupby_sum_i32", 1, n, 4) ||
-	    check_buffer(l, "odx.groupby_sum_i32", 2, nkeys, 4))
+	    check_buffer(l, "odx.groupby_sum_i32", 2, nkeys, 4) ||
+	    walk_first(&w, l, "odx.groupby_sum_i32", n))
 		return 1;
-	for (walk_first(&w, l); w.g < w.end; walk_next(&w))
+	for (; w.g < w.end; walk_next(&w))
 		odx_groupby_sum_i32(&w.it, l->buffers[0], l->buffers[1], l->buffers[2], n, nkeys);
 	return 0;
 }

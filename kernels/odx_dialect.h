@@ -24,6 +24,8 @@
  *   ODX_ATOMIC_ADD_U32(p, v)      relaxed 32-bit atomic add on global memory
  *   ODX_ATOMIC_ADD_I32(p, v)
  *   ODX_U64                       64-bit unsigned integer type
+ *   ODX_IDX                       64-bit signed index: grid-stride loops and row * width
+ *                                 products (i + ODX_GLOBAL_SIZE never wraps an int)
  *
  * C has no barrier between sequentially run work-items: ODX_SHARED and ODX_BARRIER are not
  * defined there, and a kernel that needs them (reduce_sum_f32, gemm_f32) carries a separate C
@@ -49,6 +51,7 @@
 #define ODX_ATOMIC_ADD_U32(p, v) atomic_add((volatile __global uint *)(p), (uint)(v))
 #define ODX_ATOMIC_ADD_I32(p, v) atomic_add((volatile __global int *)(p), (int)(v))
 #define ODX_U64 ulong
+#define ODX_IDX long
 #define ODX_U32 uint
 
 #elif defined(__HIP__)
@@ -75,6 +78,7 @@
 	__atomic_fetch_add((unsigned *)(p), (unsigned)(v), __ATOMIC_RELAXED)
 #define ODX_ATOMIC_ADD_I32(p, v) __atomic_fetch_add((int *)(p), (int)(v), __ATOMIC_RELAXED)
 #define ODX_U64 unsigned long long
+#define ODX_IDX long long
 #define ODX_U32 unsigned
 
 #elif defined(__CUDACC__)
@@ -95,6 +99,7 @@
 #define ODX_ATOMIC_ADD_U32(p, v) atomicAdd((unsigned *)(p), (unsigned)(v))
 #define ODX_ATOMIC_ADD_I32(p, v) atomicAdd((int *)(p), (int)(v))
 #define ODX_U64 unsigned long long
+#define ODX_IDX long long
 #define ODX_U32 unsigned
 
 #else
@@ -125,6 +130,7 @@ typedef struct odx_item {
 	__atomic_fetch_add((uint32_t *)(p), (uint32_t)(v), __ATOMIC_RELAXED)
 #define ODX_ATOMIC_ADD_I32(p, v) __atomic_fetch_add((int32_t *)(p), (int32_t)(v), __ATOMIC_RELAXED)
 #define ODX_U64 uint64_t
+#define ODX_IDX int64_t
 #define ODX_U32 uint32_t
 #endif
 

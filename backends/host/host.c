@@ -181,6 +181,9 @@ static void run_chunk(host_dev *d, odx_host_launch *l, unsigned chunk)
 	l->group_count = per + (chunk < extra ? 1 : 0);
 	l->thread = (int)chunk;
 	rc = d->fn(l);
+	/* A kernel may fill its error text to the brim without a NUL: cut it at the last byte. */
+	if (l->error_size > 0)
+		l->error[l->error_size - 1] = '\0';
 	if (rc != 0) {
 		pthread_mutex_lock(&d->pool_lock);
 		if (d->status == 0) {
@@ -431,7 +434,13 @@ static int host_run(host_dev *d, const odx_kernel_variant *variant, const odx_ba
 			scalars[i] = &a->v;
 		}
 	}
-	groups = (uint64_t)grid[0] * grid[1] * grid[2];
+	/* The core refuses a grid whose group count overflows 64 bits; a direct caller of the
+	 * backend might not have: checked multiplication, never a wrapped count. */
+	if (__builtin_mul_overflow((uint64_t)grid[0] * grid[1], (uint64_t)grid[2], &groups)) {
+		snprintf(error, error_size, "host backend: grid %u x %u x %u overflows 64 bits",
+			 grid[0], grid[1], grid[2]);
+		return ODX_EINVAL;
+	}
 	l = (odx_host_launch){
 		.buffers = bufs,
 		.buffer_sizes = sizes,
@@ -453,6 +462,7 @@ static int host_run(host_dev *d, const odx_kernel_variant *variant, const odx_ba
 		/* The common case: run on the worker thread itself, no hand-off. */
 		int rc = variant->host_fn(&l);
 
+		error[error_size - 1] = '\0'; /* the kernel's text may lack its NUL */
 		*native = rc;
 		return rc != 0 ? ODX_EKERNEL : 0;
 	}

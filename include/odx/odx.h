@@ -19,6 +19,14 @@
  *    decides task dependencies) is the order in which submissions reach the context; submissions
  *    from two threads at once are ordered as the runtime receives them.
  *  - No hidden globals: two contexts in one process are fully independent.
+ *  - Stale handles: a buffer after odx_buffer_destroy, a kernel after odx_kernel_destroy and an
+ *    event after odx_event_release are refused by every function that takes them (ODX_EINVAL,
+ *    odx_last_error() says which handle), never followed into freed memory, for as long as the
+ *    context is open. Their memory is kept until odx_close: kernels whole; buffers and events
+ *    in a per-context quarantine of 4096 before reuse, so the refusal is certain until 4096 more
+ *    buffers (events) of that context were released after it; later the handle may name a new
+ *    live object of the same context. After odx_close no handle of it may be used at all.
+ *    A buffer of another open context is refused by odx_submit (ODX_EINVAL).
  */
 #ifndef ODX_ODX_H
 #define ODX_ODX_H
@@ -316,7 +324,9 @@ ODX_API int odx_buffer_wont_use(odx_buffer *buf);
 
 /**
  * Destroys the buffer handle now; the memory is released once every task submitted before this
- * call that uses the buffer has finished. Never blocks. The handle must not be used afterwards.
+ * call that uses the buffer has finished. Never blocks. The handle must not be used afterwards:
+ * from this call on, every function given it (a second destroy included) returns ODX_EINVAL,
+ * odx_buffer_size returns 0 (see "Stale handles" at the top).
  */
 ODX_API int odx_buffer_destroy(odx_buffer *buf);
 
@@ -361,7 +371,8 @@ typedef struct odx_host_launch {
 	int thread;                  /* 0 .. threads-1 within the device */
 	const char *tag;             /* the task's tag or "" */
 	char *error;                 /* the kernel may write a failure message here ... */
-	size_t error_size;           /* ... of at most this many bytes (NUL-terminated) */
+	size_t error_size;           /* ... of at most this many bytes; the last byte is read
+				      * as a NUL whatever the kernel wrote there */
 } odx_host_launch;
 
 /**
@@ -404,7 +415,8 @@ typedef struct odx_kernel odx_kernel;
 ODX_API int odx_kernel_create(odx_context *ctx, const char *name, const odx_param *params,
 			      int nparams, const odx_kernel_variant *variants, int nvariants,
 			      odx_kernel **out);
-/** Destroys a kernel; tasks already submitted with it still run. */
+/** Destroys a kernel; tasks already submitted with it still run. Afterwards odx_submit and
+ * odx_kernel_destroy refuse it (ODX_EINVAL). Its memory is freed at odx_close. */
 ODX_API int odx_kernel_destroy(odx_kernel *kernel);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -443,6 +455,9 @@ typedef struct odx_task_opts {
 	int priority;       /* higher runs first among ready tasks of one device; default 0 */
 	int device;         /* 0: any; d+1: only on device d (must be able to run the kernel) */
 	const char *tag;    /* shown in traces and error messages (copied, 63 chars kept) */
+	/* Refused (ODX_EINVAL) at submission: a grid whose group count, block whose work-item
+	 * count, or launch whose total work-items overflow 64 bits; for built-in kernels, more
+	 * than 2^31 - 1 work-items in one dimension (docs/kernels.md). */
 	uint32_t grid[3];   /* work-groups per dimension; 0 is read as 1 */
 	uint32_t block[3];  /* work-items per group per dimension; 0 is read as 1 */
 	unsigned flags;     /* ODX_SUBMIT_* */
@@ -476,7 +491,9 @@ ODX_API int odx_event_wait(odx_event *ev, int timeout_ms);
 /** The failure message of a failed event ("" otherwise). Valid until the event is released or
  * its context closed, whichever comes first. */
 ODX_API const char *odx_event_message(odx_event *ev);
-/** Drops the caller's reference. NULL is allowed. */
+/** Drops the caller's reference. NULL is allowed. Afterwards odx_event_query/wait return
+ * ODX_EINVAL, odx_event_message "", and a second release is refused (recorded in
+ * odx_last_error, nothing dropped). */
 ODX_API void odx_event_release(odx_event *ev);
 /**
  * Waits up to `timeout_ms` (-1 = forever) until every task submitted so far has finished and

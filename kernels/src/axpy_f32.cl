@@ -7,6 +7,6 @@
 
 ODX_KERNEL(odx_axpy_f32, ODX_GLOBAL const float *x, ODX_GLOBAL float *y, float a, int n)
 {
-	for (int i = ODX_GLOBAL_ID(0); i < n; i += ODX_GLOBAL_SIZE(0))
+	for (ODX_IDX i = ODX_GLOBAL_ID(0); i < n; i += ODX_GLOBAL_SIZE(0))
 		y[i] = a * x[i] + y[i];
 }

@@ -6,6 +6,6 @@
 
 ODX_KERNEL(odx_copy_u32, ODX_GLOBAL const ODX_U32 *src, ODX_GLOBAL ODX_U32 *dst, int n)
 {
-	for (int i = ODX_GLOBAL_ID(0); i < n; i += ODX_GLOBAL_SIZE(0))
+	for (ODX_IDX i = ODX_GLOBAL_ID(0); i < n; i += ODX_GLOBAL_SIZE(0))
 		dst[i] = src[i];
 }

@@ -6,6 +6,6 @@
 
 ODX_KERNEL(odx_fill_u32, ODX_GLOBAL ODX_U32 *dst, int value, int n)
 {
-	for (int i = ODX_GLOBAL_ID(0); i < n; i += ODX_GLOBAL_SIZE(0))
+	for (ODX_IDX i = ODX_GLOBAL_ID(0); i < n; i += ODX_GLOBAL_SIZE(0))
 		dst[i] = (ODX_U32)value;
 }

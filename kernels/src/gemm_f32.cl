@@ -24,8 +24,8 @@ ODX_KERNEL(odx_gemm_f32, ODX_GLOBAL const float *a, ODX_GLOBAL const float *b,
 			float acc = 0.0f;
 
 			for (int kk = 0; kk < k; kk++)
-				acc += a[r * k + kk] * b[kk * n + cc];
-			c[r * n + cc] = acc;
+				acc += a[(ODX_IDX)r * k + kk] * b[(ODX_IDX)kk * n + cc];
+			c[(ODX_IDX)r * n + cc] = acc;
 		}
 	}
 #else
@@ -34,14 +34,14 @@ ODX_KERNEL(odx_gemm_f32, ODX_GLOBAL const float *a, ODX_GLOBAL const float *b,
 	float acc = 0.0f;
 
 	for (int t = 0; t < k; t += T) {
-		as[ty][tx] = row < m && t + tx < k ? a[row * k + t + tx] : 0.0f;
-		bs[ty][tx] = t + ty < k && col < n ? b[(t + ty) * n + col] : 0.0f;
+		as[ty][tx] = row < m && t + tx < k ? a[(ODX_IDX)row * k + t + tx] : 0.0f;
+		bs[ty][tx] = t + ty < k && col < n ? b[(ODX_IDX)(t + ty) * n + col] : 0.0f;
 		ODX_BARRIER();
 		for (int kk = 0; kk < T; kk++)
 			acc += as[ty][kk] * bs[kk][tx];
 		ODX_BARRIER();
 	}
 	if (row < m && col < n)
-		c[row * n + col] = acc;
+		c[(ODX_IDX)row * n + col] = acc;
 #endif
 }

@@ -13,7 +13,7 @@
 ODX_KERNEL(odx_groupby_sum_i32, ODX_GLOBAL const ODX_U32 *keys, ODX_GLOBAL const int *values,
 	   ODX_GLOBAL int *sums, int n, int nkeys)
 {
-	for (int i = ODX_GLOBAL_ID(0); i < n; i += ODX_GLOBAL_SIZE(0)) {
+	for (ODX_IDX i = ODX_GLOBAL_ID(0); i < n; i += ODX_GLOBAL_SIZE(0)) {
 		ODX_U32 k = keys[i];
 
 		if (k < (ODX_U32)nkeys)

@@ -12,7 +12,7 @@
 ODX_KERNEL(odx_hash_partition_u32, ODX_GLOBAL const ODX_U32 *keys, ODX_GLOBAL ODX_U32 *buckets,
 	   int n, int parts)
 {
-	for (int i = ODX_GLOBAL_ID(0); i < n; i += ODX_GLOBAL_SIZE(0)) {
+	for (ODX_IDX i = ODX_GLOBAL_ID(0); i < n; i += ODX_GLOBAL_SIZE(0)) {
 		ODX_U32 h = keys[i];
 
 		h ^= h >> 16;

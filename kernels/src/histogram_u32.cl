@@ -11,7 +11,7 @@
 ODX_KERNEL(odx_histogram_u32, ODX_GLOBAL const ODX_U32 *bins, ODX_GLOBAL ODX_U32 *counts, int n,
 	   int nbins)
 {
-	for (int i = ODX_GLOBAL_ID(0); i < n; i += ODX_GLOBAL_SIZE(0)) {
+	for (ODX_IDX i = ODX_GLOBAL_ID(0); i < n; i += ODX_GLOBAL_SIZE(0)) {
 		ODX_U32 b = bins[i];
 
 		if (b < (ODX_U32)nbins)

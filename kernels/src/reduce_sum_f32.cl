@@ -29,7 +29,7 @@ ODX_KERNEL(odx_reduce_sum_f32, ODX_GLOBAL const float *x, ODX_GLOBAL float *part
 		return;
 	for (int t = 0; t < lsize; t++) {
 		acc[t] = 0.0f;
-		for (int i = g * lsize + t; i < n; i += gsize)
+		for (ODX_IDX i = (ODX_IDX)g * lsize + t; i < n; i += gsize)
 			acc[t] += x[i];
 	}
 	for (int s = p / 2; s > 0; s >>= 1)
@@ -40,7 +40,7 @@ ODX_KERNEL(odx_reduce_sum_f32, ODX_GLOBAL const float *x, ODX_GLOBAL float *part
 	ODX_SHARED float acc[ODX_REDUCE_MAX_BLOCK];
 	float v = 0.0f;
 
-	for (int i = ODX_GLOBAL_ID(0); i < n; i += ODX_GLOBAL_SIZE(0))
+	for (ODX_IDX i = ODX_GLOBAL_ID(0); i < n; i += ODX_GLOBAL_SIZE(0))
 		v += x[i];
 	acc[lid] = v;
 	ODX_BARRIER();

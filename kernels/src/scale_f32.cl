@@ -6,6 +6,6 @@
 
 ODX_KERNEL(odx_scale_f32, ODX_GLOBAL float *x, float a, int n)
 {
-	for (int i = ODX_GLOBAL_ID(0); i < n; i += ODX_GLOBAL_SIZE(0))
+	for (ODX_IDX i = ODX_GLOBAL_ID(0); i < n; i += ODX_GLOBAL_SIZE(0))
 		x[i] = a * x[i];
 }
