@@ -267,6 +267,11 @@ struct odx__task {
 	_Atomic(char *) cancel_msg; /* why, published before `cancel` is set */
 	int status;                 /* final status once done */
 	char *message;              /* heap, failure text */
+	/* heap or NULL: the first failure it was canceled because of ("task #5 'x' (kernel 'k')
+	 * on rank 0 failed: ..."), carried down a chain of canceled tasks and across ranks; NULL
+	 * for a task that failed itself (its own message is the cause). Written before the
+	 * pending count that lets it complete drops, read once it is done. */
+	char *origin;
 
 	/* execution */
 	int device;                 /* placed device, -1 until placed */
@@ -294,6 +299,7 @@ struct odx__task {
 	uint64_t t_noroom;          /* when it first found no room on its device (stall time) */
 	int peer;                   /* sends and receives: the other rank */
 	uint64_t xfer_key;          /* sends and receives: the transfer's key on the fabric */
+	bool xfer_posted;           /* sends: handed to the fabric (else a failure sends an abort) */
 	/* Reads and writes: could the copy be queued behind the unfinished predecessors seen at
 	 * submission (odx__task_submit)? AFTER_UNSEEN none yet, AFTER_NO no, else the one device
 	 * they were all launched on; after_producer (a reference) the one among them whose
@@ -576,6 +582,11 @@ int odx__dist_read(odx_buffer *b);
 void odx__dist_write(odx_buffer *b, bool full);
 /* Runs a send or receive task on a worker (worker.c): 0 when done is to be called. */
 int odx__dist_run(odx__task *t);
+/* A send task ends failed (canceled, or refused before the fabric took it): tells its receiver,
+ * whose receive then fails with `origin` (the first failure) instead of waiting (task.c). */
+void odx__dist_send_failed(odx__task *t, const char *origin);
+/* The first failure behind a failed task: its origin, else "<task> failed: <message>" in buf. */
+const char *odx__task_origin(const odx__task *t, char *buf, size_t n);
 void odx__dist_stats_print(odx_context *ctx, void (*emit)(odx_context *, const char *));
 
 /* ---- topology (topo.c) -------------------------------------------------------------------- */

@@ -200,7 +200,7 @@ static int transfer(odx_context *ctx, odx_buffer *b, int src, int dst)
 	t->args[0] = ODX_BUF(b, t->kind == ODX__TASK_SEND ? ODX_R : ODX_W);
 	t->peer = ctx->rank == src ? dst : src;
 	t->xfer_key = key;
-	snprintf(t->tag, sizeof(t->tag), "%s rank %d (buffer %llu)",
+	snprintf(t->tag, sizeof(t->tag), "%s rank %d, buffer %llu",
 		 t->kind == ODX__TASK_SEND ? "send to" : "receive from", t->peer,
 		 (unsigned long long)b->id);
 	rc = odx__task_submit(ctx, t, ODX__ADMIT_FORCE);
@@ -337,6 +337,7 @@ static void xfer_done(void *arg, int status, const char *msg)
 	odx__task *t = arg;
 	odx_context *ctx = t->ctx;
 	char why[ODX__MSG_MAX];
+	uint64_t id = t->args[0].v.buffer->id;
 
 	if (status == 0) {
 		size_t n = t->args[0].v.buffer->size;
@@ -344,6 +345,17 @@ static void xfer_done(void *arg, int status, const char *msg)
 		atomic_fetch_add(t->kind == ODX__TASK_SEND ? &ctx->sent_bytes : &ctx->recv_bytes, n);
 		atomic_fetch_add(&ctx->xfers, 1);
 		odx__task_finish(t, 0, NULL);
+		return;
+	}
+	if (status == ODX_ECANCELED && t->kind == ODX__TASK_RECV && msg && msg[0]) {
+		/* The sender's data failed (odx__dist_send_failed): msg is the first failure. It
+		 * becomes this receive's origin, so its local readers are canceled naming it. */
+		t->origin = strdup(msg);
+		snprintf(why, sizeof(why),
+			 "receiving from rank %d of buffer %llu canceled: rank %d has no data to "
+			 "send, an earlier failure: %s",
+			 t->peer, (unsigned long long)id, t->peer, msg);
+		odx__task_finish(t, status, why);
 		return;
 	}
 	snprintf(why, sizeof(why), "%s rank %d of buffer %llu failed: %s%s%s",
@@ -362,9 +374,37 @@ int odx__dist_run(odx__task *t)
 
 	if (!ctx->fab)
 		return ODX_ECLOSED;
-	if (t->kind == ODX__TASK_SEND)
-		return odx_fab_send(ctx->fab, t->peer, t->xfer_key, host, b->size, xfer_done, t);
+	if (t->kind == ODX__TASK_SEND) {
+		int rc;
+
+		/* Set first: done may run on the progress thread before the call returns. A send
+		 * the fabric took fails by itself on both sides (a failed peer, a length
+		 * mismatch); only one it never took needs an abort. */
+		t->xfer_posted = true;
+		rc = odx_fab_send(ctx->fab, t->peer, t->xfer_key, host, b->size, xfer_done, t);
+		if (rc)
+			t->xfer_posted = false; /* done will not run */
+		return rc;
+	}
 	return odx_fab_recv(ctx->fab, t->peer, t->xfer_key, host, b->size, xfer_done, t);
+}
+
+void odx__dist_send_failed(odx__task *t, const char *origin)
+{
+	odx_context *ctx = t->ctx;
+	int rc;
+
+	if (!ctx->fab)
+		return;
+	/* One control message under the transfer's key instead of the bytes; a successful send
+	 * costs nothing more. The receive completes with ODX_ECANCELED and the origin. */
+	rc = odx_fab_send_abort(ctx->fab, t->peer, t->xfer_key, ODX_ECANCELED, origin);
+	if (rc)
+		odx__log(ctx, ODX_LOG_WARN,
+			 "rank %d could not tell rank %d that buffer %llu will not come: %s "
+			 "(its receive fails when that rank is found failed)",
+			 ctx->rank, t->peer, (unsigned long long)t->args[0].v.buffer->id,
+			 odx_strerror(rc));
 }
 
 void odx__dist_stats_print(odx_context *ctx, void (*emit)(odx_context *, const char *))
@@ -435,6 +475,10 @@ ODX_API int odx_fabric_describe(odx_context *ctx, char *buf, size_t n)
 
 ODX_API int odx_wait_all_ranks(odx_context *ctx, int timeout_ms)
 {
+	odx_fab_bar_result res;
+	char local[ODX__MSG_MAX];
+	const char *text = local;
+	size_t skip;
 	int rc, brc;
 
 	if (!ctx)
@@ -442,12 +486,22 @@ ODX_API int odx_wait_all_ranks(odx_context *ctx, int timeout_ms)
 	rc = odx_wait_all(ctx, timeout_ms);
 	if (!ctx->fab)
 		return rc;
+	/* This rank's outcome travels with the barrier, without its "ODX_E...: " prefix. */
+	snprintf(local, sizeof(local), "%s", rc ? odx_last_error(ctx) : "");
+	skip = strlen(odx_err_name(rc));
+	if (rc && strncmp(local, odx_err_name(rc), skip) == 0 && local[skip] == ':')
+		text = local + skip + (local[skip + 1] == ' ' ? 2 : 1);
 	/* The barrier runs even after a local failure: the other ranks are waiting in it. */
-	brc = odx_fab_barrier(ctx->fab, timeout_ms);
-	if (rc)
-		return rc;
-	if (brc)
+	brc = odx_fab_barrier_status(ctx->fab, timeout_ms, rc, text, &res);
+	if (brc) {
+		if (rc)
+			return rc; /* this rank's own failure, its message as odx_wait_all left it */
 		return odx__fail(ctx, brc, "odx_wait_all_ranks: the barrier of %d ranks failed: %s",
-				 ctx->size, odx_strerror(brc));
+				 ctx->size, res.msg[0] ? res.msg : odx_strerror(brc));
+	}
+	/* Every rank reports the same outcome: the first failure (a failed task over the
+	 * cancellations it caused, then the lowest rank), as odx_wait_all does on one rank. */
+	if (res.status)
+		return odx__fail(ctx, res.status, "rank %d: %s", res.rank, res.msg);
 	return 0;
 }

@@ -88,6 +88,7 @@ odx__task *odx__task_new(odx_context *ctx)
 	atomic_init(&t->cancel_msg, NULL);
 	t->status = 0;
 	t->message = NULL;
+	t->origin = NULL;
 	t->device = -1;
 	t->staged = false;
 	t->chained = false;
@@ -109,6 +110,7 @@ odx__task *odx__task_new(odx_context *ctx)
 	t->t_noroom = 0;
 	t->peer = -1;
 	t->xfer_key = 0;
+	t->xfer_posted = false;
 	t->after_dev = ODX__AFTER_UNSEEN;
 	t->after_producer = NULL;
 	atomic_init(&t->user_ref, false);
@@ -125,6 +127,8 @@ void odx__task_put(odx__task *t)
 	ctx = t->ctx;
 	free(t->message);
 	t->message = NULL;
+	free(t->origin);
+	t->origin = NULL;
 	free(atomic_exchange(&t->cancel_msg, NULL));
 	free(t->fetch_msg);
 	t->fetch_msg = NULL;
@@ -197,13 +201,30 @@ static char *describe(const odx__task *t, char *out, size_t n)
 {
 	static const char *kinds[] = {"task",		"buffer read",	 "buffer write",
 				      "buffer destroy", "send to a rank", "receive from a rank"};
+	int len;
 
 	if (t->kind == ODX__TASK_KERNEL)
-		snprintf(out, n, "task #%llu '%s' (kernel '%s')", (unsigned long long)t->id,
-			 t->tag, t->kernel->name);
+		len = snprintf(out, n, "task #%llu '%s' (kernel '%s')", (unsigned long long)t->id,
+			       t->tag, t->kernel->name);
+	else if (t->kind == ODX__TASK_SEND || t->kind == ODX__TASK_RECV)
+		len = snprintf(out, n, "transfer #%llu (%s)", (unsigned long long)t->id, t->tag);
 	else
-		snprintf(out, n, "%s #%llu", kinds[t->kind], (unsigned long long)t->id);
+		len = snprintf(out, n, "%s #%llu", kinds[t->kind], (unsigned long long)t->id);
+	/* With several ranks task numbers are per rank: say whose. */
+	if (t->ctx->fab && len >= 0 && (size_t)len < n)
+		snprintf(out + len, n - (size_t)len, " on rank %d", t->ctx->rank);
 	return out;
+}
+
+const char *odx__task_origin(const odx__task *t, char *buf, size_t n)
+{
+	char who[200];
+
+	if (t->origin)
+		return t->origin;
+	snprintf(buf, n, "%s failed: %s", describe(t, who, sizeof(who)),
+		 t->message ? t->message : odx_strerror(t->status));
+	return buf;
 }
 
 /* Marks `t` canceled with `code`, explained by `msg` (taken; may be NULL). The message is
@@ -219,21 +240,39 @@ static void cancel_with(odx__task *t, int code, char *msg)
 	atomic_compare_exchange_strong(&t->cancel, &zero, code);
 }
 
-/* Cancels `t` because its input came from `cause`, which failed. */
+/* Cancels `t` because its input came from `cause`, which failed. The first failure behind it
+ * (cause's origin, or cause itself) goes with it, so a long chain (across ranks too: dist.c
+ * sends it with the abort of a transfer) still names the task, kernel, rank and message that
+ * started it instead of nesting the messages until they are cut off. */
 static void cancel_from(odx__task *t, const odx__task *cause)
 {
-	char who[160], whom[160];
-	char *msg;
+	char who[200], whom[200], first[ODX__MSG_MAX];
+	char *msg, *origin, *none = NULL;
+	int zero = 0;
 
 	if (atomic_load(&t->cancel))
 		return;
 	msg = malloc(ODX__MSG_MAX);
-	if (msg)
+	origin = strdup(odx__task_origin(cause, first, sizeof(first)));
+	if (msg && cause->origin)
+		snprintf(msg, ODX__MSG_MAX,
+			 "%s canceled: its input comes from %s, canceled by an earlier failure: %s",
+			 describe(t, who, sizeof(who)), describe(cause, whom, sizeof(whom)),
+			 cause->origin);
+	else if (msg)
 		snprintf(msg, ODX__MSG_MAX,
 			 "%s canceled: its input comes from %s, which failed: %s",
 			 describe(t, who, sizeof(who)), describe(cause, whom, sizeof(whom)),
 			 cause->message ? cause->message : odx_strerror(cause->status));
-	cancel_with(t, ODX_ECANCELED, msg);
+	/* The first cause wins; its origin is written by the winner only, before the pending
+	 * count this thread drops next (the completing thread reads it after). */
+	if (msg && atomic_compare_exchange_strong(&t->cancel_msg, &none, msg)) {
+		t->origin = origin;
+	} else {
+		free(msg);
+		free(origin);
+	}
+	atomic_compare_exchange_strong(&t->cancel, &zero, ODX_ECANCELED);
 }
 
 static void record_failure(odx_context *ctx, const odx__task *t)
@@ -318,6 +357,13 @@ void odx__task_complete(odx__task *t, int status, const char *msg)
 		if (!t->message && msg)
 			t->message = strdup(msg);
 		record_failure(ctx, t);
+		/* A send that never reached the fabric: its receiver would wait forever. It gets
+		 * the first failure instead, as its data would have come. */
+		if (t->kind == ODX__TASK_SEND && !t->xfer_posted) {
+			char first[ODX__MSG_MAX];
+
+			odx__dist_send_failed(t, odx__task_origin(t, first, sizeof(first)));
+		}
 	}
 	/* After `done` is set no new edge is added, so the successor list is final. */
 	pthread_mutex_lock(&t->lock);

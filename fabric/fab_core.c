@@ -125,7 +125,9 @@ struct fab_xfer {
 	uint32_t own_chunks; /* a receive's chunks into its buffer; beyond them, into the sink */
 	bool mismatch;	     /* the sender's length differs: drain its chunks, then fail */
 	bool hollow;	     /* a send the receiver refused: chunks not yet posted go out empty */
-	int refused;	     /* ... and fails with this once its last chunk is out */
+	bool aborted;	     /* a record of an ABORT that came before its receive */
+	int refused;	     /* ... and fails with this once its last chunk is out (an ABORT
+			      * record: the status its receive fails with, refused_msg why) */
 	char *refused_msg;
 	unsigned char *buf;
 	size_t len;
@@ -271,6 +273,12 @@ struct odx_fab {
 	void *user;
 	uint64_t bar_epoch, bar_released;
 	unsigned bar_arrived[2];
+	/* the worst status brought to a barrier epoch (rank 0: per epoch parity, merged as ranks
+	 * arrive), and what the last release carried (every rank) */
+	struct bar_status {
+		int status, rank;
+		char text[FAB_BAR_TEXT_MAX + 1];
+	} bar_in[2], bar_out;
 	int failed_peer;
 	char failed_why[256];
 	atomic_bool closing;
@@ -871,6 +879,12 @@ static void xfer_start(odx_fab *f, struct fab_xfer *x)
 	if (!x->is_send) {
 		/* a pull announced before this receive: read at once */
 		struct fab_xfer *r = map_take_match(&f->unexpected, x->peer, x->key);
+		if (r && r->aborted) {
+			/* the sender said it will never send: fail without posting anything */
+			xfer_finish(f, x, r->refused, r->refused_msg);
+			xfer_release(f, r);
+			return;
+		}
 		map_put(&f->posted_recvs, bucket((uint64_t)x->peer, x->key), x);
 		if (r) {
 			recv_pull(f, x, r);
@@ -1008,6 +1022,67 @@ static void handle_rts(odx_fab *f, int src, const struct fab_rts *rts, size_t pa
 		recv_pull(f, x, r);
 	else
 		map_put(&f->unexpected, bucket((uint64_t)src, rts->key), r);
+}
+
+/* An ABORT: the send of that key will never come. Its receive fails now with the sender's status
+ * and text (its posted chunks are cancelled, as for a failed peer); one not posted yet meets a
+ * record of it when it is. */
+static void handle_abort(odx_fab *f, int src, const unsigned char *payload, size_t len)
+{
+	struct fab_abort a;
+	char text[FAB_ABORT_TEXT_MAX + 1];
+	memcpy(&a, payload, sizeof(a));
+	if (len != sizeof(a) + a.text_len || a.text_len > FAB_ABORT_TEXT_MAX ||
+	    a.key >> FAB_KEY_BITS) {
+		fab_bad(f, "malformed transfer abort from rank %d (%zu bytes)", src, len);
+		return;
+	}
+	memcpy(text, payload + sizeof(a), a.text_len);
+	text[a.text_len] = '\0';
+	int status = a.status < 0 ? a.status : ODX_ECANCELED; /* never a success */
+	struct fab_xfer *x = map_take_match(&f->posted_recvs, src, a.key);
+	if (x) {
+		xfer_finish(f, x, status, text);
+		return;
+	}
+	struct fab_xfer *r = calloc(1, sizeof(*r));
+	if (r)
+		r->refused_msg = strdup(text);
+	if (!r || !r->refused_msg) {
+		free(r);
+		fab_log(f, "out of memory for a transfer abort from rank %d", src);
+		return;
+	}
+	r->is_record = true;
+	r->aborted = true;
+	r->refused = status;
+	r->peer = src;
+	r->key = a.key;
+	xfer_activate(f, r);
+	map_put(&f->unexpected, bucket((uint64_t)src, a.key), r);
+}
+
+/* Merges a status brought to a barrier into the worst so far: a failure over success, a cause
+ * (anything but ODX_ECANCELED) over a consequence, then the lowest rank. With f->lock held. */
+static void bar_merge(struct bar_status *cur, int status, int rank, const char *text, size_t n)
+{
+	bool worse;
+	if (!status)
+		worse = false;
+	else if (!cur->status)
+		worse = true;
+	else if ((status == ODX_ECANCELED) != (cur->status == ODX_ECANCELED))
+		worse = cur->status == ODX_ECANCELED;
+	else
+		worse = rank < cur->rank;
+	if (!worse)
+		return;
+	cur->status = status;
+	cur->rank = rank;
+	if (n > FAB_BAR_TEXT_MAX)
+		n = FAB_BAR_TEXT_MAX;
+	memcpy(cur->text, text, n);
+	cur->text[n] = '\0';
 }
 
 static void check_barrier(odx_fab *f);
@@ -1152,23 +1227,41 @@ static void handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t l
 	case FAB_MSG_BARRIER_IN:
 	case FAB_MSG_BARRIER_OUT: {
 		struct fab_barrier_msg b;
-		if (h.payload_len != sizeof(b) ||
+		if (h.payload_len < sizeof(b) ||
 		    (h.type == FAB_MSG_BARRIER_IN) != (f->rank == 0)) {
 			fab_bad(f, "misdirected barrier message from rank %d", src);
 			break;
 		}
 		memcpy(&b, payload, sizeof(b));
+		if (b.text_len > FAB_BAR_TEXT_MAX || h.payload_len != sizeof(b) + b.text_len ||
+		    b.status > 0 || b.rank < 0 || b.rank >= f->size ||
+		    (h.type == FAB_MSG_BARRIER_IN && b.status && b.rank != src)) {
+			fab_bad(f, "malformed barrier message from rank %d", src);
+			break;
+		}
+		const char *text = (const char *)payload + sizeof(b);
 		pthread_mutex_lock(&f->lock);
-		if (h.type == FAB_MSG_BARRIER_IN)
+		if (h.type == FAB_MSG_BARRIER_IN) {
 			f->bar_arrived[b.epoch & 1]++;
-		else if (b.epoch > f->bar_released)
+			bar_merge(&f->bar_in[b.epoch & 1], b.status, b.rank, text, b.text_len);
+		} else if (b.epoch > f->bar_released) {
 			f->bar_released = b.epoch;
+			f->bar_out.status = 0;
+			bar_merge(&f->bar_out, b.status, b.rank, text, b.text_len);
+		}
 		wake_blocked_locked(f);
 		pthread_mutex_unlock(&f->lock);
 		if (h.type == FAB_MSG_BARRIER_IN)
 			check_barrier(f);
 		break;
 	}
+	case FAB_MSG_ABORT:
+		if (h.payload_len < sizeof(struct fab_abort)) {
+			fab_bad(f, "short transfer abort from rank %d", src);
+			break;
+		}
+		handle_abort(f, src, payload, h.payload_len);
+		break;
 	case FAB_MSG_BYE:
 		pthread_mutex_lock(&f->lock); /* API threads read the state */
 		p->state = PEER_GONE;
@@ -1201,16 +1294,29 @@ static void check_barrier(odx_fab *f)
 	pthread_mutex_lock(&f->lock);
 	uint64_t e = f->bar_epoch;
 	bool release = e > f->bar_released && f->bar_arrived[e & 1] >= (unsigned)f->size - 1;
+	struct bar_status out;
 	if (release) {
 		f->bar_arrived[e & 1] -= (unsigned)f->size - 1;
 		f->bar_released = e;
+		/* what every rank brought goes back to all of them */
+		out = f->bar_in[e & 1];
+		f->bar_out = out;
+		f->bar_in[e & 1].status = 0;
 		wake_blocked_locked(f);
 	}
 	pthread_mutex_unlock(&f->lock);
 	if (release) {
-		struct fab_barrier_msg b = {e};
-		for (int r = 1; r < f->size; r++)
-			ctrl_send(f, r, FAB_MSG_BARRIER_OUT, &b, sizeof(b));
+		size_t n = out.status ? strlen(out.text) : 0;
+		struct fab_barrier_msg b = {
+			.epoch = e, .status = out.status, .rank = out.rank, .text_len = (uint32_t)n};
+		for (int r = 1; r < f->size; r++) {
+			struct fab_op *op =
+				ctrl_new(f, r, FAB_MSG_BARRIER_OUT, 0, &b, sizeof(b), out.text, n);
+			if (op)
+				ctrl_enqueue(f, op);
+			else
+				fab_log(f, "out of memory for a barrier release to rank %d", r);
+		}
 	}
 }
 
@@ -2854,6 +2960,28 @@ static int submit_xfer(odx_fab *f, bool is_send, int peer, uint64_t key, void *b
 	return 0;
 }
 
+int odx_fab_send_abort(odx_fab *f, int dst, uint64_t key, int status, const char *msg)
+{
+	if (!f || key >> FAB_KEY_BITS || status >= 0)
+		return ODX_EINVAL;
+	if (!msg)
+		msg = "";
+	size_t n = strlen(msg) < FAB_ABORT_TEXT_MAX ? strlen(msg) : FAB_ABORT_TEXT_MAX;
+	struct fab_abort a = {.key = key, .status = status, .text_len = (uint32_t)n};
+	pthread_mutex_lock(&f->lock);
+	if (dst == f->rank) {
+		/* a transfer to oneself is matched locally (self_match): not supported here */
+		pthread_mutex_unlock(&f->lock);
+		return ODX_EINVAL;
+	}
+	struct fab_op *op = ctrl_new(f, dst, FAB_MSG_ABORT, 0, &a, sizeof(a), msg, n);
+	if (!op) {
+		pthread_mutex_unlock(&f->lock);
+		return ODX_ENOMEM;
+	}
+	return submit_to_peer_unlock(f, dst, op);
+}
+
 int odx_fab_send(odx_fab *f, int dst, uint64_t key, const void *src, size_t len,
 		 odx_fab_done_fn done, void *arg)
 {
@@ -2882,12 +3010,32 @@ static bool barrier_done(void *arg)
 
 int odx_fab_barrier(odx_fab *f, int timeout_ms)
 {
-	if (!f)
+	return odx_fab_barrier_status(f, timeout_ms, 0, NULL, NULL);
+}
+
+int odx_fab_barrier_status(odx_fab *f, int timeout_ms, int status, const char *msg,
+			   odx_fab_bar_result *res)
+{
+	if (res) {
+		res->status = 0;
+		res->rank = -1;
+		res->msg[0] = '\0';
+	}
+	if (!f || status > 0)
 		return ODX_EINVAL;
 	if (fab_driving == f)
 		return ODX_EBUSY; /* from a callback: checked before the epoch moves */
-	if (f->size == 1)
+	if (!msg || !status)
+		msg = "";
+	size_t n = strlen(msg) < FAB_BAR_TEXT_MAX ? strlen(msg) : FAB_BAR_TEXT_MAX;
+	if (f->size == 1) {
+		if (res && status) {
+			res->status = status;
+			res->rank = f->rank;
+			snprintf(res->msg, sizeof(res->msg), "%.*s", (int)n, msg);
+		}
 		return 0;
+	}
 	if (timeout_ms <= 0)
 		timeout_ms = f->peer_timeout_ms;
 	pthread_mutex_lock(&f->lock);
@@ -2898,13 +3046,17 @@ int odx_fab_barrier(odx_fab *f, int timeout_ms)
 	uint64_t epoch = ++f->bar_epoch;
 	atomic_store(&f->bar_check, true);
 	if (f->rank != 0) {
-		struct fab_barrier_msg b = {epoch};
-		struct fab_op *op = ctrl_new(f, 0, FAB_MSG_BARRIER_IN, 0, &b, sizeof(b), NULL, 0);
+		struct fab_barrier_msg b = {
+			.epoch = epoch, .status = status, .rank = f->rank, .text_len = (uint32_t)n};
+		struct fab_op *op =
+			ctrl_new(f, 0, FAB_MSG_BARRIER_IN, 0, &b, sizeof(b), msg, n);
 		if (!op) {
 			pthread_mutex_unlock(&f->lock);
 			return ODX_ENOMEM;
 		}
 		submit_op(f, op);
+	} else {
+		bar_merge(&f->bar_in[epoch & 1], status, 0, msg, n);
 	}
 	pthread_mutex_unlock(&f->lock);
 	/* The caller drives the rounds itself (odx_fab_wait): no hand-off to the progress thread,
@@ -2915,6 +3067,16 @@ int odx_fab_barrier(odx_fab *f, int timeout_ms)
 	pthread_mutex_lock(&f->lock);
 	bool released = f->bar_released >= epoch;
 	bool failed = f->failed_peer >= 0;
+	if (res && released && f->bar_out.status) {
+		res->status = f->bar_out.status;
+		res->rank = f->bar_out.rank;
+		snprintf(res->msg, sizeof(res->msg), "%s", f->bar_out.text);
+	} else if (res && !released && failed) {
+		/* the failure names the rank that failed */
+		res->status = ODX_EPEER;
+		res->rank = f->failed_peer;
+		snprintf(res->msg, sizeof(res->msg), "%s", f->failed_why);
+	}
 	pthread_mutex_unlock(&f->lock);
 	return released ? 0 : failed ? ODX_EPEER : ret;
 }

@@ -18,7 +18,7 @@
  * Every control message starts with fab_hdr. Hosts are assumed to share endianness (checked by
  * the magic: a byte-swapped peer fails the magic test and is dropped). */
 #define FAB_MAGIC 0x4f445846u /* "ODXF" */
-#define FAB_VERSION 2
+#define FAB_VERSION 3 /* 3: barriers carry a status, ABORT */
 
 enum fab_msg_type {
 	FAB_MSG_USER = 1,    /* odx_fab_send_msg payload */
@@ -30,6 +30,7 @@ enum fab_msg_type {
 	FAB_MSG_BARRIER_IN,  /* rank -> 0: arrived at barrier epoch */
 	FAB_MSG_BARRIER_OUT, /* 0 -> rank: barrier epoch released */
 	FAB_MSG_BYE,	     /* the sender is closing (credit-exempt) */
+	FAB_MSG_ABORT,	     /* a send that will never come: its receive fails (fab_abort) */
 	FAB_MSG_TYPE_END
 };
 
@@ -69,15 +70,32 @@ struct fab_fin {
 	uint32_t pad;
 };
 
+/* Barrier arrival (rank -> 0: the status this rank brings) and release (0 -> rank: the worst
+ * status brought, by which rank); text_len bytes of text follow (no NUL). */
 struct fab_barrier_msg {
 	uint64_t epoch;
+	int32_t status;
+	int32_t rank;
+	uint32_t text_len;
+	uint32_t pad;
 };
+#define FAB_BAR_TEXT_MAX 1024
+
+/* ABORT: the send of `key` will never come (what it would have sent failed): the matching
+ * receive fails with `status` and the text_len bytes of text that follow (no NUL). */
+struct fab_abort {
+	uint64_t key;
+	int32_t status;
+	uint32_t text_len;
+};
+#define FAB_ABORT_TEXT_MAX 2048
 
 /* Control buffers: header + payload. */
 #define FAB_CTRL_BUF 8192
 #define FAB_CTRL_PAYLOAD_MAX (FAB_CTRL_BUF - sizeof(struct fab_hdr))
 _Static_assert(sizeof(struct fab_hdr) == 40 && sizeof(struct fab_rts) == 48 &&
-		       sizeof(struct fab_fin) == 24,
+		       sizeof(struct fab_fin) == 24 && sizeof(struct fab_barrier_msg) == 24 &&
+		       sizeof(struct fab_abort) == 16,
 	       "wire structs changed: bump FAB_VERSION");
 
 /* Tags: control messages use tag 0. A data chunk sets the top bit, then carries the transfer key

@@ -20,7 +20,8 @@
  *    done.
  *  - Every call that returns 0 for an operation with a done callback calls it exactly once later
  *    (success, ODX_EPEER naming the rank, ODX_EINVAL for a length mismatch, ODX_ECANCELED at
- *    close). A call that returns an error never calls done.
+ *    close, or for a receive the status and text its sender gave odx_fab_send_abort). A call
+ *    that returns an error never calls done.
  *  - Thread-safety: every function may be called from any thread, except odx_fab_close, which must
  *    be the last call, and never from a callback.
  */
@@ -103,10 +104,28 @@ int odx_fab_send(odx_fab *f, int dst, uint64_t key, const void *src, size_t len,
 		 odx_fab_done_fn done, void *arg);
 int odx_fab_recv(odx_fab *f, int src, uint64_t key, void *dst, size_t len, odx_fab_done_fn done,
 		 void *arg);
+/* The send of `key` to `dst` will never be made (the data it would carry failed): the matching
+ * receive on dst, posted or not yet, completes with `status` (an ODX_E* code, < 0) and `msg`
+ * (at most 2048 bytes travel) instead of waiting. One control message, no data; the key is then
+ * used up as if the transfer had happened. ODX_EINVAL for dst == this rank. */
+int odx_fab_send_abort(odx_fab *f, int dst, uint64_t key, int status, const char *msg);
 /* Every rank; returns 0, ODX_ETIMEDOUT, ODX_EPEER (a peer failed), ODX_ECLOSED or ODX_EBUSY (from
  * a callback). timeout_ms <= 0 waits up to peer_timeout_ms. The caller drives progress meanwhile,
  * as in odx_fab_wait. */
 int odx_fab_barrier(odx_fab *f, int timeout_ms);
+
+/* What a barrier brought back: the worst status the ranks brought (0 if none failed) and the
+ * rank and text that came with it; when the barrier itself fails with ODX_EPEER, that status,
+ * the failed rank and why ("rank 2 failed: ..."). */
+typedef struct odx_fab_bar_result {
+	int status, rank;
+	char msg[1024];
+} odx_fab_bar_result;
+/* odx_fab_barrier where each rank brings a status (0 or ODX_E*) and a text (at most 1024 bytes
+ * travel); `res` (may be NULL) receives on every rank the worst status brought: a failure over
+ * success, any failure over ODX_ECANCELED (a consequence), then the lowest rank. */
+int odx_fab_barrier_status(odx_fab *f, int timeout_ms, int status, const char *msg,
+			   odx_fab_bar_result *res);
 
 /*
  * Waits until done(arg) returns true, driving progress on the calling thread meanwhile (as

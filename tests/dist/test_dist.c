@@ -249,7 +249,11 @@ static int killed_rank(void)
 	       4, 1024);
 	rc = odx_wait_all_ranks(ctx, TIMEOUT_MS);
 	printf("rank %d: odx_wait_all_ranks: %s: %s\n", rank_, odx_err_name(rc), odx_last_error(ctx));
-	if (rc == 0 || strstr(odx_last_error(ctx), "rank") == NULL) {
+	char who[32];
+
+	snprintf(who, sizeof(who), "rank %d", last);
+	/* the message names the rank that vanished */
+	if (rc == 0 || strstr(odx_last_error(ctx), who) == NULL) {
 		fprintf(stderr, "rank %d: the vanished rank went unnoticed\n", rank_);
 		return 1;
 	}
