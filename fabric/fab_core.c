@@ -2010,8 +2010,10 @@ static void run_timers(odx_fab *f)
 			continue;
 		}
 		if (now - p->last_heard > timeout) {
-			char why[128];
-			snprintf(why, sizeof(why), "no message for %lld ms (peer timeout %d ms)",
+			char why[200];
+			snprintf(why, sizeof(why),
+				 "no message for %lld ms (fabric.peer_timeout_ms = %d: on a machine "
+				 "with many more ranks than cores, raise it)",
 				 (long long)((now - p->last_heard) / 1000000), f->peer_timeout_ms);
 			peer_fail(f, r, why);
 			continue;
@@ -2383,8 +2385,14 @@ static int open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, co
 		ret = fi_enable(rl->ep);
 	}
 	if (ret) {
-		snprintf(err, errlen, "%s on provider %s failed: %s (%d)", step, rl->prov,
-			 fi_strerror(-ret), ret);
+		/* shm keeps each endpoint's queues in a /dev/shm segment named after it */
+		bool shm = name && !strcmp(rl->prov, "shm");
+		snprintf(err, errlen, "%s on provider %s failed: %s (%d)%s%s%s", step, rl->prov,
+			 fi_strerror(-ret), ret, shm ? " (segment /dev/shm/" : "",
+			 shm ? name : "",
+			 shm ? (ret == -FI_EBUSY ? ": held by a live process)"
+				: ret == -FI_ENOSPC || ret == -FI_ENOMEM ? ": is /dev/shm full?)" : ")")
+			     : "");
 		return fab_err(ret) == ODX_EIO ? ODX_EUNAVAIL : fab_err(ret);
 	}
 	uint64_t mr = info->domain_attr->mr_mode;
