@@ -303,9 +303,9 @@ static int context_open(odx_context **out, const odx_config *cfg);
 
 /*
  * SIGXFSZ is held back on the calling thread for the whole of open: the file writes open makes
- * (the spill probe, shared-memory segments of the fabric) fail with EFBIG instead of killing the
- * process under a file-size limit, and every thread ODX starts meanwhile (workers, I/O, fabric,
- * policy) inherits the blocked signal for good (see spill.h).
+ * (the spill probe, shared-memory files a fabric provider sizes) fail with EFBIG instead of
+ * killing the process under a file-size limit, and every thread ODX starts meanwhile (workers,
+ * I/O, fabric, policy) inherits the blocked signal for good (see spill.h).
  */
 ODX_API int odx_open(odx_context **out, const odx_config *cfg)
 {
