@@ -20,6 +20,8 @@
 #include <ini.h>
 
 #include "config.h"
+#include "fabric.h"
+#include "spill.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -45,6 +47,8 @@ struct key_def {
 
 static int check_backends(const char *text, char *why, size_t whylen);
 static int check_policy(const char *text, char *why, size_t whylen);
+static int check_disk_fault(const char *text, char *why, size_t whylen);
+static int check_fabric_fault(const char *text, char *why, size_t whylen);
 
 /* The only place keys are declared; foreach and `odx info --config` follow this order. */
 static const struct key_def keys[] = {
@@ -287,6 +291,7 @@ static const struct key_def keys[] = {
 		.def = "",
 		.help = "testing: injected spill I/O failures, e.g. write_eio=2,corrupt=1 (the "
 			"Nth write fails with EIO, the Nth stored block is corrupted)",
+		.check = check_disk_fault,
 	},
 	{
 		.name = "tier.monitor.start",
@@ -373,6 +378,7 @@ static const struct key_def keys[] = {
 		.def = "",
 		.help = "testing: fault injection in ODX's fabric layer, e.g. "
 			"delay_us=0-2000,reorder=0.2,eagain=0.3,cqerr=0.01,seed=7",
+		.check = check_fabric_fault,
 	},
 };
 
@@ -872,6 +878,36 @@ static int check_policy(const char *text, char *why, size_t whylen)
 		   "lua:round_robin, lua:locality, lua:heft, or a path to a .lua file)",
 		   text);
 	return ODX_ECONFIG;
+}
+
+/*
+ * Fault-injection specs are checked where they are given, whether their component is enabled or
+ * not, by the parser the component itself uses: a typo in a test's setup is an ODX_ECONFIG at
+ * odx_open, never a silently different test (or an ODX_EINVAL from deep inside the component).
+ */
+static int check_fault(int (*parse)(const char *, char *, size_t), const char *text, char *why,
+		       size_t whylen)
+{
+	char msg[400] = "";
+	int rc = parse(text, msg, sizeof(msg));
+
+	if (rc == ODX_ENOMEM)
+		return rc;
+	if (rc) {
+		format_msg(why, whylen, "%s", msg);
+		return ODX_ECONFIG;
+	}
+	return 0;
+}
+
+static int check_disk_fault(const char *text, char *why, size_t whylen)
+{
+	return check_fault(odx__spill_fault_check, text, why, whylen);
+}
+
+static int check_fabric_fault(const char *text, char *why, size_t whylen)
+{
+	return check_fault(odx_fab_fault_check, text, why, whylen);
 }
 
 /* ---- the public override set -------------------------------------------------------------- */

@@ -9,6 +9,7 @@
 
 #include "core.h"
 #include "policy.h"
+#include "spill.h"
 
 /* Under `backends = auto`, GPU backends come first and host last; backends found as modules
  * that ODX does not know by name go before host. */
@@ -303,7 +304,26 @@ static int apply_settings(odx_context *ctx, char *err, size_t errlen)
 
 static void context_free(odx_context *ctx);
 
+static int context_open(odx_context **out, const odx_config *cfg);
+
+/*
+ * SIGXFSZ is held back on the calling thread for the whole of open: the file writes open makes
+ * (the spill probe, shared-memory files a fabric provider sizes) fail with EFBIG instead of
+ * killing the process under a file-size limit, and every thread ODX starts meanwhile (workers,
+ * I/O, fabric, policy) inherits the blocked signal for good (see spill.h).
+ */
 ODX_API int odx_open(odx_context **out, const odx_config *cfg)
+{
+	odx__fsize_guard guard;
+	int rc;
+
+	odx__fsize_guard_begin(&guard);
+	rc = context_open(out, cfg);
+	odx__fsize_guard_end(&guard);
+	return rc;
+}
+
+static int context_open(odx_context **out, const odx_config *cfg)
 {
 	odx_context *ctx;
 	char err[ODX__MSG_MAX] = "";
@@ -460,10 +480,13 @@ static void context_free(odx_context *ctx)
 
 ODX_API int odx_close(odx_context *ctx)
 {
+	odx__fsize_guard guard;
 	int rc = 0;
 
 	if (!ctx)
 		return 0;
+	/* The trace file and the policy's model file are written here, on the caller's thread. */
+	odx__fsize_guard_begin(&guard);
 	/* Buffers the user never destroyed are destroyed now, in program order, so registered
 	 * memory gets its latest contents back. Then finish everything: a task failure was already
 	 * reported through its event and the log; close itself succeeded. */
@@ -476,6 +499,7 @@ ODX_API int odx_close(odx_context *ctx)
 		odx__stats_print(ctx);
 	odx__dist_close(ctx); /* after this rank's sends and receives, with a final barrier */
 	context_free(ctx);
+	odx__fsize_guard_end(&guard);
 	return rc;
 }
 

@@ -19,15 +19,19 @@
  * in flight. Under O_DIRECT, chunks whose memory or length is not 4 KiB aligned go through
  * aligned bounce buffers (one per chunk, allocated on first use).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,6 +52,9 @@
 #define CRC_STEP (256u << 10)  /* checksum work between two looks at the ring */
 #define MSG_MAX 512
 #define MAX_FAULTS 16
+/* A spill directory whose lock is free but whose pid runs (pid reuse, or its owner between mkdtemp
+ * and flock) is left alone this many seconds after its last change. */
+#define STALE_GRACE_S 60
 
 static _Thread_local char last_error[MSG_MAX];
 
@@ -134,6 +141,7 @@ struct odx__spill {
 	char dir[256];
 	char file[280];
 	int fd;
+	int dirfd; /* the directory, flock'ed while this process lives (see remove_stale) */
 	bool direct, uring;
 	size_t block, chunk;
 	unsigned depth;
@@ -156,7 +164,7 @@ struct odx__spill {
 	bool closing, thread_done, orphaned;
 	uint64_t capacity, used;
 	uint64_t nwrites_submitted, nreads_submitted;
-	odx__spill_stats stats;
+	odx__spill_stats stats; /* fsize_limit, fsize_refusals, stale_removed included */
 	struct slot *slots;
 	uint32_t nslots, slots_cap, unused_head; /* unused_head: UINT32_MAX when empty */
 	struct extent *ext;
@@ -221,6 +229,62 @@ static int odx_code(int e)
 	}
 }
 
+/* ---- the file-size limit (RLIMIT_FSIZE, `ulimit -f`) ---------------------------------------- */
+
+/*
+ * A write, fallocate or ftruncate past RLIMIT_FSIZE sends SIGXFSZ to the calling thread, whose
+ * default action kills the whole process. With SIGXFSZ blocked the call fails with EFBIG instead
+ * (the signal stays pending on the thread). ODX's threads block it for good; a call made on an
+ * application thread holds it back for its duration, and drops what the call raised before
+ * unblocking, so the application never sees a signal caused by ODX.
+ */
+static void xfsz_set(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGXFSZ);
+}
+
+void odx__fsize_guard_begin(odx__fsize_guard *g)
+{
+	sigset_t xfsz;
+
+	xfsz_set(&xfsz);
+	g->was_blocked = true;
+	if (pthread_sigmask(SIG_BLOCK, &xfsz, &g->old) == 0)
+		g->was_blocked = sigismember(&g->old, SIGXFSZ) == 1;
+}
+
+void odx__fsize_guard_end(odx__fsize_guard *g)
+{
+	const struct timespec now = {0, 0};
+	sigset_t xfsz;
+
+	/* Blocked before: the caller's own choice, and any pending signal is theirs. */
+	if (g->was_blocked)
+		return;
+	xfsz_set(&xfsz);
+	while (sigtimedwait(&xfsz, NULL, &now) == SIGXFSZ)
+		;
+	pthread_sigmask(SIG_UNBLOCK, &xfsz, NULL);
+}
+
+void odx__fsize_block_thread(void)
+{
+	sigset_t xfsz;
+
+	xfsz_set(&xfsz);
+	pthread_sigmask(SIG_BLOCK, &xfsz, NULL);
+}
+
+uint64_t odx__fsize_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_FSIZE, &rl) || rl.rlim_cur == RLIM_INFINITY)
+		return UINT64_MAX;
+	return (uint64_t)rl.rlim_cur;
+}
+
 static size_t round_up(size_t n, size_t a)
 {
 	return (n + a - 1) / a * a;
@@ -228,9 +292,16 @@ static size_t round_up(size_t n, size_t a)
 
 /* ---- fault injection ------------------------------------------------------------------------ */
 
-static int parse_faults(odx__spill *s, const char *spec, char *err, size_t errlen)
+/*
+ * The one parser of the tier.disk.fault grammar: kind=N[,kind=N...], N >= 1, at most MAX_FAULTS
+ * items. odx__spill_open uses it to fill its table, the configuration check (config.c, through
+ * odx__spill_fault_check) to refuse a bad value at odx_open whether the disk tier is on or not.
+ */
+static int parse_faults(const char *spec, struct fault *out, unsigned *nout, char *err,
+			size_t errlen)
 {
 	const char *p = spec;
+	unsigned count = 0;
 
 	while (p && *p) {
 		const char *end = strchr(p, ',');
@@ -240,30 +311,46 @@ static int parse_faults(odx__spill *s, const char *spec, char *err, size_t errle
 		char *num_end;
 		unsigned long long nth;
 
+		if (count == MAX_FAULTS) {
+			set_error(err, errlen,
+				  "spill fault spec '%s': more than %d items", spec, MAX_FAULTS);
+			return ODX_EINVAL;
+		}
 		if (!eq)
 			goto bad;
 		for (k = 0; k < sizeof(fault_names) / sizeof(fault_names[0]); k++)
 			if (strlen(fault_names[k]) == (size_t)(eq - p) &&
 			    !strncmp(p, fault_names[k], (size_t)(eq - p)))
 				break;
-		if (k == sizeof(fault_names) / sizeof(fault_names[0]) || s->nfaults == MAX_FAULTS)
+		if (k == sizeof(fault_names) / sizeof(fault_names[0]))
+			goto bad;
+		/* strtoull takes blanks and a sign before the digits: the grammar does not */
+		if (eq[1] < '0' || eq[1] > '9')
 			goto bad;
 		errno = 0;
 		nth = strtoull(eq + 1, &num_end, 10);
 		if (errno || nth == 0 || num_end != p + n)
 			goto bad;
-		s->faults[s->nfaults++] = (struct fault){.kind = (enum fault_kind)k, .nth = nth};
+		out[count++] = (struct fault){.kind = (enum fault_kind)k, .nth = nth};
 		p = end ? end + 1 : NULL;
 		continue;
 bad:
-		set_error(
-			err, errlen,
-			"spill fault spec '%s': '%.*s' is not kind=N with N >= 1 (kinds: write_eio, "
-			"write_enospc, read_eio, corrupt, uring_init, direct_probe; at most %d)",
-			spec, (int)n, p, MAX_FAULTS);
+		set_error(err, errlen,
+			  "spill fault spec '%s': '%.*s' is not kind=N with N >= 1 (kinds: "
+			  "write_eio, write_enospc, read_eio, corrupt, uring_init, direct_probe)",
+			  spec, (int)n, p);
 		return ODX_EINVAL;
 	}
+	*nout = count;
 	return 0;
+}
+
+int odx__spill_fault_check(const char *spec, char *err, size_t errlen)
+{
+	struct fault table[MAX_FAULTS];
+	unsigned n;
+
+	return parse_faults(spec, table, &n, err, errlen);
 }
 
 static bool fault_hits(const odx__spill *s, enum fault_kind kind, uint64_t count)
@@ -793,6 +880,8 @@ static void *io_thread(void *arg)
 	bool orphaned;
 
 	pthread_setname_np(pthread_self(), "odx-spill");
+	/* Writes past RLIMIT_FSIZE fail with EFBIG here (reported as ODX_ENOSPC), never kill. */
+	odx__fsize_block_thread();
 	for (;;) {
 		struct req *cancel = NULL, *taken;
 
@@ -863,6 +952,7 @@ void odx__spill_params_init(odx__spill_params *p)
  * and refuse the I/O. Returns the direct descriptor, or -errno. */
 static int probe_direct(odx__spill *s)
 {
+	odx__fsize_guard guard;
 	void *buf;
 	int fd, e = 0;
 
@@ -876,6 +966,9 @@ static int probe_direct(odx__spill *s)
 		return -ENOMEM;
 	}
 	memset(buf, 0x5a, ALIGN);
+	/* Runs on the thread that opens the context: under a file-size limit below one block the
+	 * probe fails (EFBIG, so buffered I/O is used) instead of raising SIGXFSZ. */
+	odx__fsize_guard_begin(&guard);
 	errno = 0;
 	if (pwrite(fd, buf, ALIGN, 0) != (ssize_t)ALIGN ||
 	    pread(fd, buf, ALIGN, 0) != (ssize_t)ALIGN)
@@ -883,6 +976,7 @@ static int probe_direct(odx__spill *s)
 	free(buf);
 	if (!e && ftruncate(fd, 0))
 		e = errno;
+	odx__fsize_guard_end(&guard);
 	if (e) {
 		close(fd);
 		return -e;
@@ -912,6 +1006,54 @@ static void destroy_orphan(odx__spill *s)
 	destroy(s);
 }
 
+/*
+ * Removes the spill directories that processes which died without closing (SIGKILL, a crash)
+ * left under base. A directory is named odx-spill-PID-XXXXXX and its owner holds an exclusive
+ * flock on it for as long as it lives (the kernel drops the lock when the process dies, however
+ * it dies). A directory is stale when its lock can be taken and its pid is gone; when the pid runs
+ * (it was reused, or its owner is between mkdtemp and flock) it must also be unchanged for
+ * STALE_GRACE_S seconds. Directories of other users, of this process, older names without a pid
+ * and anything holding more than the spill file are never touched. Returns how many went.
+ */
+static unsigned remove_stale(const char *base)
+{
+	unsigned removed = 0;
+	struct dirent *e;
+	DIR *d;
+
+	d = opendir(base);
+	if (!d)
+		return 0;
+	while ((e = readdir(d)) != NULL) {
+		struct stat st;
+		int pid, end = 0, fd;
+		bool alive;
+
+		if (sscanf(e->d_name, "odx-spill-%d-%*[A-Za-z0-9]%n", &pid, &end) != 1 || !end ||
+		    e->d_name[end] || pid <= 0 || pid == (int)getpid())
+			continue;
+		fd = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &st) || st.st_uid != geteuid() || flock(fd, LOCK_EX | LOCK_NB)) {
+			close(fd); /* someone else's, or alive: its owner holds the lock */
+			continue;
+		}
+		alive = kill(pid, 0) == 0 || errno == EPERM;
+		if (alive && time(NULL) - st.st_mtime < STALE_GRACE_S) {
+			close(fd);
+			continue;
+		}
+		/* Only the file this code creates; rmdir then fails on anything else. */
+		unlinkat(fd, "spill", 0);
+		if (unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) == 0)
+			removed++;
+		close(fd);
+	}
+	closedir(d);
+	return removed;
+}
+
 int odx__spill_open(const odx__spill_params *p, odx__spill **out, char *err, size_t errlen)
 {
 	const char *base;
@@ -938,21 +1080,22 @@ int odx__spill_open(const odx__spill_params *p, odx__spill **out, char *err, siz
 		set_error(err, errlen, "spill: out of memory");
 		return ODX_ENOMEM;
 	}
-	s->fd = -1;
+	s->fd = s->dirfd = -1;
 	s->block = p->block_size ? p->block_size : DEFAULT_BLOCK;
 	s->capacity = s->stats.capacity = p->capacity;
 	s->close_timeout_ms = p->close_timeout_ms ? p->close_timeout_ms : 10000;
 	s->unused_head = UINT32_MAX;
 	s->punch = s->falloc = true;
-	rc = parse_faults(s, p->fault, err, errlen);
+	rc = parse_faults(p->fault, s->faults, &s->nfaults, err, errlen);
 	if (rc)
 		goto out_free;
 
 	base = p->path && *p->path ? p->path : getenv("TMPDIR");
 	if (!base || !*base)
 		base = "/var/tmp";
-	if ((size_t)snprintf(s->dir, sizeof(s->dir), "%s/odx-spill-XXXXXX", base) >=
-	    sizeof(s->dir)) {
+	s->stats.stale_removed = remove_stale(base);
+	if ((size_t)snprintf(s->dir, sizeof(s->dir), "%s/odx-spill-%ld-XXXXXX", base,
+			     (long)getpid()) >= sizeof(s->dir)) {
 		set_error(err, errlen, "spill directory under '%s': path too long", base);
 		rc = ODX_EINVAL;
 		goto out_free;
@@ -962,6 +1105,14 @@ int odx__spill_open(const odx__spill_params *p, odx__spill **out, char *err, siz
 			  base, strerror(errno));
 		rc = odx_code(errno);
 		goto out_free;
+	}
+	/* The lock says "alive" to remove_stale in other processes, until this one dies. */
+	s->dirfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (s->dirfd < 0 || flock(s->dirfd, LOCK_EX | LOCK_NB)) {
+		set_error(err, errlen, "spill directory %s: cannot lock: %s", s->dir,
+			  strerror(errno));
+		rc = odx_code(errno);
+		goto out_rmdir;
 	}
 	/* mkdtemp asks for 0700 but the umask may take bits away: set it exactly. */
 	if (chmod(s->dir, 0700)) {
@@ -1063,6 +1214,8 @@ out_unlink:
 	unlink(s->file);
 out_rmdir:
 	rmdir(s->dir);
+	if (s->dirfd >= 0)
+		close(s->dirfd);
 out_free:
 	free(s);
 	return rc;
@@ -1108,6 +1261,7 @@ void odx__spill_close(odx__spill *s)
 	if (rmdir(s->dir))
 		fprintf(stderr, "odx: spill directory %s: cannot remove: %s\n", s->dir,
 			strerror(errno));
+	close(s->dirfd); /* the lock goes with it, after the names */
 	if (!done) {
 		fprintf(stderr,
 			"odx: spill %s: I/O still in flight after %d ms at close; the I/O thread "
@@ -1137,6 +1291,7 @@ static void enqueue(odx__spill *s, struct req *r)
 int odx__spill_write(odx__spill *s, const void *src, size_t len, uint64_t *slot,
 		     odx__spill_done_fn done, void *arg)
 {
+	uint64_t off = 0, alloc, limit;
 	size_t nblocks;
 	uint32_t index;
 	struct req *r;
@@ -1172,17 +1327,35 @@ int odx__spill_write(odx__spill *s, const void *src, size_t len, uint64_t *slot,
 			       s->dir, len, s->used, s->capacity, s->capacity - s->used);
 		goto out_unlock;
 	}
+	alloc = round_up(len, ALIGN);
+	if (len)
+		extent_alloc(s, alloc, &off);
+	/* Past the file-size limit the write would fail (EFBIG) or, on a thread that does not
+	 * block SIGXFSZ, kill the process: refuse it now, as a full disk tier. The limit is read
+	 * each time because the application may change it. */
+	limit = odx__fsize_limit();
+	if (len && off + alloc > limit) {
+		extent_free(s, off, alloc);
+		s->stats.fsize_limit = limit;
+		s->stats.fsize_refusals++;
+		rc = fail_sync(ODX_ENOSPC,
+			       "spill %s: %zu bytes at offset %" PRIu64
+			       " would take the spill file past this process's file-size limit "
+			       "(RLIMIT_FSIZE, ulimit -f) of %" PRIu64 " bytes",
+			       s->dir, len, off, limit);
+		goto out_unlock;
+	}
 	rc = slot_new(s, &index);
 	if (rc) {
+		if (len)
+			extent_free(s, off, alloc);
 		fail_sync(rc, "spill %s: no memory for a slot", s->dir);
 		goto out_unlock;
 	}
 	s->used += len;
 	s->slots[index].len = len;
-	s->slots[index].alloc = round_up(len, ALIGN);
-	s->slots[index].off = 0;
-	if (len)
-		extent_alloc(s, s->slots[index].alloc, &s->slots[index].off);
+	s->slots[index].alloc = alloc;
+	s->slots[index].off = off;
 	s->slots[index].crc = crc;
 	s->slots[index].state = SLOT_WRITING;
 	s->slots[index].busy = 1;

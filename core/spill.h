@@ -24,6 +24,7 @@
 #ifndef ODX_CORE_SPILL_H
 #define ODX_CORE_SPILL_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -57,7 +58,8 @@ typedef struct odx__spill_params {
 	 *                   so reading that slot reports ODX_ECORRUPT
 	 *   uring_init=1    io_uring_queue_init fails with EPERM (as in a locked-down container)
 	 *   direct_probe=1  the O_DIRECT probe fails with EINVAL (as on tmpfs)
-	 * Unknown kinds make odx__spill_open fail with ODX_EINVAL. */
+	 * Anything else makes odx__spill_open fail with ODX_EINVAL; odx__spill_fault_check
+	 * applies the same parser without opening anything. */
 	const char *fault;
 	/* How long odx__spill_close waits for I/O already issued (0 = 10000 ms). */
 	int close_timeout_ms;
@@ -70,11 +72,22 @@ typedef struct odx__spill_params {
  * faults, close_timeout_ms 0, queue_depth 0. Set at least capacity afterwards. */
 void odx__spill_params_init(odx__spill_params *p);
 
+/* 0 if spec (NULL or "" included) is a valid `fault` value, else ODX_EINVAL with a message
+ * quoting the spec and naming the item that is wrong. */
+int odx__spill_fault_check(const char *spec, char *err, size_t errlen);
+
 /*
- * Creates the private directory (mkdtemp, mode 0700) under p->path holding the spill file
- * (mode 0600), probes O_DIRECT and io_uring as p asks, and starts the I/O thread. Returns 0 and
- * *out, or a negative ODX_E* code with a message naming the path and the cause in err (when err
- * is not NULL); nothing is left on disk then.
+ * Removes first the spill directories under p->path that dead processes left behind (see
+ * stale_removed), then creates the private directory odx-spill-PID-XXXXXX (mkdtemp, mode 0700)
+ * under p->path, flock'ed while this process lives, holding the spill file (mode 0600), probes
+ * O_DIRECT and io_uring as p asks, and starts the I/O thread. Returns 0 and *out, or a negative
+ * ODX_E* code with a message naming the path and the cause in err (when err is not NULL);
+ * nothing is left on disk then.
+ *
+ * The file-size limit (RLIMIT_FSIZE, `ulimit -f`) never kills the process through the spill
+ * space: a write that would take the file past it is refused with ODX_ENOSPC like a full tier
+ * (counted in fsize_refusals), and the I/O thread blocks SIGXFSZ, so a limit lowered while a
+ * write is in flight fails that write with ODX_ENOSPC (EFBIG).
  */
 int odx__spill_open(const odx__spill_params *p, odx__spill **out, char *err, size_t errlen);
 
@@ -130,6 +143,9 @@ typedef struct odx__spill_stats {
 	uint64_t writes, reads; /* completed successful requests */
 	uint64_t errors;  /* requests that completed with an error (I/O error or corruption) */
 	uint64_t corrupt; /* reads that failed their checksum */
+	uint64_t fsize_refusals; /* writes refused (ODX_ENOSPC) by the file-size limit */
+	uint64_t fsize_limit;	 /* RLIMIT_FSIZE at the last such refusal (0: none yet) */
+	unsigned stale_removed;	 /* directories of dead processes removed by odx__spill_open */
 	bool direct;	  /* O_DIRECT is in use */
 	bool uring;	  /* io_uring is in use (false after a fallback to pread/pwrite) */
 	char dir[256];	  /* the private directory */
@@ -146,5 +162,27 @@ const char *odx__spill_file_path(const odx__spill *s);
 /* Test hook: flips the byte at `offset` within a stored slot on disk (the slot must be idle), so
  * the corruption path can be tested. ODX_ENOENT, ODX_ERANGE, or ODX_EIO with a message. */
 int odx__spill_corrupt_for_test(odx__spill *s, uint64_t slot, size_t offset);
+
+/*
+ * The file-size limit, for every place ODX extends a file. SIGXFSZ, which a write past
+ * RLIMIT_FSIZE sends to the writing thread, kills the process by default; blocked, the write
+ * fails with EFBIG instead.
+ *  - odx__fsize_guard_begin/end bracket file writes made on an application thread: SIGXFSZ is
+ *    blocked in between, and end discards what those writes raised (sigtimedwait) before
+ *    unblocking it. If the thread had SIGXFSZ blocked already, both leave everything as it was.
+ *    Threads created in between inherit the blocked signal, which is how ODX's own threads
+ *    (created inside odx_open) get it.
+ *  - odx__fsize_block_thread blocks it for good on the calling thread (ODX's own threads).
+ *  - odx__fsize_limit is RLIMIT_FSIZE's soft limit in bytes, UINT64_MAX when unlimited.
+ */
+typedef struct odx__fsize_guard {
+	sigset_t old;
+	bool was_blocked;
+} odx__fsize_guard;
+
+void odx__fsize_guard_begin(odx__fsize_guard *g);
+void odx__fsize_guard_end(odx__fsize_guard *g);
+void odx__fsize_block_thread(void);
+uint64_t odx__fsize_limit(void);
 
 #endif /* ODX_CORE_SPILL_H */

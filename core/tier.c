@@ -55,6 +55,7 @@ struct odx__tier {
 	_Atomic int room_waiters;   /* caller threads waiting for room on node 0 */
 	_Atomic bool kicked;        /* a node crossed its start watermark: the monitor runs now */
 	odx__lane_trace *disk_trace;
+	_Atomic bool fsize_warned;  /* the file-size limit stopped a spill: said once */
 	/* counters */
 	_Atomic uint64_t spills, spill_bytes, spill_errors;
 	_Atomic uint64_t reloads, reload_bytes, reload_errors;
@@ -335,6 +336,24 @@ int odx__tier_open(odx_context *ctx, char *err, size_t errlen)
 			return rc;
 		}
 		tier->disk_trace = odx__lane_trace_new(ctx, "disk tier", 0, 2 * ctx->ndevices + 1);
+		{
+			odx__spill_stats st;
+			uint64_t fsize = odx__fsize_limit();
+
+			odx__spill_get_stats(tier->spill, &st);
+			if (st.stale_removed)
+				odx__log(ctx, ODX_LOG_INFO,
+					 "disk tier: removed %u spill directories of dead processes "
+					 "under %s",
+					 st.stale_removed, disk_path[0] ? disk_path : "the default path");
+			if (fsize < tier->disk_capacity)
+				odx__log(ctx, ODX_LOG_WARN,
+					 "disk tier: the file-size limit (ulimit -f) of %llu bytes is "
+					 "below tier.disk.limit (%llu bytes): the spill file stops there "
+					 "and the disk tier counts as full beyond it",
+					 (unsigned long long)fsize,
+					 (unsigned long long)tier->disk_capacity);
+		}
 	}
 	m = pools_open(ctx, err, errlen);
 	if (m)
@@ -812,6 +831,17 @@ int odx__tier_spill(odx_context *ctx, odx_buffer *b)
 			b->spill_failed = true;
 			odx__log(ctx, ODX_LOG_ERROR, "cannot spill buffer %llu: %s",
 				 (unsigned long long)b->id, odx__spill_last_error());
+		} else if (!atomic_load(&tier->fsize_warned)) {
+			odx__spill_stats st;
+
+			/* The file-size limit is a full disk tier (the copy stays in RAM); the
+			 * limit is named once, as the user can lift it. */
+			odx__spill_get_stats(tier->spill, &st);
+			if (st.fsize_refusals && !atomic_exchange(&tier->fsize_warned, true))
+				odx__log(ctx, ODX_LOG_WARN,
+					 "disk tier full at the file-size limit: %s; buffer %llu "
+					 "and later ones stay in host RAM",
+					 odx__spill_last_error(), (unsigned long long)b->id);
 		}
 		free(job);
 		odx__transfer_end(b);

@@ -65,6 +65,26 @@ static int parse_probability(const char *key, const char *val, double *out, char
 	return 0;
 }
 
+/* Decimal digits up to `stop` (which must follow them): their count, or 0 when there are none,
+ * something else follows, or the value does not fit. */
+static int parse_uint(const char *text, unsigned long long *out, char stop)
+{
+	char *end;
+	int n = 0;
+
+	while (text[n] >= '0' && text[n] <= '9')
+		n++;
+	if (!n || text[n] != stop)
+		return 0;
+	errno = 0;
+	*out = strtoull(text, &end, 10);
+	return errno || end != text + n ? 0 : n;
+}
+
+/*
+ * The one parser of the fabric.fault grammar (see fabric.h): odx_fab_open uses it, and so does
+ * the configuration check at odx_open (odx_fab_fault_check), whether the fabric is used or not.
+ */
 int fab_fault_parse(struct fab_fault *ft, const char *spec, char *err, size_t errlen)
 {
 	memset(ft, 0, sizeof(*ft));
@@ -86,9 +106,12 @@ int fab_fault_parse(struct fab_fault *ft, const char *spec, char *err, size_t er
 		*eq = '\0';
 		const char *key = item, *val = eq + 1;
 		if (!strcmp(key, "delay_us")) {
-			unsigned a, b;
-			int n = sscanf(val, "%u-%u", &a, &b);
-			if (n == 1)
+			unsigned long long a = 0, b = 0;
+			/* A or A-B, digits only: sscanf's %u would take "-5" or "5x" */
+			int n = parse_uint(val, &a, '-');
+			if (n > 0 && parse_uint(val + n + 1, &b, '\0') <= 0)
+				n = 0;
+			else if (n == 0 && (n = parse_uint(val, &a, '\0')) > 0)
 				b = a;
 			if (n < 1 || a > b || b > 10000000) {
 				snprintf(
@@ -98,8 +121,8 @@ int fab_fault_parse(struct fab_fault *ft, const char *spec, char *err, size_t er
 				ret = ODX_EINVAL;
 				break;
 			}
-			ft->delay_min_us = a;
-			ft->delay_max_us = b;
+			ft->delay_min_us = (unsigned)a;
+			ft->delay_max_us = (unsigned)b;
 		} else if (!strcmp(key, "reorder")) {
 			ret = parse_probability(key, val, &ft->reorder, err, errlen);
 		} else if (!strcmp(key, "eagain")) {
@@ -107,7 +130,16 @@ int fab_fault_parse(struct fab_fault *ft, const char *spec, char *err, size_t er
 		} else if (!strcmp(key, "cqerr")) {
 			ret = parse_probability(key, val, &ft->cqerr, err, errlen);
 		} else if (!strcmp(key, "seed")) {
-			ft->rng = strtoull(val, NULL, 0) * 0x9e3779b97f4a7c15ull + 1;
+			unsigned long long seed;
+
+			if (parse_uint(val, &seed, '\0') <= 0) {
+				snprintf(err, errlen,
+					 "fabric.fault: seed=%s is not a decimal integer below 2^64",
+					 val);
+				ret = ODX_EINVAL;
+				break;
+			}
+			ft->rng = seed * 0x9e3779b97f4a7c15ull + 1;
 		} else {
 			snprintf(
 				err, errlen,
@@ -121,4 +153,11 @@ int fab_fault_parse(struct fab_fault *ft, const char *spec, char *err, size_t er
 	free(copy);
 	ft->on = !ret && (ft->delay_max_us || ft->reorder > 0 || ft->eagain > 0 || ft->cqerr > 0);
 	return ret;
+}
+
+int odx_fab_fault_check(const char *spec, char *err, size_t errlen)
+{
+	struct fab_fault ft;
+
+	return fab_fault_parse(&ft, spec, err, errlen);
 }

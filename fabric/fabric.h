@@ -45,7 +45,9 @@ typedef struct odx_fab_params {
 	const char *iface;
 	/* A peer that does not answer this long is failed (0 = 10000). */
 	int peer_timeout_ms;
-	/* NULL, or a fault-injection spec, e.g. "delay_us=0-2000,reorder=0.2,eagain=0.3,cqerr=0.01,seed=7". */
+	/* NULL, or a fault-injection spec, e.g. "delay_us=0-2000,reorder=0.2,eagain=0.3,cqerr=0.01,seed=7":
+	 * comma-separated key=value items, delay_us=A or A-B (microseconds, B <= 10 s), reorder,
+	 * eagain, cqerr = a probability in [0, 1], seed = a decimal integer. */
 	const char *fault;
 	/* Bounded retries of a failed transfer before the peer is declared failed (0 = 3). */
 	int max_retries;
@@ -63,6 +65,9 @@ typedef struct odx_fab_params {
  * ranks did not show up; ODX_EPEER ...).
  */
 int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errlen);
+/* 0 if spec (NULL or "" included) is a valid `fault` value, else ODX_EINVAL with a message in
+ * err: the parser odx_fab_open uses, for the configuration check at odx_open. */
+int odx_fab_fault_check(const char *spec, char *err, size_t errlen);
 /* Drains pending operations with a deadline, tells the peers goodbye, stops the progress thread,
  * fails what is left with ODX_ECANCELED and frees everything (shm segments included). NULL is
  * allowed. Call odx_fab_barrier first for a clean job end. */

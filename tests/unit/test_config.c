@@ -625,6 +625,104 @@ static void test_api_set(void **state)
 	odx_config_destroy(NULL);
 }
 
+/*
+ * Fault-injection specs: every value is checked at load with the component's own parser, whether
+ * the disk tier (tier.disk.limit) or the fabric is in use or not, and a bad one is ODX_ECONFIG
+ * naming the key, the value and the item that is wrong.
+ */
+static void test_fault_specs(void **state)
+{
+	static const char *const disk_good[] = {
+		"", "write_eio=1", "write_eio=2,corrupt=1", "read_eio=3,write_enospc=1,uring_init=1",
+		"direct_probe=1,corrupt=18446744073709551615"};
+	static const struct {
+		const char *spec, *item;
+	} disk_bad[] = {
+		{"write_eio", "'write_eio'"},	  {"write_eio=0", "'write_eio=0'"},
+		{"bogus=1", "'bogus=1'"},	  {"write_eio=1x", "'write_eio=1x'"},
+		{"write_eio=-1", "'write_eio=-1'"}, {"write_eio= 1", "'write_eio= 1'"},
+		{"corrupt=1,,read_eio=1", "''"},    {"write_eio=99999999999999999999", "9999"},
+		{"a=1,b=2,c=3,d=4,e=5,f=6,g=7,h=8,i=9,j=10,k=11,l=12,m=13,n=14,o=15,p=16,q=17",
+		 "'a=1'"},
+	};
+	static const char *const fabric_good[] = {
+		"", "delay_us=0-2000,reorder=0.2,eagain=0.3,cqerr=0.01,seed=7", "delay_us=5",
+		"cqerr=1", "seed=18446744073709551615"};
+	static const struct {
+		const char *spec, *item;
+	} fabric_bad[] = {
+		{"delay_us=5-1", "delay_us=5-1"},  {"delay_us=-5", "delay_us=-5"},
+		{"delay_us=5x", "delay_us=5x"},	   {"delay_us=0-20000000", "delay_us=0-20000000"},
+		{"eagain=2", "eagain=2"},	   {"reorder=0.1x", "reorder=0.1x"},
+		{"seed=abc", "seed=abc"},	   {"bogus=1", "unknown key 'bogus'"},
+		{"eagain", "'eagain' is not key=value"},
+	};
+	/* tier.disk.limit and fabric.provider say whether the component would be opened. */
+	static const char *const on_off[][2] = {{"0", "auto"}, {"16MiB", "tcp"}};
+	char err[512], what[600];
+	odx__config *cfg;
+	odx_config *api;
+
+	(void)state;
+	for (size_t o = 0; o < 2; o++) {
+		for (size_t i = 0; i < sizeof(disk_good) / sizeof(disk_good[0]); i++) {
+			const struct env_var env[] = {{"ODX_CONFIG", ""},
+						      {"ODX_TIER_DISK_LIMIT", on_off[o][0]},
+						      {"ODX_TIER_DISK_FAULT", disk_good[i]},
+						      {NULL, NULL}};
+
+			cfg = load_ok(NULL, env);
+			assert_string_equal(odx__config_str(cfg, "tier.disk.fault"), disk_good[i]);
+			odx__config_free(cfg);
+		}
+		for (size_t i = 0; i < sizeof(disk_bad) / sizeof(disk_bad[0]); i++) {
+			const struct env_var env[] = {{"ODX_CONFIG", ""},
+						      {"ODX_TIER_DISK_LIMIT", on_off[o][0]},
+						      {"ODX_TIER_DISK_FAULT", disk_bad[i].spec},
+						      {NULL, NULL}};
+
+			load_fail(NULL, env, err, sizeof(err));
+			snprintf(what, sizeof(what), "environment ODX_TIER_DISK_FAULT: spill fault "
+						     "spec '%s': ", disk_bad[i].spec);
+			if (strncmp(err, what, strlen(what)) || !strstr(err, disk_bad[i].item))
+				fail_msg("'%s' (disk tier %s): %s", disk_bad[i].spec, on_off[o][0],
+					 err);
+		}
+		for (size_t i = 0; i < sizeof(fabric_good) / sizeof(fabric_good[0]); i++) {
+			const struct env_var env[] = {{"ODX_CONFIG", ""},
+						      {"ODX_FABRIC_PROVIDER", on_off[o][1]},
+						      {"ODX_FABRIC_FAULT", fabric_good[i]},
+						      {NULL, NULL}};
+
+			cfg = load_ok(NULL, env);
+			odx__config_free(cfg);
+		}
+		for (size_t i = 0; i < sizeof(fabric_bad) / sizeof(fabric_bad[0]); i++) {
+			const struct env_var env[] = {{"ODX_CONFIG", ""},
+						      {"ODX_FABRIC_PROVIDER", on_off[o][1]},
+						      {"ODX_FABRIC_FAULT", fabric_bad[i].spec},
+						      {NULL, NULL}};
+
+			load_fail(NULL, env, err, sizeof(err));
+			if (strncmp(err, "environment ODX_FABRIC_FAULT: fabric.fault: ", 44) ||
+			    !strstr(err, fabric_bad[i].item))
+				fail_msg("'%s' (provider %s): %s", fabric_bad[i].spec, on_off[o][1],
+					 err);
+		}
+	}
+	/* The same parsers behind odx_config_set and a file line. */
+	assert_int_equal(odx_config_create(&api), 0);
+	assert_int_equal(odx_config_set(api, "tier.disk.fault", "write_eio=0"), ODX_ECONFIG);
+	assert_non_null(strstr(odx_config_error(api), "api: key 'tier.disk.fault': "));
+	assert_int_equal(odx_config_set(api, "fabric.fault", "cqerr=1.5"), ODX_ECONFIG);
+	assert_non_null(strstr(odx_config_error(api), "cqerr=1.5 is not a probability"));
+	assert_int_equal(odx_config_set(api, "tier.disk.fault", "corrupt=2"), 0);
+	odx_config_destroy(api);
+	file_fails_with("[fabric]\nfault = reorder=x\n",
+			":2: key 'fabric.fault': fabric.fault: reorder=x is not a probability in "
+			"[0, 1]");
+}
+
 static void test_backends_list(void **state)
 {
 	static const char *const bad[] = {"auto,host", "host, auto", "host,host", "g/pu", "",
@@ -673,6 +771,7 @@ int main(void)
 		cmocka_unit_test(test_env_errors),
 		cmocka_unit_test(test_api_set),
 		cmocka_unit_test(test_backends_list),
+		cmocka_unit_test(test_fault_specs),
 	};
 
 	return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
