@@ -758,8 +758,11 @@ static uint64_t call_begin(odx__policy *h, escape *e, lua_State *L, enum op op, 
 	e->pending = 0;
 	esc_now = e;
 	mine = atomic_fetch_add(&h->seq, 1) + 1;
-	if (atomic_load(&h->wd_idle))
+	if (atomic_load(&h->wd_idle)) {
+		unsafe_enter(e); /* wd_lock */
 		wake_watchdog(h);
+		unsafe_leave(e);
+	}
 	return mine;
 }
 
