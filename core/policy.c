@@ -742,8 +742,19 @@ static void wake_watchdog(odx__policy *h)
 static uint64_t call_begin(odx__policy *h, escape *e, lua_State *L, enum op op, uint64_t budget,
 			   uint64_t ceiling)
 {
+	static _Thread_local bool unblocked;
 	uint64_t mine;
 
+	/* A thread of the program may have blocked the signal (a sigwait design): once per thread,
+	 * let it through, or the hard bound could not reach this thread. */
+	if (!unblocked) {
+		sigset_t set;
+
+		sigemptyset(&set);
+		sigaddset(&set, ESCAPE_SIGNAL);
+		pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+		unblocked = true;
+	}
 	/* Relaxed: the seq bump below (a full barrier) publishes them to the watchdog. */
 	atomic_store_explicit(&h->call_L, L, memory_order_relaxed);
 	atomic_store_explicit(&h->call_tid, thread_tid(), memory_order_relaxed);
@@ -2064,12 +2075,12 @@ static void abandoned_msg(odx__policy *h, enum op op, uint64_t start, char *err,
 /* After an escape from state s: it is freed (never touched again), the policy disabled. */
 static void give_up(odx__policy *h, pstate *s)
 {
-	if (h->cur == s) {
+	if (h->cur == s) { /* else a new version's load: the running one stays */
 		h->cur = NULL;
 		h->disabled = true;
 		publish_hooks(h);
+		atomic_store(&h->gave_up, true);
 	}
-	atomic_store(&h->gave_up, true);
 	h->rng_now = &h->rng;
 	state_free(h, s);
 }
