@@ -330,6 +330,39 @@ static void test_reload_after_abandon(void **state)
 	unlink(path);
 }
 
+/* The context's no-progress dump names the policy and the hook it is stuck in. The place call
+ * spins for its whole soft budget (5 s of CPU), far longer than the 100 ms after which the
+ * monitor dumps; the run then goes on (the call fails, the built-in decides). */
+static void test_dump_names_policy(void **state)
+{
+	char path[512], want[700];
+	odx_config *cfg = NULL;
+	odx_context *ctx = NULL;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/stuck.lua", dir);
+	write_file(path, PLACE("	while true do end"));
+	assert_ok(odx_config_create(&cfg));
+	assert_ok(odx_config_set(cfg, "host.devices", "2"));
+	assert_ok(odx_config_set(cfg, "host.bind", "false"));
+	assert_ok(odx_config_set(cfg, "policy", path));
+	assert_ok(odx_config_set(cfg, "policy.budget", "5000000"));
+	assert_ok(odx_config_set(cfg, "tier.watchdog_ms", "100"));
+	assert_ok(odx_config_set(cfg, "log", "warn"));
+	assert_ok(odx_config_set_log(cfg, capture_log, NULL));
+	log_text[0] = '\0';
+	assert_ok(odx_open(&ctx, cfg));
+	run_graph(ctx);
+	snprintf(want, sizeof(want), "  policy %s (file %s): in 'place' for ", path, path);
+	pthread_mutex_lock(&log_lock);
+	if (!strstr(log_text, want))
+		fail_msg("the no-progress dump does not name the policy: '%s'", log_text);
+	pthread_mutex_unlock(&log_lock);
+	assert_ok(odx_close(ctx));
+	odx_config_destroy(cfg);
+	unlink(path);
+}
+
 /* A source larger than the cap is refused with a clear error. */
 static void test_source_cap(void **state)
 {
@@ -360,6 +393,7 @@ int main(void)
 		cmocka_unit_test(test_hostile),
 		cmocka_unit_test(test_reload_after_abandon),
 		cmocka_unit_test(test_source_cap),
+		cmocka_unit_test(test_dump_names_policy),
 	};
 	int rc;
 
