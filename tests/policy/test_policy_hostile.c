@@ -78,7 +78,7 @@ static odx_context *open_with(const char *policy, odx_config **cfgp)
 	assert_ok(odx_config_set(cfg, "host.devices", "2"));
 	assert_ok(odx_config_set(cfg, "host.bind", "false"));
 	assert_ok(odx_config_set(cfg, "policy", policy));
-	assert_ok(odx_config_set(cfg, "policy.budget", "1000"));
+	assert_ok(odx_config_set(cfg, "policy.budget", "5000"));
 	assert_ok(odx_config_set(cfg, "log", "warn"));
 	assert_ok(odx_config_set_log(cfg, capture_log, NULL));
 	pthread_mutex_lock(&log_lock);
@@ -196,7 +196,7 @@ static const struct hostile cases[] = {
 	{"random_reversed", PLACE("\todx.random(math.maxinteger, math.mininteger)"), SOFT,
 	 "3: bad argument #2 to 'random' (interval is empty)"},
 	{"random_empty", PLACE("\tmath.random(-5)"), SOFT, "interval is empty"},
-	{"estimate_huge", PLACE("\todx.estimate(('k'):rep(1 << 20), math.maxinteger, math.maxinteger)\n"
+	{"estimate_huge", PLACE("\todx.estimate(('k'):rep(1 << 16), math.maxinteger, math.maxinteger)\n"
 				"\todx.bandwidth(math.mininteger, math.maxinteger)"),
 	 CLEAN, NULL},
 	{"log_huge", PLACE("\todx.log(('x'):rep(1 << 16))"), CLEAN, NULL},
