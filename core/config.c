@@ -75,16 +75,6 @@ static const struct key_def keys[] = {
 		.max = 10000000,
 	},
 	{
-		.name = "policy.load_timeout_ms",
-		.type = KEY_INT,
-		.def = "10000",
-		.help = "wall-clock ceiling of loading a Lua policy (top level, init, selftest) and "
-			"of closing its state, in milliseconds; past it the state is abandoned and "
-			"the built-in decides",
-		.min = 100,
-		.max = 3600000,
-	},
-	{
 		.name = "policy.memory_limit",
 		.type = KEY_SIZE,
 		.def = "8MiB",
@@ -103,6 +93,16 @@ static const struct key_def keys[] = {
 		.def = "100",
 		.help = "period of a Lua policy's on_tick hook in milliseconds (0: never called)",
 		.min = 0,
+		.max = 3600000,
+	},
+	{
+		.name = "policy.load_timeout_ms",
+		.type = KEY_INT,
+		.def = "10000",
+		.help = "wall-clock ceiling of loading a Lua policy (top level, init, selftest) and "
+			"of closing its state, in milliseconds; past it the state is abandoned and "
+			"the built-in decides",
+		.min = 100,
 		.max = 3600000,
 	},
 	{
