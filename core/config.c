@@ -100,6 +100,16 @@ static const struct key_def keys[] = {
 		.max = 3600000,
 	},
 	{
+		.name = "policy.load_timeout_ms",
+		.type = KEY_INT,
+		.def = "10000",
+		.help = "wall-clock ceiling of loading a Lua policy (top level, init, selftest) and "
+			"of closing its state, in milliseconds; past it the state is abandoned and "
+			"the built-in decides",
+		.min = 100,
+		.max = 3600000,
+	},
+	{
 		.name = "log",
 		.type = KEY_ENUM,
 		.def = "none",

@@ -10,6 +10,8 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +41,15 @@
 #define OUTLIER_SIGMAS 5.0
 #define MODEL_FILE "odx-models.txt"
 #define RANK_INSTR_PER_US 100    /* place_rank's instruction budget per us of policy.budget */
+/* The hard bound (docs/policies.md, "What a policy cannot do"): a call still running after this
+ * many budgets of its thread's CPU time, or past its wall-clock ceiling, is abandoned. */
+#define HARD_CPU_BUDGETS 5
+#define HARD_WALL_BUDGETS 100    /* a hook call's wall-clock ceiling, in budgets ... */
+#define HARD_WALL_MIN_NS 2000000000ull /* ... but never under 2 s (a preempted call is not cut) */
+#define DEFAULT_LOAD_TIMEOUT_NS 10000000000ull /* policy.load_timeout_ms when params say 0 */
+#define MAX_SOURCE (1u << 20)    /* bytes of policy source; parse time is linear in it */
+#define ESCAPE_SIGNAL (SIGRTMIN + 5) /* sent by the watchdog to a thread past its hard deadline */
+#define RC_ABANDONED 100         /* run_op: the call was abandoned, its state freed */
 
 /* The shipped policies, embedded by odx-embed (policies/meson.build). */
 #define EMBEDDED(X) X(eager) X(round_robin) X(locality) X(heft) X(lru) X(lookahead)
@@ -70,6 +81,25 @@ enum hook {
 };
 static const char *const hook_names[HOOK_COUNT] = {
 	"place", "init", "on_complete", "selftest", "place_rank", "prefetch", "evict", "on_tick",
+};
+
+/* Every entry into a state; named in the messages of an abandoned call and in the dump. */
+enum op {
+	OP_SETUP, /* load: the file's top level and the hook table */
+	OP_INIT,
+	OP_SELFTEST,
+	OP_PLACE,
+	OP_COMPLETE,
+	OP_EVICT,
+	OP_PREFETCH,
+	OP_PLACE_RANK,
+	OP_TICK,
+	OP_CLOSE, /* lua_close at close or reload */
+	OP_COUNT,
+};
+static const char *const op_names[OP_COUNT] = {
+	"load", "init", "selftest", "place", "on_complete", "evict", "prefetch", "place_rank",
+	"on_tick", "close",
 };
 
 /* Tables reused between calls, kept in the registry. */
@@ -154,9 +184,31 @@ typedef struct shadow {
 	double *row;            /* one task's values for all devices, before comparing */
 } shadow;
 
+/* Header of every block the state's allocator hands to Lua: the blocks form a list that an
+ * abandoned state is freed by, without walking Lua's own (possibly inconsistent) structures. */
+typedef struct blk {
+	struct blk *prev, *next;
+} __attribute__((aligned(16))) blk;
+
+/*
+ * An escape point: where the watchdog's signal returns to when a call is past its hard deadline.
+ * Lives on the caller's stack for the duration of one Lua entry. `unsafe` counts nested regions
+ * (the allocator, odx.log, anything taking a lock or calling malloc) where a jump would leave
+ * libc or a host lock inconsistent: the handler only sets `pending` there and the region's exit
+ * jumps instead.
+ */
+typedef struct escape {
+	sigjmp_buf jb;
+	struct odx__policy *h;
+	uint64_t seq;                   /* the call it guards (h->seq while it runs) */
+	volatile sig_atomic_t unsafe, pending;
+} escape;
+
 typedef struct pstate {
 	lua_State *L;
 	odx__policy *h;
+	blk blocks;               /* sentinel of the allocator's block list */
+	escape *esc;              /* the running call's escape point, NULL between calls */
 	size_t used, limit;
 	int ref_msgh;
 	int ref_hook[HOOK_COUNT]; /* LUA_NOREF where absent */
@@ -226,6 +278,11 @@ struct odx__policy {
 	_Atomic(lua_State *) call_L;
 	_Atomic int call_tid;     /* kernel thread id of the caller: the watchdog reads its CPU time */
 	_Atomic bool wd_idle;
+	_Atomic int call_op;      /* enum op of the running call (the context watchdog's dump) */
+	_Atomic uint64_t call_ceiling; /* ns after call_start when the call is abandoned */
+	_Atomic uint64_t kill_seq;     /* the call the watchdog has signalled */
+	_Atomic bool gave_up;     /* a call was abandoned; cleared when a new version loads */
+	uint64_t load_timeout_ns; /* policy.load_timeout_ms: ceiling of load and close */
 
 	/* models */
 	model_entry *models;
@@ -531,6 +588,68 @@ static uint64_t thread_cpu_ns(int tid)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* ---- the hard bound: escape points and the watchdog's signal ---------------------------------- */
+
+/* The escape point of the Lua entry this thread is in; NULL outside one. Touched by the thread
+ * before any signal can target it, so the handler's TLS read allocates nothing. */
+static _Thread_local escape *volatile esc_now;
+static struct sigaction esc_chained; /* what held ESCAPE_SIGNAL before us: called for others */
+static pthread_once_t esc_once = PTHREAD_ONCE_INIT;
+
+static __attribute__((noreturn)) void escape_jump(escape *e)
+{
+	esc_now = NULL;
+	siglongjmp(e->jb, 1);
+}
+
+/* Jumps out of the call when the watchdog gave up on it, unless this thread is in an unsafe
+ * region (then that region's exit jumps). Anything else is not ours: chained. */
+static void escape_handler(int sig, siginfo_t *si, void *uc)
+{
+	escape *e = esc_now;
+	int saved = errno;
+
+	if (e && atomic_load(&e->h->kill_seq) == e->seq) {
+		if (!e->unsafe)
+			escape_jump(e);
+		e->pending = 1;
+	} else if ((esc_chained.sa_flags & SA_SIGINFO) && esc_chained.sa_sigaction) {
+		esc_chained.sa_sigaction(sig, si, uc);
+	} else if (esc_chained.sa_handler != SIG_DFL && esc_chained.sa_handler != SIG_IGN) {
+		esc_chained.sa_handler(sig);
+	}
+	errno = saved;
+}
+
+/* Process-wide, once. SA_NODEFER: the handler leaves by siglongjmp without restoring a mask
+ * (sigsetjmp(jb, 0)), so the signal must not be blocked while it runs. */
+static void escape_install(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = escape_handler;
+	sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(ESCAPE_SIGNAL, &sa, &esc_chained);
+}
+
+/* Unsafe regions: code on a policy call's thread that takes a lock or calls malloc/free/stdio.
+ * Cost outside a call: a load and a branch. */
+static inline void unsafe_enter(escape *e)
+{
+	if (e)
+		e->unsafe++;
+	atomic_signal_fence(memory_order_seq_cst);
+}
+
+static inline void unsafe_leave(escape *e)
+{
+	atomic_signal_fence(memory_order_seq_cst);
+	if (e && --e->unsafe == 0 && e->pending)
+		escape_jump(e);
+}
+
 static void *watchdog(void *arg)
 {
 	odx__policy *h = arg;
@@ -562,10 +681,11 @@ static void *watchdog(void *arg)
 		if (s & 1) {
 			uint64_t start = atomic_load(&h->call_start);
 			uint64_t budget = atomic_load(&h->call_budget);
+			uint64_t ceiling = atomic_load(&h->call_ceiling);
 			lua_State *L = atomic_load(&h->call_L);
-
 			int tid = atomic_load(&h->call_tid);
 			uint64_t cpu = thread_cpu_ns(tid);
+			bool burnt;
 
 			/* The budget is CPU time: a call whose thread was preempted (a loaded machine)
 			 * is not cut. Over its wall-clock budget, a call must also have burnt half a
@@ -575,12 +695,22 @@ static void *watchdog(void *arg)
 				seen_seq = s;
 				seen_cpu = cpu;
 			}
-			/* The state cannot be closed under us: closing takes wd_lock. */
-			if (atomic_load(&h->seq) == s && now > start + budget &&
-			    (cpu == 0 || seen_cpu == 0 || cpu - seen_cpu >= budget / 2) &&
+			burnt = cpu == 0 || seen_cpu == 0 || cpu - seen_cpu >= budget / 2;
+			/* The state cannot be closed under us: closing takes wd_lock. No L: a close. */
+			if (L && atomic_load(&h->seq) == s && now > start + budget && burnt &&
 			    atomic_load(&h->armed_seq) != s) {
 				atomic_store(&h->armed_seq, s);
 				lua_sethook(L, budget_hook, LUA_MASKCOUNT, HOOK_COUNT_STEP);
+			}
+			/* The hard bound: HARD_CPU_BUDGETS of the thread's CPU, or the ceiling, and
+			 * the call is abandoned wherever it is (a C function, a hook-less handler).
+			 * Re-sent every period until the call ends: a signal that found the thread
+			 * between the escape point and the call is ignored. */
+			if (atomic_load(&h->seq) == s && tid &&
+			    ((cpu && seen_cpu && cpu - seen_cpu >= HARD_CPU_BUDGETS * budget) ||
+			     now - start >= ceiling)) {
+				atomic_store(&h->kill_seq, s);
+				syscall(SYS_tgkill, (int)getpid(), tid, ESCAPE_SIGNAL);
 			}
 			quiet_since = now;
 		} else if (s != last_seq) {
@@ -606,48 +736,103 @@ static void wake_watchdog(odx__policy *h)
 	pthread_mutex_unlock(&h->wd_lock);
 }
 
-/* lua_pcall under the budget: the normal path stores three words and bumps a counter. */
-static int pcall_budget(pstate *s, int nargs, int msgh, uint64_t budget)
+/* Registers a Lua entry with the watchdog (L NULL: a close, no soft hook) and publishes its
+ * escape point; returns the call's sequence number. The normal path stores a few words and
+ * bumps a counter. */
+static uint64_t call_begin(odx__policy *h, escape *e, lua_State *L, enum op op, uint64_t budget,
+			   uint64_t ceiling)
 {
-	odx__policy *h = s->h;
+	static _Thread_local bool unblocked;
 	uint64_t mine;
-	int rc;
 
+	/* A thread of the program may have blocked the signal (a sigwait design): once per thread,
+	 * let it through, or the hard bound could not reach this thread. */
+	if (!unblocked) {
+		sigset_t set;
+
+		sigemptyset(&set);
+		sigaddset(&set, ESCAPE_SIGNAL);
+		pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+		unblocked = true;
+	}
 	/* Relaxed: the seq bump below (a full barrier) publishes them to the watchdog. */
-	atomic_store_explicit(&h->call_L, s->L, memory_order_relaxed);
+	atomic_store_explicit(&h->call_L, L, memory_order_relaxed);
 	atomic_store_explicit(&h->call_tid, thread_tid(), memory_order_relaxed);
 	atomic_store_explicit(&h->call_budget, budget, memory_order_relaxed);
+	atomic_store_explicit(&h->call_ceiling, ceiling, memory_order_relaxed);
+	atomic_store_explicit(&h->call_op, (int)op, memory_order_relaxed);
 	atomic_store_explicit(&h->call_start, odx__now_ns(), memory_order_relaxed);
+	/* The escape point is live before the watchdog can see the call (seq odd). */
+	e->h = h;
+	e->seq = atomic_load_explicit(&h->seq, memory_order_relaxed) + 1;
+	e->unsafe = 0;
+	e->pending = 0;
+	esc_now = e;
 	mine = atomic_fetch_add(&h->seq, 1) + 1;
-	if (atomic_load(&h->wd_idle))
+	if (atomic_load(&h->wd_idle)) {
+		unsafe_enter(e); /* wd_lock */
 		wake_watchdog(h);
-	rc = lua_pcall(s->L, nargs, 0, msgh);
+		unsafe_leave(e);
+	}
+	return mine;
+}
+
+static void call_end(odx__policy *h, lua_State *L, uint64_t mine)
+{
+	esc_now = NULL;
+	atomic_signal_fence(memory_order_seq_cst);
 	atomic_fetch_add(&h->seq, 1);
-	if (atomic_load(&h->armed_seq) == mine)
-		lua_sethook(s->L, NULL, 0, 0);
-	return rc;
+	if (L && atomic_load(&h->armed_seq) == mine)
+		lua_sethook(L, NULL, 0, 0);
 }
 
 /* ---- the sandbox ---------------------------------------------------------------------------- */
 
+static void blk_link(pstate *s, blk *b)
+{
+	b->prev = &s->blocks;
+	b->next = s->blocks.next;
+	s->blocks.next->prev = b;
+	s->blocks.next = b;
+}
+
+static void blk_unlink(blk *b)
+{
+	b->prev->next = b->next;
+	b->next->prev = b->prev;
+}
+
+/* Lua's allocator: capped at policy.memory_limit, every block on the state's list. The list
+ * and malloc are inconsistent only inside the unsafe region, where no escape lands. */
 static void *capped_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
 	pstate *s = ud;
+	escape *e = s->esc;
+	blk *b = ptr ? (blk *)ptr - 1 : NULL, *nb;
 	size_t old = ptr ? osize : 0;
-	void *p;
 
-	if (nsize == 0) {
-		free(ptr);
-		s->used -= old;
-		return NULL;
-	}
 	if (nsize > old && s->used + (nsize - old) > s->limit)
 		return NULL;
-	p = realloc(ptr, nsize);
-	if (!p)
+	unsafe_enter(e);
+	if (b)
+		blk_unlink(b);
+	if (nsize == 0) {
+		free(b);
+		s->used -= old;
+		unsafe_leave(e);
+		return NULL;
+	}
+	nb = realloc(b, sizeof(blk) + nsize);
+	if (!nb) {
+		if (b)
+			blk_link(s, b);
+		unsafe_leave(e);
 		return nsize <= old ? ptr : NULL; /* Lua assumes shrinking never fails */
+	}
+	blk_link(s, nb);
 	s->used = s->used - old + nsize;
-	return p;
+	unsafe_leave(e);
+	return nb + 1;
 }
 
 static int traceback(lua_State *L)
@@ -680,10 +865,14 @@ static int lua_odx_log(lua_State *L)
 		luaL_addvalue(&b);
 	}
 	luaL_pushresult(&b);
+	/* The log takes the context's locks and stdio: no escape may land inside. */
+	unsafe_enter(esc_now);
 	if (h)
-		say(h, ODX_LOG_INFO, false, "policy %s: %s", h->display, lua_tostring(L, -1));
+		say(h, ODX_LOG_INFO, false, "policy %s: %.*s", h->display, ODX__MSG_MAX,
+		    lua_tostring(L, -1));
 	else
-		fprintf(stderr, "%s\n", lua_tostring(L, -1)); /* the test harness's own state */
+		fprintf(stderr, "%.*s\n", ODX__MSG_MAX, lua_tostring(L, -1)); /* the harness's state */
+	unsafe_leave(esc_now);
 	return 0;
 }
 
@@ -696,41 +885,67 @@ static uint64_t next_random(uint64_t *x)
 	return *x * 2685821657736338717ull;
 }
 
-/* odx.random(): [0, 1); odx.random(m): 1..m; odx.random(m, n): m..n (as math.random). */
+/* A uniform draw in [0, range] (range + 1 values, the full 64 bits when range is UINT64_MAX):
+ * rejection of the draws that would bias the remainder; fewer than 2 draws on average. */
+static uint64_t random_below(uint64_t *x, uint64_t range)
+{
+	uint64_t r = next_random(x), n = range + 1, floor_ok;
+
+	if (range == UINT64_MAX)
+		return r;
+	floor_ok = (0 - n) % n; /* 2^64 mod n: draws below it are rejected */
+	while (r < floor_ok)
+		r = next_random(x);
+	return r % n;
+}
+
+/* odx.random(): [0, 1); odx.random(m): 1..m; odx.random(m, n): m..n; odx.random(0): an integer
+ * with all bits random (as math.random). Any bounds with m <= n, the full integer range
+ * included; computed in unsigned arithmetic, so nothing overflows. */
 static int lua_odx_random(lua_State *L)
 {
 	static _Thread_local uint64_t harness_rng = 0x2545f4914f6cdd1dull;
 	odx__policy *h = host_of(L);
-	uint64_t r = next_random(h ? h->rng_now : &harness_rng);
+	uint64_t *x = h ? h->rng_now : &harness_rng;
 	lua_Integer lo = 1, hi;
 
 	if (lua_gettop(L) == 0) {
-		lua_pushnumber(L, (lua_Number)(r >> 11) * (1.0 / 9007199254740992.0));
+		lua_pushnumber(L, (lua_Number)(next_random(x) >> 11) * (1.0 / 9007199254740992.0));
 		return 1;
 	}
 	hi = luaL_checkinteger(L, 1);
 	if (lua_gettop(L) >= 2) {
 		lo = hi;
 		hi = luaL_checkinteger(L, 2);
+	} else if (hi == 0) {
+		lua_pushinteger(L, (lua_Integer)next_random(x));
+		return 1;
 	}
-	luaL_argcheck(L, lo <= hi, 1, "interval is empty");
-	lua_pushinteger(L, lo + (lua_Integer)(r % ((uint64_t)(hi - lo) + 1)));
+	luaL_argcheck(L, lo <= hi, lua_gettop(L) >= 2 ? 2 : 1, "interval is empty");
+	lua_pushinteger(L, (lua_Integer)((uint64_t)lo + random_below(x, (uint64_t)hi - (uint64_t)lo)));
 	return 1;
 }
 
-/* odx.argmin(row [, n]): index and value of the smallest number in row[1..n]; nil if none. */
+/* odx.argmin(row [, n]): index and value of the smallest number in row[1..n]; nil if none. n is
+ * clamped to the row's raw length: the loop never runs past the entries that exist. */
 static int lua_odx_argmin(lua_State *L)
 {
-	lua_Integer n, i, best = 0;
+	lua_Integer n, i, best = 0, len;
 	lua_Number bestv = 0;
 
 	luaL_checktype(L, 1, LUA_TTABLE);
-	n = luaL_optinteger(L, 2, (lua_Integer)lua_rawlen(L, 1));
+	len = (lua_Integer)lua_rawlen(L, 1);
+	n = luaL_optinteger(L, 2, len);
+	if (n > len)
+		n = len;
 	for (i = 1; i <= n; i++) {
 		int isnum;
 		lua_Number v;
 
-		lua_rawgeti(L, 1, i);
+		if (lua_rawgeti(L, 1, i) != LUA_TNUMBER) {
+			lua_pop(L, 1);
+			continue;
+		}
 		v = lua_tonumberx(L, -1, &isnum);
 		lua_pop(L, 1);
 		if (isnum && (best == 0 || v < bestv)) {
@@ -799,6 +1014,125 @@ static int lua_odx_bandwidth(lua_State *L)
 	return 1;
 }
 
+/* ---- closing the hook-less holes (docs/policies.md, "What a policy cannot do") -------------- */
+
+/* setmetatable without finalizers: Lua runs __gc with hooks off (during any allocation and at
+ * lua_close), where no budget applies. Lua marks an object for finalization only when its
+ * metatable has __gc as setmetatable is called, so refusing it here is enough; adding __gc to
+ * the metatable later has no effect. */
+static int sandbox_setmetatable(lua_State *L)
+{
+	int t = lua_type(L, 2);
+
+	luaL_checktype(L, 1, LUA_TTABLE);
+	luaL_argexpected(L, t == LUA_TNIL || t == LUA_TTABLE, 2, "nil or table");
+	if (t == LUA_TTABLE) {
+		lua_pushliteral(L, "__gc");
+		if (lua_rawget(L, 2) != LUA_TNIL)
+			return luaL_error(L, "setmetatable: a metatable with __gc is not allowed in a "
+					  "policy (finalizers run outside the budget)");
+		lua_pop(L, 1);
+	}
+	if (luaL_getmetafield(L, 1, "__metatable") != LUA_TNIL)
+		return luaL_error(L, "cannot change a protected metatable");
+	lua_settop(L, 2);
+	lua_setmetatable(L, 1);
+	return 1;
+}
+
+/* xpcall(f, msgh, ...) that runs msgh after the stack has unwound, as an ordinary call: Lua
+ * runs a message handler before unwinding and, for an error raised by the budget hook, with
+ * hooks off. The handler sees the error object, not the failing frames (no `debug` anyway). */
+static int sandbox_xpcall(lua_State *L)
+{
+	int n = lua_gettop(L), i;
+
+	luaL_checktype(L, 2, LUA_TFUNCTION);
+	lua_pushvalue(L, 1);
+	for (i = 3; i <= n; i++)
+		lua_pushvalue(L, i);
+	if (lua_pcall(L, n - 2 < 0 ? 0 : n - 2, LUA_MULTRET, 0) == LUA_OK) {
+		lua_pushboolean(L, 1);
+		lua_insert(L, n + 1);
+		return lua_gettop(L) - n;
+	}
+	/* The handler's own failure (the budget's sticky error included) is the result. */
+	lua_pushvalue(L, 2);
+	lua_insert(L, n + 1);
+	lua_pcall(L, 1, 1, 0);
+	lua_pushboolean(L, 0);
+	lua_insert(L, -2);
+	return 2;
+}
+
+/* string.rep(s, n [, sep]) with an empty result answered at once: Lua's loops n times in C
+ * copying nothing, which no allocation cap bounds. A non-empty result is bounded by the cap. */
+static int sandbox_rep(lua_State *L)
+{
+	size_t l, lsep = 0;
+	lua_Integer n;
+
+	luaL_checklstring(L, 1, &l);
+	n = luaL_checkinteger(L, 2);
+	luaL_optlstring(L, 3, "", &lsep);
+	if (n <= 0 || (l == 0 && (lsep == 0 || n == 1))) {
+		lua_pushliteral(L, "");
+		return 1;
+	}
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_insert(L, 1);
+	lua_call(L, lua_gettop(L) - 1, 1);
+	return 1;
+}
+
+/* The most elements a table library loop may move: more than the memory cap can hold means
+ * a __len that lies or a range of holes, each element a C iteration no cap bounds. */
+static lua_Integer max_range(lua_State *L)
+{
+	odx__policy *h = *(odx__policy **)lua_getextraspace(L);
+	uint64_t lim = h ? h->limit / 8 : (1ull << 26);
+
+	return (lua_Integer)(lim < 4096 ? 4096 : lim);
+}
+
+/* table.insert, table.remove: refused on a table whose length (with __len) exceeds max_range. */
+static int sandbox_table_shift(lua_State *L)
+{
+	lua_Integer len;
+
+	luaL_checktype(L, 1, LUA_TTABLE);
+	len = luaL_len(L, 1);
+	if (len > max_range(L))
+		return luaL_error(L, "table length %I is more than a policy's memory can hold",
+				  (LUAI_UACINT)len);
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_insert(L, 1);
+	lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+	return lua_gettop(L);
+}
+
+/* table.move(a1, f, e, t [, a2]): refused for a range longer than max_range. */
+static int sandbox_table_move(lua_State *L)
+{
+	lua_Integer f = luaL_checkinteger(L, 2), e = luaL_checkinteger(L, 3);
+
+	if (e >= f && (lua_Unsigned)e - (lua_Unsigned)f >= (lua_Unsigned)max_range(L))
+		return luaL_error(L, "table.move: range of %I elements is more than a policy's "
+				  "memory can hold", (LUAI_UACINT)((lua_Unsigned)e - (lua_Unsigned)f));
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_insert(L, 1);
+	lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+	return lua_gettop(L);
+}
+
+/* Replaces lib[name] by a closure of `f` over the original function. */
+static void wrap_lib(lua_State *L, int lib, const char *name, lua_CFunction f)
+{
+	lua_getfield(L, lib, name);
+	lua_pushcclosure(L, f, 1);
+	lua_setfield(L, lib, name);
+}
+
 /* Opens the allowed libraries and removes what a policy must not reach. */
 static void sandbox(lua_State *L, bool with_odx)
 {
@@ -822,9 +1156,20 @@ static void sandbox(lua_State *L, bool with_odx)
 	}
 	lua_pushcfunction(L, lua_odx_log);
 	lua_setfield(L, -2, "print");
+	lua_pushcfunction(L, sandbox_setmetatable);
+	lua_setfield(L, -2, "setmetatable");
+	lua_pushcfunction(L, sandbox_xpcall);
+	lua_setfield(L, -2, "xpcall");
+	/* The string table is also the strings' __index: s:rep() gets the wrapper too. */
 	lua_getfield(L, -1, LUA_STRLIBNAME);
 	lua_pushnil(L);
 	lua_setfield(L, -2, "dump");
+	wrap_lib(L, lua_gettop(L), "rep", sandbox_rep);
+	lua_pop(L, 1);
+	lua_getfield(L, -1, LUA_TABLIBNAME);
+	wrap_lib(L, lua_gettop(L), "insert", sandbox_table_shift);
+	wrap_lib(L, lua_gettop(L), "remove", sandbox_table_shift);
+	wrap_lib(L, lua_gettop(L), "move", sandbox_table_move);
 	lua_pop(L, 1);
 	/* math.random is seeded from the clock: replace it with the deterministic one. */
 	lua_getfield(L, -1, LUA_MATHLIBNAME);
@@ -857,18 +1202,6 @@ static void sandbox(lua_State *L, bool with_odx)
 
 /* ---- protected operations on a state -------------------------------------------------------- */
 
-enum op {
-	OP_SETUP,
-	OP_INIT,
-	OP_SELFTEST,
-	OP_PLACE,
-	OP_COMPLETE,
-	OP_EVICT,
-	OP_PREFETCH,
-	OP_PLACE_RANK,
-	OP_TICK,
-};
-
 typedef struct op_args {
 	enum op op;
 	pstate *s;
@@ -897,6 +1230,15 @@ typedef struct op_args {
 	int *order;
 	int norder;
 } op_args;
+
+/* t[k] = top, raw: the host's writes into tables a policy can reach never run a metamethod. */
+static void raw_setfield(lua_State *L, int t, const char *k)
+{
+	t = lua_absindex(L, t);
+	lua_pushstring(L, k);
+	lua_insert(L, -2);
+	lua_rawset(L, t);
+}
 
 static int newref_table(lua_State *L, int narr)
 {
@@ -1014,14 +1356,16 @@ static void op_setup(lua_State *L, pstate *s)
 	if (!lua_istable(L, -1))
 		luaL_error(L, "%s: the file must return a table of hooks (got %s)", chunkname + 1,
 			   luaL_typename(L, -1));
-	lua_getfield(L, -1, "api");
+	/* Raw reads: a returned table's __index must not run outside the load's budget. */
+	lua_pushliteral(L, "api");
+	lua_rawget(L, -2);
 	if (!lua_isnil(L, -1) && !(lua_isinteger(L, -1) && lua_tointeger(L, -1) == 1))
 		luaL_error(L, "%s: 'api' must be 1 (the hook API this ODX implements)",
 			   chunkname + 1);
 	lua_pop(L, 1);
 	for (i = 0; i < HOOK_COUNT; i++) {
-		lua_getfield(L, -1, hook_names[i]);
-		if (lua_isnil(L, -1)) {
+		lua_pushstring(L, hook_names[i]);
+		if (lua_rawget(L, -2) == LUA_TNIL) {
 			lua_pop(L, 1);
 			continue;
 		}
@@ -1261,7 +1605,7 @@ static void fill_batch(lua_State *L, pstate *s, op_args *a)
 		h->qnow[d] = a->queue[d];
 	batch = push_table(L, s, T_BATCH);
 	lua_pushinteger(L, a->n);
-	lua_setfield(L, batch, "n");
+	raw_setfield(L, batch, "n");
 	s->place_args = a;
 	for (t = LAZY_FIRST; t <= LAZY_LAST; t++)
 		if (s->lazy_used & LAZY_BIT(t))
@@ -1294,7 +1638,7 @@ static void op_place(lua_State *L, pstate *s, op_args *a)
 	out = push_table(L, s, T_OUT);
 	outdev = push_table(L, s, T_OUT_DEVICE);
 	lua_pushvalue(L, outdev); /* in case the policy replaced it */
-	lua_setfield(L, out, "device");
+	raw_setfield(L, out, "device");
 	for (i = 1; i <= a->n || i <= (int)lua_rawlen(L, outdev); i++) {
 		lua_pushnil(L);
 		lua_rawseti(L, outdev, i);
@@ -1353,7 +1697,7 @@ static void op_complete(lua_State *L, pstate *s, op_args *a)
 	by = push_table(L, s, T_EV_BYTES);
 	us = push_table(L, s, T_EV_US);
 	lua_pushinteger(L, a->nevents);
-	lua_setfield(L, ev, "n");
+	raw_setfield(L, ev, "n");
 	for (i = 0; i < a->nevents; i++) {
 		lua_pushstring(L, a->events[i].kernel);
 		lua_rawseti(L, k, i + 1);
@@ -1377,7 +1721,7 @@ static int push_out_list(lua_State *L, const pstate *s, enum table out, enum tab
 	int o = push_table(L, s, out), list = push_table(L, s, t), len, i;
 
 	lua_pushvalue(L, list);
-	lua_setfield(L, o, field);
+	raw_setfield(L, o, field);
 	len = (int)lua_rawlen(L, list);
 	for (i = 1; i <= n || i <= len; i++) {
 		lua_pushnil(L);
@@ -1389,7 +1733,7 @@ static int push_out_list(lua_State *L, const pstate *s, enum table out, enum tab
 static void set_count(lua_State *L, int t, const char *field, lua_Integer v)
 {
 	lua_pushinteger(L, v);
-	lua_setfield(L, t, field);
+	raw_setfield(L, t, field);
 }
 
 /* Reads an order answer: the hook's return value (how many; stack top) and out.<field>[1..k],
@@ -1409,7 +1753,11 @@ static void read_order(lua_State *L, op_args *a, int list, int n, const char *ho
 		return;
 	}
 	if (h->seen_cap < n) {
-		unsigned char *grown = realloc(h->seen, (size_t)n);
+		unsigned char *grown;
+
+		unsafe_enter(esc_now);
+		grown = realloc(h->seen, (size_t)n);
+		unsafe_leave(esc_now);
 
 		if (!grown)
 			luaL_error(L, "out of memory");
@@ -1620,7 +1968,7 @@ static void op_tick(lua_State *L, pstate *s, op_args *a)
 	int dn = push_table(L, s, T_TICK_DONE), d;
 
 	lua_pushnumber(L, (double)(odx__now_ns() - h->t_open) / 1e3);
-	lua_setfield(L, t, "now_us");
+	raw_setfield(L, t, "now_us");
 	for (d = 0; d < h->nd; d++) {
 		lua_pushinteger(L, a->queue[d]);
 		lua_rawseti(L, q, d + 1);
@@ -1670,21 +2018,111 @@ static int protected_op(lua_State *L)
 	case OP_TICK:
 		op_tick(L, a->s, a);
 		break;
+	case OP_CLOSE: /* not an operation run here */
+	case OP_COUNT:
+		break;
 	}
 	return 0;
 }
 
-/* Runs one operation under the budget; on failure writes the message (file, line, traceback)
- * into err and returns the Lua status. */
+static void shadow_free(shadow *sh)
+{
+	free(sh->kernel);
+	free(sh->tag);
+	free(sh->priority);
+	free(sh->queue);
+	free(sh->bytes);
+	free(sh->resident);
+	free(sh->feasible);
+	free(sh->estimate);
+	free(sh->transfer);
+	free(sh->free_at);
+	free(sh->row);
+}
+
+/* Frees a state without touching Lua: its blocks wholesale, then the host's side. Used after an
+ * escape (the state may be mid-operation) and for what lua_close left (nothing, normally). */
+static void state_free(odx__policy *h, pstate *s)
+{
+	blk *b, *next;
+
+	/* The watchdog arms hooks on call_L under wd_lock: it must never see this state again. */
+	pthread_mutex_lock(&h->wd_lock);
+	if (atomic_load(&h->call_L) == s->L)
+		atomic_store(&h->call_L, NULL);
+	pthread_mutex_unlock(&h->wd_lock);
+	for (b = s->blocks.next; b && b != &s->blocks; b = next) {
+		next = b->next;
+		free(b);
+	}
+	shadow_free(&s->sh);
+	free(s);
+}
+
+/* The message of an abandoned call: policy (spec and file), hook, what happened. */
+static void abandoned_msg(odx__policy *h, enum op op, uint64_t start, char *err, size_t errlen)
+{
+	snprintf(err, errlen,
+		 "policy %s (file %s): abandoned '%s': still running %llu ms after it started, past "
+		 "its hard deadline (%d budgets of CPU, policy.budget = %llu us, or a ceiling of %llu "
+		 "ms); its Lua state is dropped and the built-in least_loaded decides every call "
+		 "until the file changes",
+		 h->spec, h->display, op_names[op], (unsigned long long)((odx__now_ns() - start) / 1000000),
+		 HARD_CPU_BUDGETS, (unsigned long long)(h->budget_ns / 1000),
+		 (unsigned long long)(atomic_load(&h->call_ceiling) / 1000000));
+}
+
+/* After an escape from state s: it is freed (never touched again), the policy disabled. */
+static void give_up(odx__policy *h, pstate *s)
+{
+	if (h->cur == s) { /* else a new version's load: the running one stays */
+		h->cur = NULL;
+		h->disabled = true;
+		publish_hooks(h);
+		atomic_store(&h->gave_up, true);
+	}
+	h->rng_now = &h->rng;
+	state_free(h, s);
+}
+
+/* Wall-clock ceiling of a hook call: HARD_WALL_BUDGETS budgets, at least HARD_WALL_MIN_NS. */
+static uint64_t hook_ceiling(uint64_t budget)
+{
+	return budget * HARD_WALL_BUDGETS > HARD_WALL_MIN_NS ? budget * HARD_WALL_BUDGETS
+							      : HARD_WALL_MIN_NS;
+}
+
+/*
+ * Runs one operation under the budget, behind an escape point; on failure writes the message
+ * (file, line, traceback) into err and returns the Lua status. RC_ABANDONED: the call passed
+ * its hard deadline and was left by siglongjmp; the state is freed (give_up) and must not be
+ * used, err says which policy, file and hook.
+ */
 static int run_op(pstate *s, op_args *a, uint64_t budget, char *err, size_t errlen)
 {
+	odx__policy *h = s->h;
 	lua_State *L = s->L;
 	int base = lua_gettop(L), rc;
+	bool load = a->op == OP_SETUP || a->op == OP_INIT || a->op == OP_SELFTEST;
+	escape e;
+	uint64_t mine;
 
 	lua_rawgeti(L, LUA_REGISTRYINDEX, s->ref_msgh);
 	lua_pushcfunction(L, protected_op);
 	lua_pushlightuserdata(L, a);
-	rc = pcall_budget(s, 1, base + 1, budget);
+	/* Nothing below sigsetjmp changes a local that the escape path reads. */
+	if (sigsetjmp(e.jb, 0)) {
+		s->esc = NULL;
+		atomic_fetch_add(&h->seq, 1); /* the watchdog lets go of the call */
+		abandoned_msg(h, a->op, atomic_load(&h->call_start), err, errlen);
+		give_up(h, s);
+		return RC_ABANDONED;
+	}
+	mine = call_begin(h, &e, L, a->op, budget, load ? h->load_timeout_ns : hook_ceiling(budget));
+	s->esc = &e;
+	rc = lua_pcall(L, 1, 0, base + 1);
+	s->esc = NULL;
+	call_end(h, L, mine);
 	s->place_args = NULL; /* the lazy inputs are readable only during place */
 	if (rc != LUA_OK) {
 		const char *msg = lua_tostring(L, -1);
@@ -1701,27 +2139,41 @@ static int run_op(pstate *s, op_args *a, uint64_t budget, char *err, size_t errl
 	return rc;
 }
 
+/* lua_close behind an escape point, under the load ceiling: with no finalizers it runs only C
+ * code linear in the heap, but it is an entry into the state like any other. */
 static void state_close(odx__policy *h, pstate *s)
 {
+	escape e;
+	uint64_t mine;
+
 	if (!s)
 		return;
-	/* The watchdog may be arming a hook on this state: it holds wd_lock while it does. */
-	pthread_mutex_lock(&h->wd_lock);
-	if (s->L)
+	if (s->L) {
+		/* The watchdog may be arming a hook on this state: it does so under wd_lock. */
+		pthread_mutex_lock(&h->wd_lock);
+		if (atomic_load(&h->call_L) == s->L)
+			atomic_store(&h->call_L, NULL);
+		pthread_mutex_unlock(&h->wd_lock);
+		if (sigsetjmp(e.jb, 0)) {
+			char msg[ODX__MSG_MAX];
+
+			s->esc = NULL;
+			atomic_fetch_add(&h->seq, 1);
+			abandoned_msg(h, OP_CLOSE, atomic_load(&h->call_start), msg, sizeof(msg));
+			say(h, ODX_LOG_ERROR, true, "%s", msg);
+			atomic_store(&h->gave_up, true);
+			state_free(h, s);
+			return;
+		}
+		mine = call_begin(h, &e, NULL, OP_CLOSE, h->budget_ns * LOAD_BUDGET_FACTOR,
+				  h->load_timeout_ns);
+		s->esc = &e;
 		lua_close(s->L);
-	pthread_mutex_unlock(&h->wd_lock);
-	free(s->sh.kernel);
-	free(s->sh.tag);
-	free(s->sh.priority);
-	free(s->sh.queue);
-	free(s->sh.bytes);
-	free(s->sh.resident);
-	free(s->sh.feasible);
-	free(s->sh.estimate);
-	free(s->sh.transfer);
-	free(s->sh.free_at);
-	free(s->sh.row);
-	free(s);
+		s->esc = NULL;
+		call_end(h, NULL, mine);
+		s->L = NULL;
+	}
+	state_free(h, s);
 }
 
 static bool shadow_alloc(shadow *sh, int nd)
@@ -1749,7 +2201,7 @@ static pstate *state_open(odx__policy *h, char *err, size_t errlen)
 	uint64_t load_budget = h->budget_ns * LOAD_BUDGET_FACTOR;
 	op_args a = {0};
 	pstate *s = calloc(1, sizeof(*s));
-	int i;
+	int i, rc;
 
 	if (!s) {
 		snprintf(err, errlen, "out of memory");
@@ -1757,6 +2209,7 @@ static pstate *state_open(odx__policy *h, char *err, size_t errlen)
 	}
 	s->h = h;
 	s->limit = h->limit;
+	s->blocks.prev = s->blocks.next = &s->blocks;
 	for (i = 0; i < HOOK_COUNT; i++)
 		s->ref_hook[i] = LUA_NOREF;
 	if (!shadow_alloc(&s->sh, h->nd)) {
@@ -1776,13 +2229,16 @@ static pstate *state_open(odx__policy *h, char *err, size_t errlen)
 	s->ref_msgh = luaL_ref(s->L, LUA_REGISTRYINDEX);
 	a.s = s;
 	a.op = OP_SETUP;
-	if (run_op(s, &a, load_budget, err, errlen) != LUA_OK)
-		goto out_close;
+	rc = run_op(s, &a, load_budget, err, errlen);
 	a.op = OP_INIT;
-	if (s->ref_hook[HOOK_INIT] != LUA_NOREF && run_op(s, &a, load_budget, err, errlen))
-		goto out_close;
+	if (rc == LUA_OK && s->ref_hook[HOOK_INIT] != LUA_NOREF)
+		rc = run_op(s, &a, load_budget, err, errlen);
 	a.op = OP_SELFTEST;
-	if (s->ref_hook[HOOK_SELFTEST] != LUA_NOREF && run_op(s, &a, load_budget, err, errlen))
+	if (rc == LUA_OK && s->ref_hook[HOOK_SELFTEST] != LUA_NOREF)
+		rc = run_op(s, &a, load_budget, err, errlen);
+	if (rc == RC_ABANDONED)
+		return NULL; /* freed by run_op */
+	if (rc != LUA_OK)
 		goto out_close;
 	return s;
 
@@ -1807,6 +2263,13 @@ static int read_source(odx__policy *h, char *err, size_t errlen)
 			 strerror(errno));
 		if (f)
 			fclose(f);
+		return ODX_ECONFIG;
+	}
+	if (st.st_size > (off_t)MAX_SOURCE) {
+		snprintf(err, errlen,
+			 "policy '%s': the file is %lld bytes, more than the %u a policy may have",
+			 h->path, (long long)st.st_size, MAX_SOURCE);
+		fclose(f);
 		return ODX_ECONFIG;
 	}
 	buf = malloc((size_t)st.st_size + 1);
@@ -1837,6 +2300,7 @@ int odx__policy_open(odx__policy **out, const odx__policy_params *p, char *err, 
 	h->nd = p->ndevices;
 	h->limit = p->memory_limit;
 	h->budget_ns = p->budget_ns;
+	h->load_timeout_ns = p->load_timeout_ns ? p->load_timeout_ns : DEFAULT_LOAD_TIMEOUT_NS;
 	h->log = p->log;
 	h->log_user = p->log_user;
 	h->rng = 0x2545f4914f6cdd1dull;
@@ -1907,6 +2371,7 @@ int odx__policy_open(odx__policy **out, const odx__policy_params *p, char *err, 
 	if (!h->display)
 		goto out_fail;
 	models_load(h);
+	pthread_once(&esc_once, escape_install);
 	if (pthread_create(&h->wd, NULL, watchdog, h) != 0)
 		goto out_fail;
 	h->wd_started = true;
@@ -1937,6 +2402,10 @@ void odx__policy_close(odx__policy *h)
 
 	if (!h)
 		return;
+	models_save(h);
+	/* lua_close is bounded by the watchdog like any entry: stop it only afterwards. */
+	state_close(h, h->cur);
+	h->cur = NULL;
 	if (h->wd_started) {
 		pthread_mutex_lock(&h->wd_lock);
 		h->wd_stop = true;
@@ -1944,8 +2413,6 @@ void odx__policy_close(odx__policy *h)
 		pthread_mutex_unlock(&h->wd_lock);
 		pthread_join(h->wd, NULL);
 	}
-	models_save(h);
-	state_close(h, h->cur);
 	for (i = 0; i < h->mcap && h->models; i++)
 		free(h->models[i].kernel);
 	for (d = 0; d < h->nd && h->devs; d++) {
@@ -2012,6 +2479,7 @@ void odx__policy_check_reload(odx__policy *h, bool force)
 	state_close(h, h->cur);
 	h->cur = s;
 	h->disabled = false;
+	atomic_store(&h->gave_up, false);
 	publish_hooks(h);
 	h->consecutive = 0;
 	h->nsites = 0;
@@ -2023,7 +2491,7 @@ static void process_events(odx__policy *h)
 {
 	char why[ODX__MSG_MAX];
 	op_args a = {0};
-	int n, i;
+	int n, i, rc;
 
 	/* Workers take ev_lock for every completion: do not compete with them for nothing. */
 	if (atomic_load_explicit(&h->nev, memory_order_relaxed) == 0)
@@ -2046,7 +2514,10 @@ static void process_events(odx__policy *h)
 	a.s = h->cur;
 	a.events = h->ev_copy;
 	a.nevents = n;
-	if (run_op(h->cur, &a, h->budget_ns, why, sizeof(why)) != LUA_OK)
+	rc = run_op(h->cur, &a, h->budget_ns, why, sizeof(why));
+	if (rc == RC_ABANDONED)
+		say(h, ODX_LOG_ERROR, true, "%s", why);
+	else if (rc != LUA_OK)
 		fail(h, why, why);
 }
 
@@ -2055,7 +2526,7 @@ int odx__policy_place(odx__policy *h, const odx__policy_task *tasks, int n, cons
 {
 	char why[ODX__MSG_MAX];
 	op_args a = {0};
-	int i;
+	int i, rc;
 
 	if (n > BATCH_MAX) { /* the reused tables hold BATCH_MAX tasks */
 		int done = 0;
@@ -2079,7 +2550,15 @@ int odx__policy_place(odx__policy *h, const odx__policy_task *tasks, int n, cons
 	a.n = n;
 	a.queue = queue;
 	a.out = out;
-	if (run_op(h->cur, &a, h->budget_ns, why, sizeof(why)) != LUA_OK) {
+	rc = run_op(h->cur, &a, h->budget_ns, why, sizeof(why));
+	if (rc == RC_ABANDONED) {
+		for (i = 0; i < n; i++)
+			out[i] = -1;
+		atomic_fetch_add(&h->failures, 1);
+		say(h, ODX_LOG_ERROR, true, "%s", why);
+		return 0;
+	}
+	if (rc != LUA_OK) {
 		/* The site is the message's first line: one log line per distinct error. */
 		char site[256];
 
@@ -2115,6 +2594,11 @@ static int run_hook(odx__policy *h, op_args *a, enum hook hook)
 	rc = run_op(h->cur, a, h->budget_ns, why, sizeof(why));
 	/* place_rank's instruction hook and random stream end with the call, however it ended. */
 	h->rng_now = &h->rng;
+	if (rc == RC_ABANDONED) {
+		atomic_fetch_add(&h->failures, 1);
+		say(h, ODX_LOG_ERROR, true, "%s", why);
+		return ODX_EINVAL;
+	}
 	if (hook == HOOK_PLACE_RANK)
 		lua_sethook(h->cur->L, NULL, 0, 0);
 	if (rc != LUA_OK) {
@@ -2208,6 +2692,29 @@ void odx__policy_feedback(odx__policy *h, const char *kernel, int device, uint64
 		h->ev_dropped++;
 	}
 	pthread_mutex_unlock(&h->ev_lock);
+}
+
+void odx__policy_describe(odx_context *ctx, char *buf, size_t len)
+{
+	odx__policy *h = ctx->policy;
+	uint64_t seq, start;
+	int op;
+
+	if (!h) {
+		snprintf(buf, len, "policy %s (built in)", odx__config_str(ctx->config, "policy"));
+		return;
+	}
+	/* Racy by design (another thread runs the calls): each word is read atomically. */
+	seq = atomic_load(&h->seq);
+	start = atomic_load(&h->call_start);
+	op = atomic_load(&h->call_op);
+	if ((seq & 1) && op >= 0 && op < OP_COUNT)
+		snprintf(buf, len, "policy %s (file %s): in '%s' for %llu ms%s", h->spec, h->display,
+			 op_names[op], (unsigned long long)((odx__now_ns() - start) / 1000000),
+			 atomic_load(&h->kill_seq) == seq ? ", being abandoned" : "");
+	else
+		snprintf(buf, len, "policy %s (file %s): no call running%s", h->spec, h->display,
+			 atomic_load(&h->gave_up) ? "; gave up on it, the built-in decides" : "");
 }
 
 bool odx__policy_enabled(const odx__policy *h)
@@ -2429,6 +2936,8 @@ int odx__policy_ctx_open(odx_context *ctx, char *err, size_t errlen)
 		.memory_limit = odx__config_size(ctx->config, "policy.memory_limit",
 						 odx__topo_memory(ctx->topo)),
 		.budget_ns = 1000u * (uint64_t)odx__config_int(ctx->config, "policy.budget"),
+		.load_timeout_ns = 1000000u *
+				   (uint64_t)odx__config_int(ctx->config, "policy.load_timeout_ms"),
 		.model_dir = odx__config_str(ctx->config, "policy.model_dir"),
 		.log = ctx_log,
 		.log_user = ctx,

@@ -47,6 +47,7 @@ typedef struct odx__policy_params {
 	const int *device_node;
 	uint64_t memory_limit;   /* bytes the Lua state may allocate */
 	uint64_t budget_ns;      /* CPU time of one hook call; loading gets 100 times this */
+	uint64_t load_timeout_ns; /* wall-clock ceiling of loading and of lua_close; 0: 10 s */
 	const char *model_dir;   /* "" or NULL: models are not persisted */
 	/* Where messages go (may be NULL). `error` is true for failures, which the context also
 	 * records as its last error. */
@@ -157,6 +158,10 @@ const char *odx__policy_name(const odx__policy *h);
 uint64_t odx__policy_failures(const odx__policy *h);
 
 /* ---- context glue ---- */
+
+/* One line for the context watchdog's state dump: the policy, and the hook it is running and
+ * for how long, if any. Any thread; never blocks. */
+void odx__policy_describe(odx_context *ctx, char *buf, size_t len);
 
 /* Opens ctx->policy when the `policy` key names a Lua policy (after the devices are open). */
 int odx__policy_ctx_open(odx_context *ctx, char *err, size_t errlen);

@@ -941,6 +941,12 @@ static void dump_state(odx_context *ctx, uint64_t stalled_ms)
 	odx__log(ctx, ODX_LOG_ERROR, "%s", line);
 	if (!odx__log_enabled(ctx, ODX_LOG_ERROR))
 		fprintf(stderr, "%s\n", line);
+	/* Which policy decides, and what it is doing (a hung policy call shows here). */
+	memcpy(line, "  ", 2);
+	odx__policy_describe(ctx, line + 2, sizeof(line) - 2);
+	odx__log(ctx, ODX_LOG_ERROR, "%s", line);
+	if (!odx__log_enabled(ctx, ODX_LOG_ERROR))
+		fprintf(stderr, "%s\n", line);
 	for (d = 0; d < ctx->ndevices; d++) {
 		odx__device *dev = &ctx->devices[d];
 
