@@ -2062,14 +2062,19 @@ static void state_free(odx__policy *h, pstate *s)
 /* The message of an abandoned call: policy (spec and file), hook, what happened. */
 static void abandoned_msg(odx__policy *h, enum op op, uint64_t start, char *err, size_t errlen)
 {
+	/* A failed load says what happens next itself (the caller keeps the old version, or the
+	 * built-in decides until the file is fixed). */
+	bool loading = op == OP_SETUP || op == OP_INIT || op == OP_SELFTEST;
+
 	snprintf(err, errlen,
 		 "policy %s (file %s): abandoned '%s': still running %llu ms after it started, past "
-		 "its hard deadline (%d budgets of CPU, policy.budget = %llu us, or a ceiling of %llu "
-		 "ms); its Lua state is dropped and the built-in least_loaded decides every call "
-		 "until the file changes",
+		 "its hard deadline (%d times its CPU budget of %llu us, or a wall-clock ceiling of "
+		 "%llu ms); its Lua state is dropped%s",
 		 h->spec, h->display, op_names[op], (unsigned long long)((odx__now_ns() - start) / 1000000),
-		 HARD_CPU_BUDGETS, (unsigned long long)(h->budget_ns / 1000),
-		 (unsigned long long)(atomic_load(&h->call_ceiling) / 1000000));
+		 HARD_CPU_BUDGETS, (unsigned long long)(atomic_load(&h->call_budget) / 1000),
+		 (unsigned long long)(atomic_load(&h->call_ceiling) / 1000000),
+		 loading ? "" : " and the built-in least_loaded decides every call until the file "
+				"changes");
 }
 
 /* After an escape from state s: it is freed (never touched again), the policy disabled. */
