@@ -10,8 +10,6 @@
 
 #include "vkb.h"
 
-/* ---- copies ------------------------------------------------------------------------------- */
-
 static void vkb_copy_failed(vkb_dev *d, const char *what, int rc, const char *msg)
 {
 	vkb_log(d->st, ODX_LOG_ERROR, "vulkan: device %d: %s not queued: %s (%s)", d->odx_device,
@@ -90,7 +88,7 @@ out_unlock:
 }
 
 int vkb_copy_h2d(void *dev, uint64_t dst, size_t dst_off, const void *src, size_t n,
-			odx_backend_done_fn done, void *arg)
+		 odx_backend_done_fn done, void *arg)
 {
 	/* The source is only read; the shared helper takes a plain pointer for both ways. */
 	return vkb_copy(dev, (vkb_mem *)(uintptr_t)dst, dst_off, (void *)(uintptr_t)src, n, true,
@@ -98,7 +96,7 @@ int vkb_copy_h2d(void *dev, uint64_t dst, size_t dst_off, const void *src, size_
 }
 
 int vkb_copy_d2h(void *dev, void *dst, uint64_t src, size_t src_off, size_t n,
-			odx_backend_done_fn done, void *arg)
+		 odx_backend_done_fn done, void *arg)
 {
 	return vkb_copy(dev, (vkb_mem *)(uintptr_t)src, src_off, dst, n, false, done, arg);
 }
@@ -139,7 +137,7 @@ static void vkb_bounce_first_done(void *arg, int status, const char *msg)
 }
 
 int vkb_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev, uint64_t src,
-			size_t src_off, size_t n, odx_backend_done_fn done, void *arg)
+		 size_t src_off, size_t n, odx_backend_done_fn done, void *arg)
 {
 	vkb_dev *d = dev;
 	vkb_mem *dm = (vkb_mem *)(uintptr_t)dst, *sm = (vkb_mem *)(uintptr_t)src;

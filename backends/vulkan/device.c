@@ -11,8 +11,6 @@
 
 #include "vkb.h"
 
-/* ---- devices ----------------------------------------------------------------------------------- */
-
 /* Compute on a compute family (an async-compute one without graphics if offered); copies on a
  * transfer-only family if the device has one, else a second compute queue, else the same. */
 static void vkb_pick_queues(vkb_dev *d, uint32_t *cfam, uint32_t *tfam, uint32_t *tindex)
@@ -154,7 +152,7 @@ static void vkb_fill_props(vkb_dev *d, odx_backend_device_props *props)
 }
 
 int vkb_device_open(void *state, int index, int odx_device, odx_backend_device_props *props,
-			   void **out)
+		    void **out)
 {
 	vkb_state *st = state;
 	vkb_dev *d;

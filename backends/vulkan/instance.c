@@ -11,8 +11,6 @@
 
 #include "vkb.h"
 
-/* ---- driver open and device selection ------------------------------------------------------ */
-
 bool vkb_has_ext(const VkExtensionProperties *exts, uint32_t n, const char *name)
 {
 	for (uint32_t i = 0; i < n; i++)

@@ -11,8 +11,6 @@
 
 #include "vkb.h"
 
-/* ---- lanes: recording, submission, completion ------------------------------------------------ */
-
 int vkb_lane_begin(vkb_lane *ln, VkCommandBuffer *out, char *msg, size_t msg_size)
 {
 	VkCommandBufferBeginInfo bi = {
@@ -178,7 +176,7 @@ static int vkb_lane_submit_cmd(vkb_lane *ln, VkCommandBuffer cmd, char *msg, siz
 
 /* Submits `cmd` and queues `p` for the completion thread, which recycles `cmd`. Lane lock held. */
 int vkb_lane_submit(vkb_lane *ln, VkCommandBuffer cmd, vkb_pending *p, char *msg,
-			   size_t msg_size)
+		    size_t msg_size)
 {
 	int rc = vkb_lane_submit_cmd(ln, cmd, msg, msg_size);
 
@@ -401,7 +399,7 @@ static void *vkb_completion_main(void *arg)
 }
 
 int vkb_lane_init(vkb_dev *d, vkb_lane *ln, const char *name, uint32_t family,
-			 uint32_t index, pthread_mutex_t *queue_lock, char *msg, size_t msg_size)
+		  uint32_t index, pthread_mutex_t *queue_lock, char *msg, size_t msg_size)
 {
 	VkCommandPoolCreateInfo pci = {
 		.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,

@@ -11,7 +11,7 @@
 
 #include "vkb.h"
 
-/* ---- memory ---------------------------------------------------------------------------------- */
+/* ---- device buffers -------------------------------------------------------------------------- */
 
 /* A memory type allowed by `bits` with all of `need`, preferring one with `want` too. */
 static int vkb_memory_type(const vkb_dev *d, uint32_t bits, VkMemoryPropertyFlags need,
@@ -42,11 +42,11 @@ void vkb_buffer_destroy(vkb_dev *d, vkb_mem *m)
 }
 
 /*
- * One VkBuffer with its own allocation (pooling is the memory-tier issue's job). Device buffers
- * prefer device-local memory; staging buffers need host-visible, coherent memory.
+ * One VkBuffer with its own allocation (the core pools and suballocates, not the backend).
+ * Device buffers prefer device-local memory; staging buffers need host-visible, coherent memory.
  */
 int vkb_buffer_create(vkb_dev *d, size_t size, bool staging, vkb_mem *m, char *msg,
-			     size_t msg_size)
+		      size_t msg_size)
 {
 	const VkMemoryPropertyFlags hostmem =
 		VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
@@ -104,6 +104,42 @@ int vkb_buffer_create(vkb_dev *d, size_t size, bool staging, vkb_mem *m, char *m
 out_destroy:
 	vkb_buffer_destroy(d, m);
 	return rc;
+}
+
+/* ---- staging buffers: a pool per lane -------------------------------------------------------- */
+
+/* A staging buffer of at least n bytes from the lane's pool (lane lock held). */
+int vkb_staging_get(vkb_lane *ln, size_t n, vkb_staging **out, char *msg, size_t msg_size)
+{
+	vkb_staging **pp, *s;
+	size_t cap = VKB_STAGING_MIN;
+	int rc;
+
+	for (pp = &ln->free_staging; *pp; pp = &(*pp)->next)
+		if ((*pp)->m.size >= n) {
+			s = *pp;
+			*pp = s->next;
+			ln->nfree_staging--;
+			*out = s;
+			return 0;
+		}
+	while (cap < n)
+		cap *= 2;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return ODX_ENOMEM;
+	rc = vkb_buffer_create(ln->dev, cap, true, &s->m, msg, msg_size);
+	if (rc == 0 && !s->m.map) {
+		snprintf(msg, msg_size, "the staging memory could not be mapped");
+		vkb_buffer_destroy(ln->dev, &s->m);
+		rc = ODX_EBACKEND;
+	}
+	if (rc) {
+		free(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
 }
 
 void vkb_staging_put(vkb_lane *ln, vkb_staging *s)
@@ -188,39 +224,5 @@ int vkb_mem_map(void *dev, uint64_t handle, void **ptr)
 	if (!m->map || d->force_staging)
 		return ODX_ENOSYS;
 	*ptr = m->map;
-	return 0;
-}
-
-/* A staging buffer of at least n bytes from the lane's pool (lane lock held). */
-int vkb_staging_get(vkb_lane *ln, size_t n, vkb_staging **out, char *msg, size_t msg_size)
-{
-	vkb_staging **pp, *s;
-	size_t cap = VKB_STAGING_MIN;
-	int rc;
-
-	for (pp = &ln->free_staging; *pp; pp = &(*pp)->next)
-		if ((*pp)->m.size >= n) {
-			s = *pp;
-			*pp = s->next;
-			ln->nfree_staging--;
-			*out = s;
-			return 0;
-		}
-	while (cap < n)
-		cap *= 2;
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return ODX_ENOMEM;
-	rc = vkb_buffer_create(ln->dev, cap, true, &s->m, msg, msg_size);
-	if (rc == 0 && !s->m.map) {
-		snprintf(msg, msg_size, "the staging memory could not be mapped");
-		vkb_buffer_destroy(ln->dev, &s->m);
-		rc = ODX_EBACKEND;
-	}
-	if (rc) {
-		free(s);
-		return rc;
-	}
-	*out = s;
 	return 0;
 }

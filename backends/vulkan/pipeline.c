@@ -10,10 +10,8 @@
 
 #include "vkb.h"
 
-/* ---- kernels --------------------------------------------------------------------------------- */
-
 int vkb_module_load(void *dev, const odx_kernel_variant *v, void **out, char *err,
-			   size_t err_size)
+		    size_t err_size)
 {
 	vkb_dev *d = dev;
 	const char *entry = v->entry && v->entry[0] ? v->entry : "main";
@@ -163,7 +161,7 @@ out_free:
 }
 
 int vkb_pipeline_get(vkb_dev *d, vkb_module *m, const uint32_t block[3], int nbuffers,
-			    uint32_t push_size, vkb_pipeline **out, char *msg, size_t msg_size)
+		     uint32_t push_size, vkb_pipeline **out, char *msg, size_t msg_size)
 {
 	vkb_pipeline *p;
 	int rc = 0;

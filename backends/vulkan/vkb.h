@@ -33,8 +33,8 @@
 /* While application threads retire a lane's completions (ABI 1.4 progress), its completion thread
  * stays off the timeline (waiting there too would wake it at each completion, beside the thread
  * that retires it) and takes over once no caller retired anything for a while: 250 us at first,
- * doubling up to 1 ms for as long as callers keep retiring (each look costs a wake-up, about 5 us
- * of a 60 us small-dispatch iteration on lavapipe), back to 250 us once it took over. */
+ * doubling up to 1 ms for as long as callers keep retiring (each look costs a wake-up), back to
+ * 250 us once it took over. */
 #define VKB_DRIVEN_NS 250000ull
 #define VKB_DRIVEN_MAX_NS 1000000ull
 #define VKB_STAGING_MIN (64u << 10)
@@ -220,13 +220,16 @@ struct vkb_dev {
 	atomic_uint_fast64_t msg_seen; /* validation messages already reported */
 };
 
-/* ---- vulkan.c ---- */
+/* ---- vulkan.c: errors and validation messages ---- */
+/* The one place VkResults become ODX codes; the message names the call, the result, its number. */
 int vkb_check(VkResult r, const char *what, char *msg, size_t msg_size);
 void vkb_log(vkb_state *st, odx_log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* The debug-utils messenger: every warning or error is logged and fails the next completion. */
 VKAPI_ATTR VkBool32 VKAPI_CALL vkb_on_message(
 	VkDebugUtilsMessageSeverityFlagBitsEXT severity, VkDebugUtilsMessageTypeFlagsEXT types,
 	const VkDebugUtilsMessengerCallbackDataEXT *data, void *user);
+/* A validation message this device has not reported yet goes into `msg`; returns true then. */
 bool vkb_take_message(vkb_dev *d, char *msg, size_t msg_size);
 
 /* ---- instance.c ---- */
@@ -236,46 +239,52 @@ int vkb_pick_devices(vkb_state *st, char *reason, size_t n);
 
 /* ---- device.c ---- */
 int vkb_device_open(void *state, int index, int odx_device, odx_backend_device_props *props,
-			   void **out);
+		    void **out);
 void vkb_device_close(void *dev);
 
 /* ---- memory.c ---- */
 void vkb_buffer_destroy(vkb_dev *d, vkb_mem *m);
 int vkb_buffer_create(vkb_dev *d, size_t size, bool staging, vkb_mem *m, char *msg,
-			     size_t msg_size);
+		      size_t msg_size);
+/* Lane lock held: a staging buffer from, and back to, the lane's bounded pool. */
+int vkb_staging_get(vkb_lane *ln, size_t n, vkb_staging **out, char *msg, size_t msg_size);
 void vkb_staging_put(vkb_lane *ln, vkb_staging *s);
 int vkb_mem_alloc(void *dev, size_t size, bool zero, uint64_t *handle);
 void vkb_mem_free(void *dev, uint64_t handle, size_t size);
 int vkb_mem_map(void *dev, uint64_t handle, void **ptr);
-int vkb_staging_get(vkb_lane *ln, size_t n, vkb_staging **out, char *msg, size_t msg_size);
 
-/* ---- lane.c ---- */
+/* ---- lane.c: recording, submission, completion (functions marked so need the lane lock) ---- */
+/* Lane lock held: a command buffer begun behind a barrier against earlier work of the queue. */
 int vkb_lane_begin(vkb_lane *ln, VkCommandBuffer *out, char *msg, size_t msg_size);
 void vkb_lane_recycle_cmd(vkb_lane *ln, VkCommandBuffer cmd);
+/* Lane lock held: queues `p` for the completion thread. */
 void vkb_lane_push(vkb_lane *ln, vkb_pending *p);
+/* Lane lock held: submits `cmd` and queues `p`; the completion thread recycles `cmd`. */
 int vkb_lane_submit(vkb_lane *ln, VkCommandBuffer cmd, vkb_pending *p, char *msg,
-			   size_t msg_size);
+		    size_t msg_size);
+/* Lane lock held: submits the open batch of launches, if any. */
 void vkb_lane_flush(vkb_lane *ln);
 int vkb_lane_init(vkb_dev *d, vkb_lane *ln, const char *name, uint32_t family,
-			 uint32_t index, pthread_mutex_t *queue_lock, char *msg, size_t msg_size);
+		  uint32_t index, pthread_mutex_t *queue_lock, char *msg, size_t msg_size);
 void vkb_lane_fini(vkb_dev *d, vkb_lane *ln);
+/* Lane lock held: submits `cmd` and waits for it (the rare synchronous paths). */
 int vkb_run_sync(vkb_lane *ln, VkCommandBuffer cmd, char *msg, size_t msg_size);
 int vkb_progress(void *bdev, uint64_t timeout_ns);
 
 /* ---- copy.c ---- */
 int vkb_copy_h2d(void *dev, uint64_t dst, size_t dst_off, const void *src, size_t n,
-			odx_backend_done_fn done, void *arg);
+		 odx_backend_done_fn done, void *arg);
 int vkb_copy_d2h(void *dev, void *dst, uint64_t src, size_t src_off, size_t n,
-			odx_backend_done_fn done, void *arg);
+		 odx_backend_done_fn done, void *arg);
 int vkb_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev, uint64_t src,
-			size_t src_off, size_t n, odx_backend_done_fn done, void *arg);
+		 size_t src_off, size_t n, odx_backend_done_fn done, void *arg);
 
 /* ---- pipeline.c ---- */
 int vkb_module_load(void *dev, const odx_kernel_variant *v, void **out, char *err,
-			   size_t err_size);
+		    size_t err_size);
 void vkb_module_unload(void *dev, void *module);
 int vkb_pipeline_get(vkb_dev *d, vkb_module *m, const uint32_t block[3], int nbuffers,
-			    uint32_t push_size, vkb_pipeline **out, char *msg, size_t msg_size);
+		     uint32_t push_size, vkb_pipeline **out, char *msg, size_t msg_size);
 
 /* ---- launch.c ---- */
 int vkb_launch(void *dev, odx_backend_launch *l, odx_backend_done_fn done, void *arg);
