@@ -39,14 +39,14 @@ static int vkb_copy(vkb_dev *d, vkb_mem *m, size_t off, void *host, size_t n, bo
 	}
 	p->done = done;
 	p->arg = arg;
-	pthread_mutex_lock(&ln->lock);
+	pthread_mutex_lock(&ln->lane.lock);
 	if (m->map && !d->force_staging) {
 		p->copy_dst = to_device ? (char *)m->map + off : host;
 		p->copy_src = to_device ? host : (const char *)m->map + off;
 		p->copy_n = n;
 		p->value = ln->submitted;
 		vkb_lane_push(ln, p);
-		pthread_mutex_unlock(&ln->lock);
+		pthread_mutex_unlock(&ln->lane.lock);
 		return 0;
 	}
 	rc = vkb_staging_get(ln, n ? n : 1, &p->staging, msg, sizeof(msg));
@@ -75,13 +75,13 @@ static int vkb_copy(vkb_dev *d, vkb_mem *m, size_t off, void *host, size_t n, bo
 		vkb_lane_recycle_cmd(ln, cmd);
 		goto out_put_staging;
 	}
-	pthread_mutex_unlock(&ln->lock);
+	pthread_mutex_unlock(&ln->lane.lock);
 	return 0;
 
 out_put_staging:
 	vkb_staging_put(ln, p->staging);
 out_unlock:
-	pthread_mutex_unlock(&ln->lock);
+	pthread_mutex_unlock(&ln->lane.lock);
 	free(p);
 	vkb_copy_failed(d, to_device ? "host-to-device copy" : "device-to-host copy", rc, msg);
 	return rc;
@@ -172,7 +172,7 @@ int vkb_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev, uint64_
 		return ODX_ENOMEM;
 	p->done = done;
 	p->arg = arg;
-	pthread_mutex_lock(&ln->lock);
+	pthread_mutex_lock(&ln->lane.lock);
 	rc = vkb_lane_begin(ln, &cmd, msg, sizeof(msg));
 	if (rc == 0) {
 		if (n)
@@ -181,7 +181,7 @@ int vkb_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev, uint64_
 		if (rc)
 			vkb_lane_recycle_cmd(ln, cmd);
 	}
-	pthread_mutex_unlock(&ln->lock);
+	pthread_mutex_unlock(&ln->lane.lock);
 	if (rc) {
 		free(p);
 		vkb_copy_failed(d, "device-to-device copy", rc, msg);

@@ -98,12 +98,7 @@ static void vkb_lane_signal_ahead(vkb_lane *ln)
 /* Appends a pending entry; the lane lock is held. */
 void vkb_lane_push(vkb_lane *ln, vkb_pending *p)
 {
-	p->next = NULL;
-	if (ln->tail)
-		ln->tail->next = p;
-	else
-		ln->head = p;
-	ln->tail = p;
+	odx__lane_append(&ln->lane, &p->link);
 	/* The completion thread waits ahead for a value no submission has signalled yet: an
 	 * entry without a submission of its own (a copy through mapped memory, a failed batch)
 	 * makes one. */
@@ -111,7 +106,7 @@ void vkb_lane_push(vkb_lane *ln, vkb_pending *p)
 		vkb_lane_signal_ahead(ln);
 	/* Not while callers retire: the completion thread takes over by itself if they stop. */
 	if (!ln->driven_sleep)
-		pthread_cond_signal(&ln->cond);
+		odx__lane_wake(&ln->lane);
 }
 
 /*
@@ -264,7 +259,7 @@ static void vkb_lane_retire(vkb_lane *ln, vkb_pending *p, bool wait)
 
 	if (status)
 		snprintf(msg, sizeof(msg), "%s", ln->fail_msg);
-	pthread_mutex_unlock(&ln->lock);
+	pthread_mutex_unlock(&ln->lane.lock);
 
 	if (!status) {
 		msg[0] = '\0';
@@ -278,60 +273,50 @@ static void vkb_lane_retire(vkb_lane *ln, vkb_pending *p, bool wait)
 	done = p->done;
 	done_arg = p->arg;
 
-	pthread_mutex_lock(&ln->lock);
+	pthread_mutex_lock(&ln->lane.lock);
 	/* Nothing in flight any more: the launches recorded meanwhile go to the queue now,
 	 * before the callbacks run. A launch reads `completed` under this lock, and it was
 	 * raised before the lock was taken, so either that launch submitted by itself or
 	 * its batch is seen here: none is left behind. */
 	if (ln->open_n && atomic_load(&ln->completed) >= ln->submitted)
 		vkb_lane_flush(ln);
-	ln->head = p->next;
-	if (!ln->head)
-		ln->tail = NULL;
+	odx__lane_pop(&ln->lane);
 	vkb_lane_recycle_cmd(ln, p->cmd);
 	if (p->staging)
 		vkb_staging_put(ln, p->staging);
-	pthread_mutex_unlock(&ln->lock);
+	pthread_mutex_unlock(&ln->lane.lock);
 	free(p);
 	/* No lock held: the core may queue more work from inside its callback. */
 	if (done)
 		done(done_arg, status, status ? msg : NULL);
-	pthread_mutex_lock(&ln->lock);
+	pthread_mutex_lock(&ln->lane.lock);
 	/* Cleared after the callback: callbacks stay in order whoever runs them. */
 	ln->retiring = false;
 	if (ln->retire_wait)
-		pthread_cond_signal(&ln->cond);
+		odx__lane_wake(&ln->lane);
 }
 
 static void *vkb_completion_main(void *arg)
 {
 	vkb_lane *ln = arg;
-	char name[16];
 	vkb_pending *p;
 
-	snprintf(name, sizeof(name), "odx-vk%d-%s", ln->dev->odx_device, ln->name);
-	pthread_setname_np(pthread_self(), name);
-	pthread_mutex_lock(&ln->lock);
+	pthread_mutex_lock(&ln->lane.lock);
 	for (;;) {
 		/* A batch is open only while a submission is in flight, and its retirement below
 		 * flushes it; but when that submission failed (`completed` not raised), the batch
 		 * is still open once the list drains, and nothing else would submit it. */
-		if (!ln->head && ln->open_n)
+		if (!ln->lane.head && ln->open_n)
 			vkb_lane_flush(ln);
-		while (ln->driven && !ln->stop) {
+		while (ln->driven && !ln->lane.stop) {
 			uint64_t seen = ln->caller_retired;
 			struct timespec ts;
 
 			if (ln->driven_ns < VKB_DRIVEN_NS)
 				ln->driven_ns = VKB_DRIVEN_NS;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += (long)ln->driven_ns;
-			if (ts.tv_nsec >= 1000000000L) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000L;
-			}
+			odx__lane_deadline(&ts, ln->driven_ns);
 			ln->driven_sleep = true;
-			pthread_cond_timedwait(&ln->cond, &ln->lock, &ts);
+			pthread_cond_timedwait(&ln->lane.cond, &ln->lane.lock, &ts);
 			ln->driven_sleep = false;
 			/* Nobody retired anything meanwhile: this thread takes over again. */
 			if (ln->caller_retired == seen && !ln->retiring) {
@@ -341,7 +326,7 @@ static void *vkb_completion_main(void *arg)
 				ln->driven_ns *= 2;
 			}
 		}
-		for (int ahead = 0, failed = 0; !ln->head && !ln->stop;) {
+		for (int ahead = 0, failed = 0; !ln->lane.head && !ln->lane.stop;) {
 			uint64_t reached = atomic_load(&ln->completed), next;
 			VkResult r;
 
@@ -356,7 +341,7 @@ static void *vkb_completion_main(void *arg)
 			 * signals `cond` (vkb_lane_push). */
 			if ((ahead >= VKB_AHEAD_ROUNDS && reached >= ln->submitted && !ln->open_n) ||
 			    failed) {
-				pthread_cond_wait(&ln->cond, &ln->lock);
+				pthread_cond_wait(&ln->lane.cond, &ln->lane.lock);
 				continue;
 			}
 			/* The value in flight, else the next one: waiting for a value before it is
@@ -364,9 +349,9 @@ static void *vkb_completion_main(void *arg)
 			 * signals exactly that one. */
 			next = reached < ln->submitted ? ln->submitted : ln->submitted + 1;
 			ln->waiting_ahead = next;
-			pthread_mutex_unlock(&ln->lock);
+			pthread_mutex_unlock(&ln->lane.lock);
 			r = vkb_timeline_wait(ln, next, VKB_AHEAD_NS);
-			pthread_mutex_lock(&ln->lock);
+			pthread_mutex_lock(&ln->lane.lock);
 			ln->waiting_ahead = 0;
 			if (r == VK_SUCCESS) {
 				while (reached < next &&
@@ -379,13 +364,13 @@ static void *vkb_completion_main(void *arg)
 				failed = 1; /* the entries' own waits will report it */
 			}
 		}
-		p = ln->head;
+		p = ODX__LANE_ENTRY(ln->lane.head, vkb_pending, link);
 		if (!p)
 			break; /* stopping and drained */
 		/* An application thread retires it (vkb_progress): it signals when done. */
 		if (ln->retiring) {
 			ln->retire_wait = true;
-			pthread_cond_wait(&ln->cond, &ln->lock);
+			pthread_cond_wait(&ln->lane.cond, &ln->lane.lock);
 			ln->retire_wait = false;
 			continue;
 		}
@@ -394,7 +379,7 @@ static void *vkb_completion_main(void *arg)
 		ln->driven_ns = VKB_DRIVEN_NS;
 		vkb_lane_retire(ln, p, true);
 	}
-	pthread_mutex_unlock(&ln->lock);
+	pthread_mutex_unlock(&ln->lane.lock);
 	return NULL;
 }
 
@@ -414,14 +399,14 @@ int vkb_lane_init(vkb_dev *d, vkb_lane *ln, const char *name, uint32_t family,
 	};
 	VkSemaphoreCreateInfo sci = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO,
 				     .pNext = &tci};
+	char thread_name[16], what[32];
 	int rc;
 
 	ln->dev = d;
 	ln->name = name;
 	ln->family = family;
 	ln->queue_lock = queue_lock;
-	pthread_mutex_init(&ln->lock, NULL);
-	pthread_cond_init(&ln->cond, NULL);
+	odx__lane_init(&ln->lane);
 	d->fn.vkGetDeviceQueue(d->device, family, index, &ln->queue);
 	rc = vkb_check(d->fn.vkCreateCommandPool(d->device, &pci, NULL, &ln->pool),
 		       "vkCreateCommandPool", msg, msg_size);
@@ -431,24 +416,16 @@ int vkb_lane_init(vkb_dev *d, vkb_lane *ln, const char *name, uint32_t family,
 		       "vkCreateSemaphore", msg, msg_size);
 	if (rc)
 		return rc;
-	if (pthread_create(&ln->thread, NULL, vkb_completion_main, ln) != 0) {
-		snprintf(msg, msg_size, "cannot start the %s completion thread", name);
-		return ODX_ENOMEM;
-	}
-	ln->started = true;
-	return 0;
+	snprintf(thread_name, sizeof(thread_name), "odx-vk%d-%s", d->odx_device, name);
+	snprintf(what, sizeof(what), "%s completion", name);
+	return odx__lane_start(&ln->lane, vkb_completion_main, ln, thread_name, what, msg,
+			       msg_size);
 }
 
 /* Stops the completion thread once everything queued has completed, then frees the lane. */
 void vkb_lane_fini(vkb_dev *d, vkb_lane *ln)
 {
-	if (ln->started) {
-		pthread_mutex_lock(&ln->lock);
-		ln->stop = true;
-		pthread_cond_signal(&ln->cond);
-		pthread_mutex_unlock(&ln->lock);
-		pthread_join(ln->thread, NULL);
-	}
+	odx__lane_stop(&ln->lane);
 	while (ln->free_staging) {
 		vkb_staging *s = ln->free_staging;
 
@@ -461,10 +438,8 @@ void vkb_lane_fini(vkb_dev *d, vkb_lane *ln)
 		d->fn.vkDestroyCommandPool(d->device, ln->pool, NULL);
 	if (ln->timeline)
 		d->fn.vkDestroySemaphore(d->device, ln->timeline, NULL);
-	if (ln->dev) {
-		pthread_mutex_destroy(&ln->lock);
-		pthread_cond_destroy(&ln->cond);
-	}
+	if (ln->dev)
+		odx__lane_fini(&ln->lane);
 }
 
 /* Submits `cmd` on a lane and waits for it: only for the rare synchronous paths (zero fill). */
@@ -484,9 +459,9 @@ int vkb_run_sync(vkb_lane *ln, VkCommandBuffer cmd, char *msg, size_t msg_size)
 		return rc;
 	}
 	value = ln->submitted;
-	pthread_mutex_unlock(&ln->lock);
+	pthread_mutex_unlock(&ln->lane.lock);
 	rc = vkb_lane_wait(ln, value, msg, msg_size);
-	pthread_mutex_lock(&ln->lock);
+	pthread_mutex_lock(&ln->lane.lock);
 	return rc;
 }
 
@@ -514,14 +489,16 @@ int vkb_progress(void *bdev, uint64_t timeout_ns)
 	for (i = 0; i < 2; i++) {
 		vkb_lane *ln = lanes[i];
 
-		pthread_mutex_lock(&ln->lock);
-		if (ln->head && !ln->stop && !ln->retiring) {
+		pthread_mutex_lock(&ln->lane.lock);
+		vkb_pending *head = ODX__LANE_ENTRY(ln->lane.head, vkb_pending, link);
+
+		if (head && !ln->lane.stop && !ln->retiring) {
 			ln->retiring = true;
 			mine[n] = ln;
 			sems[n] = ln->timeline;
-			values[n++] = ln->head->status ? 0 : ln->head->value;
+			values[n++] = head->status ? 0 : head->value;
 		}
-		pthread_mutex_unlock(&ln->lock);
+		pthread_mutex_unlock(&ln->lane.lock);
 	}
 	/* Nothing in flight, or the completion thread retires it now: it reports it. */
 	if (n == 0)
@@ -530,29 +507,30 @@ int vkb_progress(void *bdev, uint64_t timeout_ns)
 	r = d->fn.vkWaitSemaphores(d->device, &wi, timeout_ns);
 	for (i = 0; i < n; i++) {
 		vkb_lane *ln = mine[i];
+		vkb_pending *head = ODX__LANE_ENTRY(ln->lane.head, vkb_pending, link);
 		uint64_t now = 0;
 
 		if (r == VK_SUCCESS || r == VK_TIMEOUT)
 			d->fn.vkGetSemaphoreCounterValue(d->device, ln->timeline, &now);
-		pthread_mutex_lock(&ln->lock);
+		pthread_mutex_lock(&ln->lane.lock);
 		if (r != VK_SUCCESS && r != VK_TIMEOUT) {
 			/* A lost device: the completion thread's own wait reports it. */
-		} else if (ln->head->status || now >= ln->head->value) {
+		} else if (head->status || now >= head->value) {
 			uint_fast64_t seen = atomic_load(&ln->completed);
 
 			while (seen < now && !atomic_compare_exchange_weak(&ln->completed, &seen, now))
 				;
-			vkb_lane_retire(ln, ln->head, false);
+			vkb_lane_retire(ln, head, false);
 			ln->driven = true;
 			ln->caller_retired++;
 			ran = 1;
-			pthread_mutex_unlock(&ln->lock);
+			pthread_mutex_unlock(&ln->lane.lock);
 			continue;
 		}
 		ln->retiring = false;
 		if (ln->retire_wait)
-			pthread_cond_signal(&ln->cond);
-		pthread_mutex_unlock(&ln->lock);
+			odx__lane_wake(&ln->lane);
+		pthread_mutex_unlock(&ln->lane.lock);
 	}
 	return ran;
 }

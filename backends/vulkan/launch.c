@@ -202,7 +202,7 @@ int vkb_launch(void *dev, odx_backend_launch *l, odx_backend_done_fn done, void 
 	}
 	p->done = done;
 	p->arg = arg;
-	pthread_mutex_lock(&ln->lock);
+	pthread_mutex_lock(&ln->lane.lock);
 	if (ln->open_n) {
 		/* Behind the launches already in the batch: their shader writes are done and
 		 * visible before this dispatch reads or writes (the core may launch a task right
@@ -241,7 +241,7 @@ int vkb_launch(void *dev, odx_backend_launch *l, odx_backend_done_fn done, void 
 			vkb_lane_recycle_cmd(ln, cmd);
 			goto out_unlock;
 		}
-		pthread_mutex_unlock(&ln->lock);
+		pthread_mutex_unlock(&ln->lane.lock);
 		return ODX_BACKEND_PENDING;
 	}
 	/* A submission is in flight: record now, submit when the completion thread retires it
@@ -255,11 +255,11 @@ int vkb_launch(void *dev, odx_backend_launch *l, odx_backend_done_fn done, void 
 	ln->open_cmd = cmd;
 	if (++ln->open_n >= VKB_BATCH_MAX)
 		vkb_lane_flush(ln);
-	pthread_mutex_unlock(&ln->lock);
+	pthread_mutex_unlock(&ln->lane.lock);
 	return ODX_BACKEND_PENDING;
 
 out_unlock:
-	pthread_mutex_unlock(&ln->lock);
+	pthread_mutex_unlock(&ln->lane.lock);
 	free(p);
 out_error:
 	snprintf(l->error, l->error_size, "%s", msg);

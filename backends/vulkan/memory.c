@@ -185,13 +185,13 @@ int vkb_mem_alloc(void *dev, size_t size, bool zero, uint64_t *handle)
 	if (zero && m->map && !d->force_staging) {
 		memset(m->map, 0, size);
 	} else if (zero) {
-		pthread_mutex_lock(&d->copy.lock);
+		pthread_mutex_lock(&d->copy.lane.lock);
 		rc = vkb_lane_begin(&d->copy, &cmd, msg, sizeof(msg));
 		if (rc == 0) {
 			d->fn.vkCmdFillBuffer(cmd, m->buf, 0, VK_WHOLE_SIZE, 0);
 			rc = vkb_run_sync(&d->copy, cmd, msg, sizeof(msg));
 		}
-		pthread_mutex_unlock(&d->copy.lock);
+		pthread_mutex_unlock(&d->copy.lane.lock);
 		if (rc) {
 			vkb_log(d->st, ODX_LOG_ERROR, "vulkan: device %d: zero fill failed: %s",
 				d->odx_device, msg);

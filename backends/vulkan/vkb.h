@@ -18,6 +18,8 @@
 #define VK_NO_PROTOTYPES
 #include <vulkan/vulkan.h>
 
+#include "lanes.h"
+#include "log.h"
 #include "odx/backend.h"
 #include "spirv.h"
 
@@ -130,7 +132,8 @@ typedef struct vkb_staging {
 
 /* One piece of work a lane waits for: a submission, or a host copy ordered after one. */
 typedef struct vkb_pending {
-	struct vkb_pending *next;
+	odx__lane_link link;       /* in the lane's queue */
+	struct vkb_pending *next;  /* in the compute lane's open batch */
 	uint64_t value;            /* complete when the lane's timeline reaches this */
 	VkCommandBuffer cmd;       /* returned to the lane's free list (or VK_NULL_HANDLE) */
 	vkb_staging *staging;      /* returned to the lane's staging pool (or NULL) */
@@ -154,11 +157,10 @@ typedef struct vkb_lane {
 	VkSemaphore timeline;
 	struct vkb_lane *other;      /* its submissions wait on the other lane's progress */
 
-	pthread_mutex_t lock;        /* everything below, and the command pool */
-	pthread_cond_t cond;
+	odx__lane lane;              /* queue and completion thread; its lock guards everything
+				      * below, and the command pool */
 	uint64_t submitted;          /* last timeline value a submission signals */
 	atomic_uint_fast64_t completed; /* last value the completion thread saw reached */
-	vkb_pending *head, *tail;
 	VkCommandBuffer *free_cmds;
 	int nfree_cmds, cap_cmds;
 	vkb_staging *free_staging;
@@ -177,9 +179,6 @@ typedef struct vkb_lane {
 	bool driven_sleep;           /* the completion thread stays out of their way meanwhile */
 	uint64_t driven_ns;          /* for this long at a time (VKB_DRIVEN_NS .. _MAX_NS) */
 	uint64_t caller_retired;     /* completions retired by callers, ever */
-	bool stop;
-	pthread_t thread;
-	bool started;
 } vkb_lane;
 
 typedef struct vkb_pipeline {

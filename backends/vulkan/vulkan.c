@@ -98,15 +98,11 @@ int vkb_check(VkResult r, const char *what, char *msg, size_t msg_size)
 
 void vkb_log(vkb_state *st, odx_log_level level, const char *fmt, ...)
 {
-	char msg[VKB_MSG_MAX];
 	va_list ap;
 
-	if (!st->host->log)
-		return;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	odx__backend_vlog(st->host, level, fmt, ap);
 	va_end(ap);
-	st->host->log(st->host->core, level, msg);
 }
 
 /* Debug-utils messenger: every warning or error is logged and fails the next completion. */
