@@ -25,7 +25,8 @@ typedef struct odx__lane_link {
 	struct odx__lane_link *next;
 } odx__lane_link;
 
-/* The entry of type `type` whose member `member` is the link `link` (NULL stays NULL). */
+/* The entry of type `type` whose member `member` is the link `link` (NULL stays NULL). `link` is
+ * evaluated twice: pass a variable, never a call. */
 #define ODX__LANE_ENTRY(link, type, member)                                                         \
 	((link) ? (type *)(void *)((char *)(link) - offsetof(type, member)) : (type *)NULL)
 
