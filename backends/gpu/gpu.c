@@ -25,7 +25,7 @@ enum { GPU_H2D, GPU_D2H, GPU_D2D };
 /* A queued copy. The issue thread owns issue_*, the completion thread status/msg; the final
  * pending record hands the job over (through the lane lock) so both are read in order. */
 struct gpu_xfer {
-	gpu_xfer *next;
+	odx__lane_link link;     /* in the issue thread's queue */
 	int kind;
 	uint64_t dev_addr;       /* h2d: destination; d2h: source; d2d: destination */
 	void *host;              /* h2d: source; d2h: destination */
@@ -42,7 +42,8 @@ struct gpu_xfer {
 
 /* One unit of work the completion thread waits for, in stream order. */
 struct gpu_pending {
-	gpu_pending *next;
+	odx__lane_link link;     /* in the completion thread's queue */
+	gpu_pending *next;       /* in the spare list */
 	gpu_handle event;        /* created once, reused with the record */
 	bool armed;              /* the event was recorded: wait for it */
 	odx_backend_done_fn done; /* compute lane: the launch's completion */
@@ -101,15 +102,11 @@ static uint64_t now_ns(void)
 
 void gpu_log(const gpu_state *st, odx_log_level level, const char *fmt, ...)
 {
-	char msg[1024];
 	va_list ap;
 
-	if (!st->env || !st->env->log)
-		return;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	odx__backend_vlog(st->env, level, fmt, ap);
 	va_end(ap);
-	st->env->log(st->env->core, level, msg);
 }
 
 /* ---- errors and device loss ---------------------------------------------------------------- */
@@ -168,11 +165,11 @@ static int pending_get(gpu_lane *lane, gpu_pending **out, char *msg, size_t n)
 	gpu_pending *p;
 	int native;
 
-	pthread_mutex_lock(&lane->lock);
+	pthread_mutex_lock(&lane->completion.lock);
 	p = lane->spare;
 	if (p)
 		lane->spare = p->next;
-	pthread_mutex_unlock(&lane->lock);
+	pthread_mutex_unlock(&lane->completion.lock);
 	if (!p) {
 		p = calloc(1, sizeof(*p));
 		if (!p) {
@@ -195,23 +192,17 @@ static void pending_recycle(gpu_lane *lane, gpu_pending *p)
 	gpu_handle ev = p->event;
 
 	*p = (gpu_pending){.event = ev};
-	pthread_mutex_lock(&lane->lock);
+	pthread_mutex_lock(&lane->completion.lock);
 	p->next = lane->spare;
 	lane->spare = p;
-	pthread_mutex_unlock(&lane->lock);
+	pthread_mutex_unlock(&lane->completion.lock);
 }
 
 static void pending_push(gpu_lane *lane, gpu_pending *p)
 {
-	pthread_mutex_lock(&lane->lock);
-	p->next = NULL;
-	if (lane->tail)
-		lane->tail->next = p;
-	else
-		lane->head = p;
-	lane->tail = p;
-	pthread_cond_signal(&lane->cond);
-	pthread_mutex_unlock(&lane->lock);
+	pthread_mutex_lock(&lane->completion.lock);
+	odx__lane_push(&lane->completion, &p->link);
+	pthread_mutex_unlock(&lane->completion.lock);
 }
 
 /* A bounded poll (cheap when work is short), then a blocking wait (events are created with
@@ -235,23 +226,23 @@ static int wait_event(gpu_lane *lane, gpu_handle ev)
 
 static void block_release(gpu_lane *lane, gpu_block *b)
 {
-	pthread_mutex_lock(&lane->lock);
+	pthread_mutex_lock(&lane->completion.lock);
 	b->next = lane->free_blocks;
 	lane->free_blocks = b;
 	pthread_cond_signal(&lane->block_cond);
-	pthread_mutex_unlock(&lane->lock);
+	pthread_mutex_unlock(&lane->completion.lock);
 }
 
 static gpu_block *block_take(gpu_lane *lane)
 {
 	gpu_block *b;
 
-	pthread_mutex_lock(&lane->lock);
+	pthread_mutex_lock(&lane->completion.lock);
 	while (!lane->free_blocks)
-		pthread_cond_wait(&lane->block_cond, &lane->lock);
+		pthread_cond_wait(&lane->block_cond, &lane->completion.lock);
 	b = lane->free_blocks;
 	lane->free_blocks = b->next;
-	pthread_mutex_unlock(&lane->lock);
+	pthread_mutex_unlock(&lane->completion.lock);
 	return b;
 }
 
@@ -279,19 +270,19 @@ static void *completer_main(void *arg)
 	gpu_lane *lane = arg;
 	gpu_dev *d = lane->dev;
 	char msg[GPU_MSG_MAX];
+	odx__lane_link *e;
 	gpu_pending *p;
 
 	make_current(d, msg, sizeof(msg)); /* a failure shows again in the first event wait */
-	pthread_mutex_lock(&lane->lock);
+	pthread_mutex_lock(&lane->completion.lock);
 	for (;;) {
 		int status = 0, native;
 
-		while (!lane->head && !lane->stop)
-			pthread_cond_wait(&lane->cond, &lane->lock);
-		p = lane->head;
+		e = odx__lane_wait(&lane->completion);
+		p = ODX__LANE_ENTRY(e, gpu_pending, link);
 		if (!p)
 			break; /* stopping and drained */
-		pthread_mutex_unlock(&lane->lock);
+		pthread_mutex_unlock(&lane->completion.lock);
 
 		msg[0] = '\0';
 		if (p->armed && (native = wait_event(lane, p->event)) != 0) {
@@ -300,11 +291,9 @@ static void *completer_main(void *arg)
 		if (p->xfer)
 			chunk_complete(lane, p, status, msg);
 
-		pthread_mutex_lock(&lane->lock);
-		lane->head = p->next;
-		if (!lane->head)
-			lane->tail = NULL;
-		pthread_mutex_unlock(&lane->lock);
+		pthread_mutex_lock(&lane->completion.lock);
+		odx__lane_pop(&lane->completion);
+		pthread_mutex_unlock(&lane->completion.lock);
 
 		/* Callbacks run with no lock of ours held. */
 		if (p->xfer && p->last) {
@@ -316,9 +305,9 @@ static void *completer_main(void *arg)
 			p->done(p->arg, status, status ? msg : NULL);
 		}
 		pending_recycle(lane, p);
-		pthread_mutex_lock(&lane->lock);
+		pthread_mutex_lock(&lane->completion.lock);
 	}
-	pthread_mutex_unlock(&lane->lock);
+	pthread_mutex_unlock(&lane->completion.lock);
 	return NULL;
 }
 
@@ -438,24 +427,22 @@ static void *issuer_main(void *arg)
 {
 	gpu_lane *lane = arg;
 	char msg[GPU_MSG_MAX];
+	odx__lane_link *e;
 	gpu_xfer *x;
 
 	make_current(lane->dev, msg, sizeof(msg));
-	pthread_mutex_lock(&lane->lock);
+	pthread_mutex_lock(&lane->issue.lock);
 	for (;;) {
-		while (!lane->jobs_head && !lane->stop_issue)
-			pthread_cond_wait(&lane->issue_cond, &lane->lock);
-		x = lane->jobs_head;
+		odx__lane_wait(&lane->issue);
+		e = odx__lane_pop(&lane->issue);
+		x = ODX__LANE_ENTRY(e, gpu_xfer, link);
 		if (!x)
-			break;
-		lane->jobs_head = x->next;
-		if (!lane->jobs_head)
-			lane->jobs_tail = NULL;
-		pthread_mutex_unlock(&lane->lock);
+			break; /* stopping and drained */
+		pthread_mutex_unlock(&lane->issue.lock);
 		issue_xfer(lane, x);
-		pthread_mutex_lock(&lane->lock);
+		pthread_mutex_lock(&lane->issue.lock);
 	}
-	pthread_mutex_unlock(&lane->lock);
+	pthread_mutex_unlock(&lane->issue.lock);
 	return NULL;
 }
 
@@ -465,20 +452,9 @@ static void lane_fini(gpu_lane *lane)
 	gpu_pending *p;
 	int i;
 
-	if (lane->issuer_started) {
-		pthread_mutex_lock(&lane->lock);
-		lane->stop_issue = true;
-		pthread_cond_signal(&lane->issue_cond);
-		pthread_mutex_unlock(&lane->lock);
-		pthread_join(lane->issuer, NULL);
-	}
-	if (lane->completer_started) {
-		pthread_mutex_lock(&lane->lock);
-		lane->stop = true;
-		pthread_cond_signal(&lane->cond);
-		pthread_mutex_unlock(&lane->lock);
-		pthread_join(lane->completer, NULL);
-	}
+	/* The issue thread first: what it issues last still reaches the completion thread. */
+	odx__lane_stop(&lane->issue);
+	odx__lane_stop(&lane->completion);
 	while ((p = lane->spare) != NULL) {
 		lane->spare = p->next;
 		st->v->event_destroy(st->api, p->event);
@@ -496,9 +472,8 @@ static void lane_fini(gpu_lane *lane)
 		st->v->stream_destroy(st->api, lane->stream);
 	pthread_mutex_destroy(&lane->sync_lock);
 	pthread_cond_destroy(&lane->block_cond);
-	pthread_cond_destroy(&lane->issue_cond);
-	pthread_cond_destroy(&lane->cond);
-	pthread_mutex_destroy(&lane->lock);
+	odx__lane_fini(&lane->issue);
+	odx__lane_fini(&lane->completion);
 }
 
 /* Creates the lane's stream (and staging blocks for a copy lane) and starts its threads. The
@@ -506,13 +481,13 @@ static void lane_fini(gpu_lane *lane)
 static int lane_init(gpu_dev *d, gpu_lane *lane, const char *name, bool copy, char *msg, size_t n)
 {
 	const gpu_state *st = d->st;
-	int native, i;
+	char what[32];
+	int native, i, rc;
 
 	lane->dev = d;
 	lane->name = name;
-	pthread_mutex_init(&lane->lock, NULL);
-	pthread_cond_init(&lane->cond, NULL);
-	pthread_cond_init(&lane->issue_cond, NULL);
+	odx__lane_init(&lane->completion);
+	odx__lane_init(&lane->issue);
 	pthread_cond_init(&lane->block_cond, NULL);
 	pthread_mutex_init(&lane->sync_lock, NULL);
 	native = st->v->stream_create(st->api, &lane->stream);
@@ -540,19 +515,12 @@ static int lane_init(gpu_dev *d, gpu_lane *lane, const char *name, bool copy, ch
 		lane->blocks[i].next = lane->free_blocks;
 		lane->free_blocks = &lane->blocks[i];
 	}
-	if (pthread_create(&lane->completer, NULL, completer_main, lane) != 0) {
-		snprintf(msg, n, "cannot start the %s completion thread", name);
-		return ODX_ENOMEM;
-	}
-	lane->completer_started = true;
-	if (copy) {
-		if (pthread_create(&lane->issuer, NULL, issuer_main, lane) != 0) {
-			snprintf(msg, n, "cannot start the %s issue thread", name);
-			return ODX_ENOMEM;
-		}
-		lane->issuer_started = true;
-	}
-	return 0;
+	snprintf(what, sizeof(what), "%s completion", name);
+	rc = odx__lane_start(&lane->completion, completer_main, lane, NULL, what, msg, n);
+	if (rc || !copy)
+		return rc;
+	snprintf(what, sizeof(what), "%s issue", name);
+	return odx__lane_start(&lane->issue, issuer_main, lane, NULL, what, msg, n);
 }
 
 /* ---- driver and devices ------------------------------------------------------------------------ */
@@ -981,17 +949,11 @@ static int queue_xfer(gpu_lane *lane, const gpu_xfer *proto)
 	if (!x)
 		return ODX_ENOMEM;
 	*x = *proto;
-	x->next = NULL;
 	x->status = x->issue_status = 0;
 	x->msg[0] = x->issue_msg[0] = '\0';
-	pthread_mutex_lock(&lane->lock);
-	if (lane->jobs_tail)
-		lane->jobs_tail->next = x;
-	else
-		lane->jobs_head = x;
-	lane->jobs_tail = x;
-	pthread_cond_signal(&lane->issue_cond);
-	pthread_mutex_unlock(&lane->lock);
+	pthread_mutex_lock(&lane->issue.lock);
+	odx__lane_push(&lane->issue, &x->link);
+	pthread_mutex_unlock(&lane->issue.lock);
 	return 0;
 }
 

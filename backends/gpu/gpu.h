@@ -39,6 +39,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lanes.h"
+#include "log.h"
 #include "odx/backend.h"
 
 /* Pinned staging per copy lane: GPU_STAGE_BLOCKS blocks of GPU_STAGE_BLOCK bytes. */
@@ -183,23 +185,16 @@ typedef struct gpu_lane {
 	gpu_dev *dev;
 	const char *name;        /* "compute", "h2d", "d2h" */
 	gpu_handle stream;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;     /* completion thread: work arrived or stop */
-	gpu_pending *head, *tail;
+	/* The completion thread and its queue of pending records; its lock guards `spare` and
+	 * the staging blocks too. */
+	odx__lane completion;
 	gpu_pending *spare;      /* recycled records, each with its event */
-	bool stop;               /* completion thread: exit once drained */
-	bool stop_issue;         /* issue thread: exit once drained */
-	pthread_t completer;
-	bool completer_started;
 
-	/* Copy lanes only: the issue thread, its queue and the staging blocks. */
-	pthread_cond_t issue_cond;
+	/* Copy lanes only: the issue thread with its queue of copy jobs, and the staging blocks. */
+	odx__lane issue;
 	pthread_cond_t block_cond;
-	gpu_xfer *jobs_head, *jobs_tail;
 	gpu_block *free_blocks;
 	gpu_block blocks[GPU_STAGE_BLOCKS];
-	pthread_t issuer;
-	bool issuer_started;
 
 	/* Copy lanes only: copy_sync's stream and an event per piece in flight, given to one
 	 * caller at a time by sync_lock (held for the whole copy). */

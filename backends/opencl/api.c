@@ -192,13 +192,9 @@ int clb_check(cl_int err, const char *call, const clb_dev *dev, size_t bytes, ch
 
 void clb_log(const clb_state *st, odx_log_level level, const char *fmt, ...)
 {
-	char buf[1024];
 	va_list ap;
 
-	if (!ODX_BACKEND_HAS_OP(st->host, odx_backend_host, log))
-		return;
 	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
+	odx__backend_vlog(st->host, level, fmt, ap);
 	va_end(ap);
-	st->host->log(st->host->core, level, buf);
 }

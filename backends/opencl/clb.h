@@ -17,6 +17,8 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 
+#include "lanes.h"
+#include "log.h"
 #include "odx/backend.h"
 
 /* XX(name, return type, parenthesised parameter list): every OpenCL call the backend makes. */
@@ -122,7 +124,7 @@ typedef struct clb_state {
 
 /* A queued command whose completion reaches the core through `done`. */
 typedef struct clb_op {
-	struct clb_op *next;
+	odx__lane_link link; /* in the completion thread's queue once its event fired */
 	struct clb_dev *dev; /* whose completion thread delivers it */
 	cl_event event;
 	cl_int status; /* the event's final execution status */
@@ -180,17 +182,13 @@ typedef struct clb_dev {
 	clb_sub *subs;
 
 	/* Completion thread: event callbacks hand finished commands to it, so that `done` never
-	 * runs inside a driver thread or inside the call that queued the work. */
-	pthread_t thread;
-	bool thread_started;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;	  /* new completions, or stop */
+	 * runs inside a driver thread or inside the call that queued the work. Its lock guards
+	 * the fields below too. */
+	odx__lane lane;
 	pthread_cond_t idle_cond; /* inflight reached 0 */
 	pthread_cond_t claim_cond; /* a claimed command's event fired (progress) */
-	clb_op *head, *tail;
 	clb_op *fl_head, *fl_tail; /* commands in flight, oldest first */
 	unsigned long inflight;
-	bool stop;
 } clb_dev;
 
 /* Argument kinds a kernel parameter accepts, from clGetKernelArgInfo (0: unknown). */

@@ -180,20 +180,15 @@ static int clb_device_count(void *state)
 
 /* ---- completion ---------------------------------------------------------------------------- */
 
-/* d->lock held: takes the oldest completed command the completion thread has not taken yet. */
+/* d->lane.lock held: takes the oldest completed command the completion thread has not taken yet. */
 static clb_op *clb_take_done(clb_dev *d)
 {
-	clb_op *op = d->head;
+	odx__lane_link *e = odx__lane_pop(&d->lane);
 
-	if (op) {
-		d->head = op->next;
-		if (!d->head)
-			d->tail = NULL;
-	}
-	return op;
+	return ODX__LANE_ENTRY(e, clb_op, link);
 }
 
-/* Calls a finished command's `done` (no lock held); returns with d->lock held. */
+/* Calls a finished command's `done` (no lock held); returns with d->lane.lock held. */
 static void clb_deliver(clb_dev *d, clb_op *op)
 {
 	char msg[256];
@@ -209,7 +204,7 @@ static void clb_deliver(clb_dev *d, clb_op *op)
 	}
 	free(op);
 
-	pthread_mutex_lock(&d->lock);
+	pthread_mutex_lock(&d->lane.lock);
 	if (--d->inflight == 0)
 		pthread_cond_broadcast(&d->idle_cond);
 }
@@ -219,21 +214,20 @@ static void *clb_completion_main(void *arg)
 	clb_dev *d = arg;
 	clb_op *op;
 
-	pthread_mutex_lock(&d->lock);
+	pthread_mutex_lock(&d->lane.lock);
 	for (;;) {
-		while (!d->head && !d->stop)
-			pthread_cond_wait(&d->cond, &d->lock);
+		odx__lane_wait(&d->lane);
 		op = clb_take_done(d);
 		if (!op)
 			break; /* stopping, and every completion was delivered */
-		pthread_mutex_unlock(&d->lock);
+		pthread_mutex_unlock(&d->lane.lock);
 		clb_deliver(d, op);
 	}
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_unlock(&d->lane.lock);
 	return NULL;
 }
 
-/* d->lock held: `op` leaves the in-flight list. */
+/* d->lane.lock held: `op` leaves the in-flight list. */
 static void clb_fl_unlink(clb_dev *d, clb_op *op)
 {
 	if (op->fl_prev)
@@ -245,18 +239,6 @@ static void clb_fl_unlink(clb_dev *d, clb_op *op)
 	else
 		d->fl_tail = op->fl_prev;
 	op->fl_prev = op->fl_next = NULL;
-}
-
-/* `ts` = now + ns on the clock of the condition variables (CLOCK_REALTIME). */
-static void clb_deadline(struct timespec *ts, uint64_t ns)
-{
-	clock_gettime(CLOCK_REALTIME, ts);
-	ts->tv_sec += (time_t)(ns / 1000000000u);
-	ts->tv_nsec += (long)(ns % 1000000000u);
-	if (ts->tv_nsec >= 1000000000L) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000L;
-	}
 }
 
 /*
@@ -272,35 +254,35 @@ static int clb_progress(void *dev, uint64_t timeout_ns)
 	struct timespec ts;
 	int rc = 0;
 
-	clb_deadline(&ts, timeout_ns);
-	pthread_mutex_lock(&d->lock);
+	odx__lane_deadline(&ts, timeout_ns);
+	pthread_mutex_lock(&d->lane.lock);
 	/* Completed already, and the completion thread has not got to it: deliver it here. */
 	op = clb_take_done(d);
 	if (op) {
-		pthread_mutex_unlock(&d->lock);
+		pthread_mutex_unlock(&d->lane.lock);
 		clb_deliver(d, op);
-		pthread_mutex_unlock(&d->lock);
+		pthread_mutex_unlock(&d->lane.lock);
 		return 1;
 	}
 	op = d->fl_head;
-	if (!op || op->claimed || d->stop) {
-		pthread_mutex_unlock(&d->lock);
+	if (!op || op->claimed || d->lane.stop) {
+		pthread_mutex_unlock(&d->lane.lock);
 		return 0;
 	}
 	op->claimed = true;
 	while (!op->fired && !op->dropped && rc != ETIMEDOUT)
-		rc = pthread_cond_timedwait(&d->claim_cond, &d->lock, &ts);
+		rc = pthread_cond_timedwait(&d->claim_cond, &d->lane.lock, &ts);
 	if (!op->fired) {
 		/* Not in time: its callback hands it to the completion thread as usual (or it was
 		 * dropped, and its queuing call frees it once we let go). */
 		op->claimed = false;
 		pthread_cond_broadcast(&d->claim_cond);
-		pthread_mutex_unlock(&d->lock);
+		pthread_mutex_unlock(&d->lane.lock);
 		return 0;
 	}
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_unlock(&d->lane.lock);
 	clb_deliver(d, op);
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_unlock(&d->lane.lock);
 	return 1;
 }
 
@@ -310,7 +292,7 @@ static void CL_CALLBACK clb_event_cb(cl_event ev, cl_int status, void *arg)
 	clb_dev *d = op->dev;
 
 	(void)ev;
-	pthread_mutex_lock(&d->lock);
+	pthread_mutex_lock(&d->lane.lock);
 	op->status = status;
 	op->fired = true;
 	clb_fl_unlink(d, op);
@@ -318,14 +300,9 @@ static void CL_CALLBACK clb_event_cb(cl_event ev, cl_int status, void *arg)
 		/* An application thread waits for this one (clb_progress): it delivers it. */
 		pthread_cond_broadcast(&d->claim_cond);
 	} else {
-		if (d->tail)
-			d->tail->next = op;
-		else
-			d->head = op;
-		d->tail = op;
-		pthread_cond_signal(&d->cond);
+		odx__lane_push(&d->lane, &op->link);
 	}
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_unlock(&d->lane.lock);
 }
 
 static clb_op *clb_op_new(clb_dev *d, odx_backend_done_fn done, void *arg, const char *what)
@@ -350,7 +327,7 @@ static int clb_op_watch(clb_dev *d, cl_command_queue q, clb_op *op, cl_event ev)
 	cl_int err;
 
 	op->event = ev;
-	pthread_mutex_lock(&d->lock);
+	pthread_mutex_lock(&d->lane.lock);
 	d->inflight++;
 	op->fl_prev = d->fl_tail;
 	if (d->fl_tail)
@@ -358,22 +335,22 @@ static int clb_op_watch(clb_dev *d, cl_command_queue q, clb_op *op, cl_event ev)
 	else
 		d->fl_head = op;
 	d->fl_tail = op;
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_unlock(&d->lane.lock);
 	err = d->st->api.clSetEventCallback(ev, CL_COMPLETE, clb_event_cb, op);
 	if (err != CL_SUCCESS) {
 		/* The command is queued but unobserved: let it finish before the op is gone. */
 		d->st->api.clWaitForEvents(1, &ev);
 		d->st->api.clReleaseEvent(ev);
-		pthread_mutex_lock(&d->lock);
+		pthread_mutex_lock(&d->lane.lock);
 		clb_fl_unlink(d, op);
 		/* A thread in progress() may have claimed it: it lets go before the op is freed. */
 		op->dropped = true;
 		pthread_cond_broadcast(&d->claim_cond);
 		while (op->claimed)
-			pthread_cond_wait(&d->claim_cond, &d->lock);
+			pthread_cond_wait(&d->claim_cond, &d->lane.lock);
 		if (--d->inflight == 0)
 			pthread_cond_broadcast(&d->idle_cond);
-		pthread_mutex_unlock(&d->lock);
+		pthread_mutex_unlock(&d->lane.lock);
 		return clb_check(err, "clSetEventCallback", d, 0, NULL, 0);
 	}
 	/* Without a flush a driver may hold the command back until the queue fills. */
@@ -392,14 +369,12 @@ static void clb_device_close(void *dev)
 		d->st->api.clFinish(d->copy);
 	if (d->compute)
 		d->st->api.clFinish(d->compute);
-	if (d->thread_started) {
-		pthread_mutex_lock(&d->lock);
+	if (d->lane.started) {
+		pthread_mutex_lock(&d->lane.lock);
 		while (d->inflight > 0)
-			pthread_cond_wait(&d->idle_cond, &d->lock);
-		d->stop = true;
-		pthread_cond_signal(&d->cond);
-		pthread_mutex_unlock(&d->lock);
-		pthread_join(d->thread, NULL);
+			pthread_cond_wait(&d->idle_cond, &d->lane.lock);
+		pthread_mutex_unlock(&d->lane.lock);
+		odx__lane_stop(&d->lane);
 	}
 	clb_region_fini(d);
 	if (d->copy)
@@ -407,8 +382,7 @@ static void clb_device_close(void *dev)
 	if (d->compute)
 		d->st->api.clReleaseCommandQueue(d->compute);
 	pthread_mutex_destroy(&d->sub_lock);
-	pthread_mutex_destroy(&d->lock);
-	pthread_cond_destroy(&d->cond);
+	odx__lane_fini(&d->lane);
 	pthread_cond_destroy(&d->idle_cond);
 	pthread_cond_destroy(&d->claim_cond);
 	free(d);
@@ -464,8 +438,7 @@ static int clb_device_open(void *state, int index, int odx_device, odx_backend_d
 	d->platform = st->devices[index].platform;
 	d->context = st->platforms[d->platform].context;
 	d->odx_device = odx_device;
-	pthread_mutex_init(&d->lock, NULL);
-	pthread_cond_init(&d->cond, NULL);
+	odx__lane_init(&d->lane);
 	pthread_cond_init(&d->idle_cond, NULL);
 	pthread_cond_init(&d->claim_cond, NULL);
 	pthread_mutex_init(&d->sub_lock, NULL);
@@ -490,11 +463,11 @@ static int clb_device_open(void *state, int index, int odx_device, odx_backend_d
 		clb_log(st, ODX_LOG_ERROR, "opencl: %s", msg);
 		goto out_close;
 	}
-	if (pthread_create(&d->thread, NULL, clb_completion_main, d) != 0) {
-		rc = ODX_ENOMEM;
+	/* Not logged, as before: the core reports a device that does not open. */
+	rc = odx__lane_start(&d->lane, clb_completion_main, d, NULL, "completion", msg,
+			     sizeof(msg));
+	if (rc)
 		goto out_close;
-	}
-	d->thread_started = true;
 
 	snprintf(props->name, sizeof(props->name), "%s", d->name);
 	props->memory_bytes = d->global_mem;
@@ -712,40 +685,40 @@ static int clb_copy_sync_after(void *dev, bool to_device, uint64_t mem, size_t o
 	struct timespec ts;
 	int i, k = 0, rc;
 
-	pthread_mutex_lock(&d->lock);
+	pthread_mutex_lock(&d->lane.lock);
 	for (op = d->fl_head; op && k < CLB_AFTER_MAX; op = op->fl_next)
-		if (op->launch && !op->claimed && !d->stop) {
+		if (op->launch && !op->claimed && !d->lane.stop) {
 			op->claimed = true;
 			mine[k++] = op;
 		}
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_unlock(&d->lane.lock);
 
 	rc = clb_copy_blocking(d, d->compute, to_device, mem, off, host, n, error, error_size);
 
-	clb_deadline(&ts, CLB_AFTER_WAIT_NS);
-	pthread_mutex_lock(&d->lock);
+	odx__lane_deadline(&ts, CLB_AFTER_WAIT_NS);
+	pthread_mutex_lock(&d->lane.lock);
 	for (i = 0; i < k; i++) {
 		int w = 0;
 
 		op = mine[i];
 		while (!op->fired && !op->dropped && w != ETIMEDOUT)
-			w = pthread_cond_timedwait(&d->claim_cond, &d->lock, &ts);
+			w = pthread_cond_timedwait(&d->claim_cond, &d->lane.lock, &ts);
 		if (!op->fired) {
 			/* Late, or dropped: the usual path reports it (see clb_progress). */
 			op->claimed = false;
 			pthread_cond_broadcast(&d->claim_cond);
 			continue;
 		}
-		pthread_mutex_unlock(&d->lock);
-		clb_deliver(d, op); /* returns with d->lock held */
+		pthread_mutex_unlock(&d->lane.lock);
+		clb_deliver(d, op); /* returns with d->lane.lock held */
 	}
 	/* Launches that completed before the copy was queued, and wait for the completion thread
 	 * (probably these launches): delivered here too. */
 	while ((op = clb_take_done(d)) != NULL) {
-		pthread_mutex_unlock(&d->lock);
+		pthread_mutex_unlock(&d->lane.lock);
 		clb_deliver(d, op);
 	}
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_unlock(&d->lane.lock);
 	return rc;
 }
 
