@@ -16,7 +16,7 @@
 
 #include "core.h"
 #include "policy.h"
-#include "pool.h"
+#include "mem/pool.h"
 
 int odx__task_memnode(const odx__task *t)
 {

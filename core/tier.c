@@ -29,8 +29,8 @@
 
 #include "core.h"
 #include "policy.h"
-#include "pool.h"
-#include "spill.h"
+#include "mem/pool.h"
+#include "mem/spill.h"
 
 /* Where the pinned staging pool's memory came from. */
 enum pinned_source {
