@@ -25,6 +25,7 @@
 #include <stdlib.h>
 
 #include "core.h"
+#include "mem.h"
 #include "pool.h"
 
 struct odx__prefetch_req {
