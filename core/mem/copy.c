@@ -14,7 +14,6 @@
 
 #include "core.h"
 #include "mem.h"
-#include "policy.h"
 #include "pool.h"
 
 odx__copy_job *odx__copy_job_new(odx_buffer *b, int src, int dst, int kind)
@@ -75,8 +74,10 @@ static void copy_done(void *arg, int status, const char *msg)
 	odx_context *ctx = b->ctx;
 	odx__replica *dst = &b->replicas[job->dst];
 	odx__memnode *snode = job->src >= 0 ? &ctx->memnodes[job->src] : NULL;
-	odx__fetch_waiter *w, *next;
+	odx__fetch_waiter *w;
 	odx__copy_job *refetch = NULL;
+	odx__mem_event ev = {.kind = ODX__MEM_COPY, .buf = b};
+	char why[ODX__MSG_MAX] = "";
 	bool stale = job->wversion != b->wversion;
 	bool freed = false;
 
@@ -144,18 +145,16 @@ static void copy_done(void *arg, int status, const char *msg)
 			uint64_t ns = odx__now_ns() - job->t_issue;
 
 			if (ns > 0)
-				odx__policy_set_bandwidth(ctx, job->src, job->dst,
-							  (double)b->size * 1e9 / (double)ns);
+				ev.bandwidth = (double)b->size * 1e9 / (double)ns;
 		}
 	} else if (status != 0) {
 		odx__log(ctx, ODX_LOG_ERROR, "copy of buffer %llu from %s %d to memory node %d failed: %s",
 			 (unsigned long long)b->id,
-			 job->src == ODX__SRC_DISK	? "disk tier"
+			 job->src == ODX__SRC_DISK   ? "disk tier"
 			 : job->src == ODX__SRC_ZERO ? "zero pages"
-						: "memory node",
+						     : "memory node",
 			 job->src, job->dst, msg ? msg : "");
 	}
-	odx__tier_progress(ctx);
 	if (ctx->tracing && job->lane) {
 		uint64_t now = odx__now_ns();
 		uint64_t t0 = job->t_issue > job->lane->copy_lane_free_ns
@@ -164,57 +163,37 @@ static void copy_done(void *arg, int status, const char *msg)
 
 		odx__trace_span(job->lane->copy_trace,
 				job->kind == ODX__COPY_WRITEBACK ? "write-back"
-				: job->src == ODX__SRC_DISK	    ? "reload"
-				: job->src == ODX__SRC_ZERO	    ? "zero-fill"
-							    : "copy",
+				: job->src == ODX__SRC_DISK	 ? "reload"
+				: job->src == ODX__SRC_ZERO	 ? "zero-fill"
+								 : "copy",
 				"copy", t0, now, b->id);
 		job->lane->copy_lane_free_ns = now;
 	}
-	for (; w; w = next) {
-		int expected = 0;
-		bool caller;
-
-		next = w->next;
-		if (status != 0 &&
-		    atomic_compare_exchange_strong(&w->task->fetch_error, &expected, status)) {
-			char why[ODX__MSG_MAX];
-
-			snprintf(why, sizeof(why), "copy of buffer %llu from %s %d to memory node %d: %s",
-				 (unsigned long long)b->id,
-				 job->src == ODX__SRC_DISK	? "the disk tier"
-				 : job->src == ODX__SRC_ZERO ? "zero pages"
-							: "memory node",
-				 job->src, job->dst, msg ? msg : odx_strerror(status));
-			w->task->fetch_msg = strdup(why);
-		}
-		/* Decide before the last decrement: a caller-run task may be finished and reused
-		 * by its thread as soon as the count reaches zero. */
-		caller = odx__task_caller_runs(w->task);
-		if (atomic_fetch_sub(&w->task->fetches, 1) == 1) {
-			if (caller) {
-				odx__wake_waiters(ctx); /* the thread in odx_buffer_read/write */
-			} else {
-				odx__device *dev = &ctx->devices[w->task->device];
-
-				if (w->task->demand_counted) {
-					w->task->demand_counted = false;
-					atomic_fetch_sub(&dev->demand_fetches, 1);
-				}
-				odx__device_push_staged(dev, w->task);
-			}
-		}
-		free(w);
-	}
+	/* What the tasks waiting for the destination are told when it failed. */
+	if (w && status != 0)
+		snprintf(why, sizeof(why), "copy of buffer %llu from %s %d to memory node %d: %s",
+			 (unsigned long long)b->id,
+			 job->src == ODX__SRC_DISK   ? "the disk tier"
+			 : job->src == ODX__SRC_ZERO ? "zero pages"
+						     : "memory node",
+			 job->src, job->dst, msg ? msg : odx_strerror(status));
+	/* Room may have appeared where a write-back freed its source, and on the buffer's host
+	 * node when a copy there or a freed source changed what eviction can take. */
 	if (job->kind == ODX__COPY_WRITEBACK)
-		odx__tier_changed(ctx, job->src);
+		ev.changed[ev.nchanged++] = job->src;
 	if (freed || odx__is_host_node(ctx, job->dst))
-		odx__tier_changed(ctx, odx__home(b));
+		ev.changed[ev.nchanged++] = odx__home(b);
+	ev.status = status;
+	ev.src = job->src;
+	ev.dst = job->dst;
+	ev.waiters = w;
+	ev.why = why;
+	ev.refetch = refetch;
 	free(job);
-	if (refetch)
-		copy_start(ctx, refetch);
-	/* A copy lane has one fewer demand copy, or room appeared: prefetch requests may start.
-	 * Before the transfer's end: ctx may be closed once the count drops. */
-	odx__prefetch_pump(ctx);
+	/* Up through the door: policy, watchdog, waiting tasks, tasks waiting for room, the
+	 * refetch, prefetch requests. Before the transfer's end: ctx may be closed once the count
+	 * drops. */
+	odx__mem_done(ctx, &ev);
 	odx__transfer_end(b); /* the last access to b and ctx */
 }
 

@@ -83,8 +83,12 @@ static void spill_done(void *arg, int status, const char *msg)
 		odx__trace_span(tier->disk_trace, status ? "spill (failed)" : "spill", "spill",
 				job->t0, odx__now_ns(), b->id);
 	free(job);
-	odx__tier_progress(ctx);
-	odx__tier_changed(ctx, home);
+	/* Up through the door: the watchdog's progress, and room on the host node. */
+	odx__mem_done(ctx, &(odx__mem_event){.kind = ODX__MEM_SPILL,
+					     .buf = b,
+					     .status = status,
+					     .changed = {home},
+					     .nchanged = 1});
 	(void)freed;
 	odx__transfer_end(b); /* the last access to b and ctx */
 }

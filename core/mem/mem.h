@@ -18,6 +18,12 @@
  *   7  monitor.c        the monitor thread: headroom, the watchdog
  *   8  tier.c           open/close, counters, waking what waits for room
  *
+ * The exception is the completion door, odx__mem_done (tier.c): a finished copy or spill, or
+ * room that appeared, reports there, and it fans out to the floors above and the rest of the
+ * core. tests/unit/check_floors.sh checks the rule (the `floors` test of the unit suite): it
+ * reads the table above, and greps each floor's files for the functions the higher floors
+ * define.
+ *
  * The disk floor sits under the copy engine because a copy reads a disk copy as one of its
  * sources (odx__tier_reload). Callbacks handed down with a request (copy_done to a backend or to
  * odx__tier_reload) are the requester's own continuation, not calls up.
@@ -33,6 +39,32 @@
 #include "core.h"
 #include "pool.h"
 #include "spill.h"
+
+typedef struct odx__copy_job odx__copy_job;
+
+/* ---- the completion door (tier.c) ----------------------------------------------------------- */
+
+/* What comes back up: a copy between tiers finished (copy.c), a spill to the disk tier finished
+ * (disk.c), or room may have appeared on some nodes (stage.c unpinned replicas; the monitor's
+ * safety net for lost wake-ups). */
+enum odx__mem_event_kind { ODX__MEM_COPY = 0, ODX__MEM_SPILL, ODX__MEM_ROOM };
+typedef struct odx__mem_event {
+	int kind;                   /* enum odx__mem_event_kind */
+	odx_buffer *buf;            /* copy, spill: the buffer (its transfer still counted) */
+	int status;                 /* copy, spill: 0 or the failure */
+	int src, dst;               /* copy: its memory nodes */
+	double bandwidth;           /* copy: bytes/s measured for the policy's model; 0: none */
+	odx__fetch_waiter *waiters; /* copy: the tasks that waited for it (taken: freed here) */
+	const char *why;            /* copy: what the waiters are told when it failed */
+	odx__copy_job *refetch;     /* copy: a new copy for the waiters (the data changed) */
+	int changed[2];             /* memory nodes where room may have appeared */
+	int nchanged;
+} odx__mem_event;
+/* The one call from a floor to a floor above it: fans the event out to the policy's bandwidth
+ * model, the watchdog's progress, the waiting tasks (odx__stage_fetched), the tasks and threads
+ * waiting for room (odx__tier_changed), the refetch and the prefetch requests. No core lock held;
+ * the event's buffer stays alive until the caller ends its transfer, after this returns. */
+void odx__mem_done(odx_context *ctx, const odx__mem_event *ev);
 
 /* The wing's per-context state beside the memory nodes: the disk tier, the monitor, the pinned
  * staging pool and the zero pages (opened and closed by tier.c). */
@@ -109,7 +141,7 @@ enum odx__copy_kind {
 };
 
 /* A copy between tiers, queued under locks and started once they are released. */
-typedef struct odx__copy_job {
+struct odx__copy_job {
 	struct odx__copy_job *next;
 	odx_buffer *buf;
 	int src, dst;        /* memory nodes; src ODX__SRC_DISK or ODX__SRC_ZERO */
@@ -118,7 +150,7 @@ typedef struct odx__copy_job {
 	void *bounce;        /* host staging between devices of different backends, or disk */
 	odx__device *lane;   /* whose copy lane runs it, for the trace */
 	uint64_t t_issue;
-} odx__copy_job;
+};
 
 /* A new job (counted as a transfer of b); NULL when out of memory. */
 odx__copy_job *odx__copy_job_new(odx_buffer *b, int src, int dst, int kind);
@@ -159,6 +191,9 @@ void odx__tier_kick(odx_context *ctx, int m);
  * 1: queued on *jobs; 0: nothing to do; ODX_ENOSPC: no room below limit; else an error. */
 int odx__prefetch_copy(odx_context *ctx, odx_buffer *b, int m, uint64_t limit,
 		       odx__copy_job **jobs);
+/* The fetches the tasks in list w waited for ended (status; `why` when it failed): each counts
+ * one fewer, and one with none left is queued as staged or its caller woken. Frees the list. */
+void odx__stage_fetched(odx_context *ctx, odx__fetch_waiter *w, int status, const char *why);
 
 /* ---- floor 6: prefetch requests (prefetch.c): odx__prefetch_* in core.h ---------------------- */
 

@@ -152,7 +152,10 @@ void *odx__monitor_main(void *arg)
 		/* A safety net for lost wake-ups: tasks waiting for room are retried. */
 		for (d = 0; d < ctx->ndevices; d++)
 			if (atomic_load(&ctx->devices[d].memwait_n) > 0)
-				odx__tier_changed(ctx, ctx->devices[d].memnode);
+				odx__mem_done(ctx, &(odx__mem_event){
+							   .kind = ODX__MEM_ROOM,
+							   .changed = {ctx->devices[d].memnode},
+							   .nchanged = 1});
 
 		now = odx__now_ns();
 		p = progress_now(ctx);

@@ -529,6 +529,38 @@ out:
 	return rc;
 }
 
+void odx__stage_fetched(odx_context *ctx, odx__fetch_waiter *w, int status, const char *why)
+{
+	odx__fetch_waiter *next;
+
+	for (; w; w = next) {
+		int expected = 0;
+		bool caller;
+
+		next = w->next;
+		if (status != 0 &&
+		    atomic_compare_exchange_strong(&w->task->fetch_error, &expected, status))
+			w->task->fetch_msg = strdup(why);
+		/* Decide before the last decrement: a caller-run task may be finished and reused
+		 * by its thread as soon as the count reaches zero. */
+		caller = odx__task_caller_runs(w->task);
+		if (atomic_fetch_sub(&w->task->fetches, 1) == 1) {
+			if (caller) {
+				odx__wake_waiters(ctx); /* the thread in odx_buffer_read/write */
+			} else {
+				odx__device *dev = &ctx->devices[w->task->device];
+
+				if (w->task->demand_counted) {
+					w->task->demand_counted = false;
+					atomic_fetch_sub(&dev->demand_fetches, 1);
+				}
+				odx__device_push_staged(dev, w->task);
+			}
+		}
+		free(w);
+	}
+}
+
 void odx__unstage(odx__task *t, int status)
 {
 	odx_context *ctx = t->ctx;
@@ -567,6 +599,7 @@ void odx__unstage(odx__task *t, int status)
 		pthread_mutex_unlock(&b->lock);
 	}
 	t->nstaged = 0;
+	/* An unpinned replica can be evicted: tasks waiting for room retry (through the door). */
 	if (idle)
-		odx__tier_changed(ctx, m);
+		odx__mem_done(ctx, &(odx__mem_event){.kind = ODX__MEM_ROOM, .changed = {m}, .nchanged = 1});
 }

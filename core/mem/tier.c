@@ -17,6 +17,7 @@
 
 #include "core.h"
 #include "mem.h"
+#include "policy.h"
 #include "pool.h"
 #include "spill.h"
 
@@ -371,6 +372,27 @@ void odx__tier_changed(odx_context *ctx, int m)
 	if (odx__is_host_node(ctx, m) && ctx->tier && atomic_load(&ctx->tier->room_waiters) > 0)
 		odx__wake_waiters(ctx);
 	odx__prefetch_pump(ctx);
+}
+
+/* The completion door: the one way back up from the floors below (mem.h). It fans a finished
+ * copy or spill, or room that appeared, out to whoever waits for it, in this order. */
+void odx__mem_done(odx_context *ctx, const odx__mem_event *ev)
+{
+	int i;
+
+	if (ev->bandwidth > 0)
+		odx__policy_set_bandwidth(ctx, ev->src, ev->dst, ev->bandwidth);
+	if (ev->kind != ODX__MEM_ROOM)
+		odx__tier_progress(ctx);
+	if (ev->waiters)
+		odx__stage_fetched(ctx, ev->waiters, ev->status, ev->why);
+	for (i = 0; i < ev->nchanged; i++)
+		odx__tier_changed(ctx, ev->changed[i]);
+	if (ev->refetch)
+		odx__copy_start_all(ctx, ev->refetch);
+	/* A copy lane has one fewer demand copy, or room appeared: prefetch requests may start. */
+	if (ev->kind == ODX__MEM_COPY)
+		odx__prefetch_pump(ctx);
 }
 
 /* ---- counters ----------------------------------------------------------------------------- */
