@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "core.h"
-#include "policy.h"
 #include "mem/mem.h"
 
 /* ---- buffers -------------------------------------------------------------------------------- */

@@ -2,11 +2,11 @@
 /*
  * core.h - internal types shared by the core's files.
  *
- * The data model (DESIGN sections 3, 6, 7):
- *  - memory nodes: node 0 is host RAM, then one per device;
+ * The data model (docs/architecture.md):
+ *  - memory nodes: host RAM of each NUMA node (nodes 0 .. nhost-1), then one per device;
  *  - a buffer has one replica slot per memory node, each in an MSI state (invalid, shared = clean
- *    copy, modified = the only valid copy), plus an owner rank and a version counter that the
- *    fabric issue uses to move data between ranks;
+ *    copy, modified = the only valid copy), plus an owner rank and a version counter that
+ *    distributed execution (dist.c) uses to move data between ranks;
  *  - a task holds its arguments, the count of unfinished predecessors and the list of successors;
  *    an odx_event is a reference to a task.
  */
@@ -58,7 +58,7 @@ void odx__backend_detail_set(const char *msg);
 void odx__set_open_error(const char *msg);
 long odx__inflight(odx_context *ctx);
 
-/* ---- memory nodes and replicas (buffer.c) ------------------------------------------------- */
+/* ---- memory nodes, replicas, buffers (core/mem/, buffer.c) -------------------------------- */
 
 enum odx__replica_state {
 	ODX__INVALID = 0,
@@ -86,18 +86,17 @@ typedef struct odx__replica {
 	odx__fetch_waiter *waiters;
 } odx__replica;
 
-/* A memory tier (DESIGN section 7): host RAM of one NUMA node (nodes 0 .. ctx->nhost-1, host
- * node m being odx__topo's NUMA node m) or one device's memory (the nodes after). Its capacity is enforced by ODX's own accounting, so
- * out-of-core behaviour can be forced with small limits. */
+/* A memory tier: host RAM of one NUMA node (nodes 0 .. ctx->nhost-1, host node m being
+ * odx__topo's NUMA node m) or one device's memory (the nodes after). Its capacity is enforced by
+ * ODX's own accounting, so out-of-core behaviour can be forced with small limits. */
 typedef struct odx__memnode {
 	odx_memnode_kind kind;
 	odx__device *device;   /* NULL for host RAM */
 	int near;              /* host RAM: its own index; a device: the host node nearest to it */
 	uint64_t capacity;     /* enforced limit in bytes */
 	_Atomic uint64_t used; /* bytes of allocated replicas */
-	pthread_mutex_t lock;  /* allocation, reservation and eviction on this node: node locks
-				* come before buffer locks, device nodes before host nodes; never
-				* two host nodes at once */
+	pthread_mutex_t lock;  /* allocation, reservation and eviction on this node (lock
+				* order: mem/mem.h) */
 	uint64_t evicting;     /* bytes being written down, free once that completes */
 	uint64_t peak;         /* highest `used` seen */
 	_Atomic uint64_t ws_max; /* largest working set admitted here (sizes the headroom) */
@@ -138,7 +137,7 @@ struct odx_buffer {
 	/* data version: bumped when a task's write lands; a copy taken for eviction or spilling
 	 * while it changed is discarded, not published */
 	uint64_t wversion;
-	/* the disk tier's copy (tier.c): its state, slot, and transfers using it */
+	/* the disk tier's copy (mem/disk.c): its state, slot, and transfers using it */
 	_Atomic uint8_t disk_state;  /* enum odx__replica_state */
 	bool disk_busy;         /* a spill write is in flight */
 	bool spill_failed;      /* the last spill of this version failed: don't retry it */
@@ -438,7 +437,7 @@ extern _Thread_local bool odx__submitting;
  * dev->load counted) under dev->lock by the caller. */
 void odx__run_inline(odx__device *dev, odx__task *t);
 
-/* Staging (buffer.c): reserves the task's whole working set on the memory node it runs against
+/* Staging (mem/stage.c): reserves the task's whole working set on the memory node it runs against
  * (evicting idle copies if needed), makes its inputs valid there and pins them. READY: it can
  * run now; FETCHING: the last fetch queues it as staged; NOROOM: nothing was reserved or pinned,
  * room is being made: retry when odx__tier_changed says so. A task that can never fit fails
@@ -633,14 +632,14 @@ struct odx_context {
 	uint64_t t_open;
 	bool closing;
 
-	/* memory tiers (tier.c) */
+	/* the memory wing (core/mem/) */
 	odx__tier *tier;
 	_Atomic uint64_t lru_clock;   /* ticks once per staged task: the replicas' LRU order */
 	_Atomic uint64_t progress;    /* tasks completed + transfers finished (watchdog) */
 	_Atomic int transfers;        /* copies and spills in flight, until their callback's
 				       * last access: close waits for none */
 	bool prefetch;                /* tier.prefetch */
-	/* prefetch requests (prefetch.c): one list per level, in arrival order */
+	/* prefetch requests (mem/prefetch.c): one list per level, in arrival order */
 	pthread_mutex_t pf_lock;
 	struct odx__prefetch_req *pf_head[4];
 	_Atomic int pf_pending;

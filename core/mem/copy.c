@@ -116,7 +116,8 @@ static void copy_done(void *arg, int status, const char *msg)
 	if (w && status == 0 && stale) {
 		int src = odx__copy_pick_source(ctx, b, job->dst);
 
-		if (src != -1 && (refetch = odx__copy_job_new(b, src, job->dst, ODX__COPY_FETCH)) != NULL) {
+		if (src != -1 &&
+		    (refetch = odx__copy_job_new(b, src, job->dst, ODX__COPY_FETCH)) != NULL) {
 			if (src == ODX__SRC_DISK)
 				b->disk_readers++;
 			else

@@ -23,7 +23,7 @@ uint64_t odx__tier_disk_capacity(const odx_context *ctx)
 	return odx__tier_has_disk(ctx) ? ctx->tier->disk_capacity : 0;
 }
 
-/* ---- the disk tier ------------------------------------------------------------------------- */
+/* ---- the disk tier --------------------------------------------------------------------------- */
 
 typedef struct spill_job {
 	odx_buffer *b;

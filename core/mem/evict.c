@@ -175,8 +175,8 @@ static int host_take(odx_context *ctx, odx_buffer *b)
 }
 
 /* Makes room for `need` more bytes below `limit` (the capacity, or a watermark). */
-int odx__evict_below(odx_context *ctx, int m, uint64_t need, uint64_t limit,
-			   const odx__task *t, odx__copy_job **jobs, char *why, size_t whylen)
+int odx__evict_below(odx_context *ctx, int m, uint64_t need, uint64_t limit, const odx__task *t,
+		     odx__copy_job **jobs, char *why, size_t whylen)
 {
 	odx__memnode *node = &ctx->memnodes[m];
 	uint64_t freeing = node->evicting, busy, used = atomic_load(&node->used);

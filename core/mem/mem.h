@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mem.h - the memory wing's internal header: its floors, its lock order, and what each floor
- * offers the floors above it. Only the core/mem/ files and buffer.c (the public buffer API, which sits
- * above the wing) include it; the rest of the core sees the wing through core.h.
+ * offers the floors above it. Only the files of core/mem/ and buffer.c (the public buffer API,
+ * which sits above the wing) include it; the rest of the core sees the wing through core.h.
  *
  * Floors, lowest first. A floor calls only its own floor and the floors below it:
  *
@@ -80,7 +80,7 @@ struct odx__tier {
 	uint64_t last_progress;     /* the watchdog's view */
 	uint64_t last_change_ns;
 	bool dumped;                /* one dump per stall */
-	_Atomic int room_waiters;   /* caller threads waiting for room on node 0 */
+	_Atomic int room_waiters;   /* caller threads waiting for room on a host node */
 	_Atomic bool kicked;        /* a node crossed its start watermark: the monitor runs now */
 	odx__lane_trace *disk_trace;
 	_Atomic bool fsize_warned;  /* the file-size limit stopped a spill: said once */
@@ -195,7 +195,7 @@ int odx__prefetch_copy(odx_context *ctx, odx_buffer *b, int m, uint64_t limit,
  * one fewer, and one with none left is queued as staged or its caller woken. Frees the list. */
 void odx__stage_fetched(odx_context *ctx, odx__fetch_waiter *w, int status, const char *why);
 
-/* ---- floor 6: prefetch requests (prefetch.c): odx__prefetch_* in core.h ---------------------- */
+/* ---- floor 6: prefetch requests (prefetch.c); odx__prefetch_* in core.h ------------------- */
 
 /* ---- floor 7: the monitor (monitor.c) ------------------------------------------------------- */
 
@@ -204,7 +204,7 @@ void *odx__monitor_main(void *arg);
 /* "(host RAM)", "(host RAM, NUMA node 1)" or the device's name. */
 const char *odx__monitor_node_label(const odx_context *ctx, int m, char *buf, size_t len);
 
-/* ---- floor 8: the wing's entry points (tier.c): odx__tier_open/stop/close in core.h ----------- */
+/* ---- floor 8: the wing's entry points (tier.c); odx__tier_open/close in core.h ------------ */
 
 /* Room may have appeared on node m: retry the tasks that wait for it. */
 void odx__tier_changed(odx_context *ctx, int m);

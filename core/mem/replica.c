@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replica.c - a buffer's replicas on the memory nodes: allocation and freeing with the node's
- * accounting, MSI states, the buffer's host node, and the count of transfers keeping a buffer alive.
+ * accounting, MSI states, the buffer's host node, and the count of transfers keeping a buffer
+ * alive.
  *
  * The lowest floor of the memory wing above the pool and the disk engine: the only code that
  * changes a node's `used` count, so every floor above keeps its accounting right by going
@@ -55,7 +56,7 @@ int odx__buffer_home(odx_context *ctx, odx_buffer *b, int near)
 	return unset;
 }
 
-/* ---- replica memory ------------------------------------------------------------------------- */
+/* ---- replica memory -------------------------------------------------------------------------- */
 
 /*
  * A device node with a pool (core/pool.c, backends of ABI 1.2) carves replicas out of a few large

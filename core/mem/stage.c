@@ -28,7 +28,7 @@ int odx__task_memnode(const odx__task *t)
 	return t->ctx->devices[t->device].memnode;
 }
 
-/* ---- staging -------------------------------------------------------------------------------- */
+/* ---- staging --------------------------------------------------------------------------------- */
 
 /* Node m's lock held. Allocates (reserved room) and pins b's replica on m for t, and queues a
  * fetch if t reads it and it is not valid there. */

@@ -29,7 +29,7 @@ enum pinned_source {
 	PINNED_FAULTED,  /* aligned memory, pre-faulted; mlock refused (RLIMIT_MEMLOCK) */
 };
 
-/* ---- device-memory pools ---------------------------------------------------------------------- */
+/* ---- device-memory pools --------------------------------------------------------------------- */
 
 static int chunk_alloc(void *user, size_t size, uint64_t *handle)
 {
@@ -128,7 +128,7 @@ static void pools_close(odx_context *ctx)
 	ctx->tier->zeros = NULL;
 }
 
-/* ---- the pinned staging pool ---------------------------------------------------------------- */
+/* ---- the pinned staging pool ----------------------------------------------------------------- */
 
 /* Can a copy need a host bounce buffer? Reloads from the disk tier to a device do, and copies
  * between devices of different backends, or of one without copy_d2d. */
@@ -343,7 +343,7 @@ void odx__tier_close(odx_context *ctx)
 	ctx->tier = NULL;
 }
 
-/* ---- waking what waits for room ------------------------------------------------------------- */
+/* ---- waking what waits for room -------------------------------------------------------------- */
 
 void odx__tier_progress(odx_context *ctx)
 {
@@ -395,7 +395,7 @@ void odx__mem_done(odx_context *ctx, const odx__mem_event *ev)
 		odx__prefetch_pump(ctx);
 }
 
-/* ---- counters ----------------------------------------------------------------------------- */
+/* ---- counters -------------------------------------------------------------------------------- */
 
 void odx__tier_stats_print(odx_context *ctx, void (*emit)(odx_context *, const char *))
 {

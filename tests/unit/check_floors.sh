@@ -14,7 +14,7 @@ door=odx__mem_done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# " *   3  copy.c   ..." -> "3 copy.c"; a line may name several files ("pool.c, spill.c").
+# " *   3  copy.c  ..." -> "3 copy.c"; a line may name two files ("pool.c, spill.c").
 sed -n 's/^ \*   \([0-9]\)  *\([a-z_]*\.c\)\(, *\([a-z_]*\.c\)\)\{0,1\} .*/\1 \2 \4/p' "$dir/mem.h" \
 	>"$tmp/floors"
 [ -s "$tmp/floors" ] || { echo "check_floors: no floor table in $dir/mem.h" >&2; exit 2; }
