@@ -21,7 +21,7 @@
 
 #include "config.h"
 #include "fabric.h"
-#include "spill.h"
+#include "mem/spill.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -9,7 +9,7 @@
 
 #include "core.h"
 #include "policy.h"
-#include "spill.h"
+#include "mem/spill.h"
 
 /* Under `backends = auto`, GPU backends come first and host last; backends found as modules
  * that ODX does not know by name go before host. */

@@ -2,11 +2,11 @@
 /*
  * core.h - internal types shared by the core's files.
  *
- * The data model (DESIGN sections 3, 6, 7):
- *  - memory nodes: node 0 is host RAM, then one per device;
+ * The data model (docs/architecture.md):
+ *  - memory nodes: host RAM of each NUMA node (nodes 0 .. nhost-1), then one per device;
  *  - a buffer has one replica slot per memory node, each in an MSI state (invalid, shared = clean
- *    copy, modified = the only valid copy), plus an owner rank and a version counter that the
- *    fabric issue uses to move data between ranks;
+ *    copy, modified = the only valid copy), plus an owner rank and a version counter that
+ *    distributed execution (dist.c) uses to move data between ranks;
  *  - a task holds its arguments, the count of unfinished predecessors and the list of successors;
  *    an odx_event is a reference to a task.
  */
@@ -58,7 +58,7 @@ void odx__backend_detail_set(const char *msg);
 void odx__set_open_error(const char *msg);
 long odx__inflight(odx_context *ctx);
 
-/* ---- memory nodes and replicas (buffer.c) ------------------------------------------------- */
+/* ---- memory nodes, replicas, buffers (core/mem/, buffer.c) -------------------------------- */
 
 enum odx__replica_state {
 	ODX__INVALID = 0,
@@ -86,18 +86,17 @@ typedef struct odx__replica {
 	odx__fetch_waiter *waiters;
 } odx__replica;
 
-/* A memory tier (DESIGN section 7): host RAM of one NUMA node (nodes 0 .. ctx->nhost-1, host
- * node m being odx__topo's NUMA node m) or one device's memory (the nodes after). Its capacity is enforced by ODX's own accounting, so
- * out-of-core behaviour can be forced with small limits. */
+/* A memory tier: host RAM of one NUMA node (nodes 0 .. ctx->nhost-1, host node m being
+ * odx__topo's NUMA node m) or one device's memory (the nodes after). Its capacity is enforced by
+ * ODX's own accounting, so out-of-core behaviour can be forced with small limits. */
 typedef struct odx__memnode {
 	odx_memnode_kind kind;
 	odx__device *device;   /* NULL for host RAM */
 	int near;              /* host RAM: its own index; a device: the host node nearest to it */
 	uint64_t capacity;     /* enforced limit in bytes */
 	_Atomic uint64_t used; /* bytes of allocated replicas */
-	pthread_mutex_t lock;  /* allocation, reservation and eviction on this node: node locks
-				* come before buffer locks, device nodes before host nodes; never
-				* two host nodes at once */
+	pthread_mutex_t lock;  /* allocation, reservation and eviction on this node (lock
+				* order: mem/mem.h) */
 	uint64_t evicting;     /* bytes being written down, free once that completes */
 	uint64_t peak;         /* highest `used` seen */
 	_Atomic uint64_t ws_max; /* largest working set admitted here (sizes the headroom) */
@@ -138,7 +137,7 @@ struct odx_buffer {
 	/* data version: bumped when a task's write lands; a copy taken for eviction or spilling
 	 * while it changed is discarded, not published */
 	uint64_t wversion;
-	/* the disk tier's copy (tier.c): its state, slot, and transfers using it */
+	/* the disk tier's copy (mem/disk.c): its state, slot, and transfers using it */
 	_Atomic uint8_t disk_state;  /* enum odx__replica_state */
 	bool disk_busy;         /* a spill write is in flight */
 	bool spill_failed;      /* the last spill of this version failed: don't retry it */
@@ -166,20 +165,9 @@ int odx__buffer_check(const odx_buffer *buf, const char *fn);
 /* Released buffer structs kept before reuse, per context (FIFO): a stale handle is refused
  * for at least this many later buffer releases, and never reaches unmapped memory before close. */
 #define ODX__BUF_QUARANTINE 4096
-/* The buffer's host node, chosen now if it has none: the host node nearest memory node `near`
- * (a device's, or a host node) when it has room for the buffer, else the host node with the most
- * room. `near` -1: the calling thread's node. Takes no lock. */
-int odx__buffer_home(odx_context *ctx, odx_buffer *b, int near);
-/* A replica's memory (buffer.c): allocate/free with the node's accounting; the caller holds the
- * node's lock and the buffer's lock. */
-int odx__replica_alloc(odx_context *ctx, odx_buffer *b, int m, bool zero);
-void odx__replica_free(odx_context *ctx, odx_buffer *b, int m);
-/* How many valid copies the buffer has (memory nodes and disk); buffer lock held. */
-int odx__valid_copies(const odx_buffer *b);
 void odx__buffers_release_all(odx_context *ctx);
 /* odx_buffer_destroy for every buffer the user did not destroy (close). */
 void odx__buffers_destroy_all(odx_context *ctx);
-void odx__replica_set_state(odx_buffer *buf, int memnode, int state);
 
 /* ---- kernels (kernel.c) ------------------------------------------------------------------- */
 
@@ -449,7 +437,7 @@ extern _Thread_local bool odx__submitting;
  * dev->load counted) under dev->lock by the caller. */
 void odx__run_inline(odx__device *dev, odx__task *t);
 
-/* Staging (buffer.c): reserves the task's whole working set on the memory node it runs against
+/* Staging (mem/stage.c): reserves the task's whole working set on the memory node it runs against
  * (evicting idle copies if needed), makes its inputs valid there and pins them. READY: it can
  * run now; FETCHING: the last fetch queues it as staged; NOROOM: nothing was reserved or pinned,
  * room is being made: retry when odx__tier_changed says so. A task that can never fit fails
@@ -488,28 +476,11 @@ int odx__trace_write(odx_context *ctx, const char *path);
 void odx__trace_free(odx_context *ctx);
 void odx__stats_print(odx_context *ctx);
 
-/* ---- memory tiers (tier.c) ---------------------------------------------------------------- */
+/* ---- the memory wing (core/mem/: its internals are in mem/mem.h) -------------------------- */
 
 typedef struct odx__tier odx__tier;
 
-/* A copy between tiers, queued under locks and started once they are released (buffer.c). */
-typedef struct odx__copy_job {
-	struct odx__copy_job *next;
-	odx_buffer *buf;
-	int src, dst;        /* memory nodes; src -2: the buffer's disk-tier copy */
-	int kind;            /* fetch for waiting tasks, or write-back for eviction */
-	uint64_t wversion;   /* the buffer's data version when it was issued */
-	void *bounce;        /* host staging between devices of different backends, or disk */
-	odx__device *lane;   /* whose copy lane runs it, for the trace */
-	uint64_t t_issue;
-} odx__copy_job;
-
-/* Node m's watermarks in bytes (tier.monitor.start/stop, lowered so that the largest working set
- * admitted there fits above start, and three of them above stop: the next admission finds room
- * and the prefetch window has some). The monitor evicts from start down to stop; prefetch stays
- * below start. */
-void odx__tier_watermarks(const odx_context *ctx, int m, uint64_t *start, uint64_t *stop);
-/* Prefetch requests (prefetch.c). Levels are odx_prefetch_level. */
+/* Prefetch requests (core/mem/prefetch.c). Levels are odx_prefetch_level. */
 #define ODX__PREFETCH_LEVELS 4
 typedef struct odx__prefetch_req odx__prefetch_req;
 /* Starts what pending requests can start, drops what the plan no longer wants. Call with no core
@@ -520,50 +491,13 @@ void odx__prefetch_cancel(odx_buffer *b);
 /* Frees what is left at close. */
 void odx__prefetch_close(odx_context *ctx);
 const char *odx__prefetch_level_name(int level);
-/* Node m's lock held: queues a copy bringing b to m if it is not there and fits below `limit`.
- * 1: queued on *jobs; 0: nothing to do; ODX_ENOSPC: no room below limit; else an error. */
-int odx__prefetch_copy(odx_context *ctx, odx_buffer *b, int m, uint64_t limit,
-		       odx__copy_job **jobs);
-/* Wakes the monitor when node m is above its start watermark (after staging took room). */
-void odx__tier_kick(odx_context *ctx, int m);
 /* Capacities from tier.* (after the devices opened), the disk tier, the monitor thread. */
 int odx__tier_open(odx_context *ctx, char *err, size_t errlen);
 void odx__tier_stop(odx_context *ctx);  /* stops the monitor (before the workers stop) */
 void odx__tier_close(odx_context *ctx); /* after every buffer was released */
-enum odx__room {
-	ODX__ROOM = 0,       /* `need` bytes are free now */
-	ODX__ROOM_WAIT = 1,  /* evictions or running tasks will free them: retry later */
-	ODX__ROOM_NEVER = 2, /* nothing running or moving can free them: explained in `why` */
-};
-/* With node m's lock held: frees room for `need` more bytes on m, for task t (NULL: the
- * background monitor), dropping clean idle copies and writing dirty ones one tier down. Copies
- * to start once the caller has unlocked are pushed on *jobs. */
-int odx__tier_make_room(odx_context *ctx, int m, uint64_t need, const odx__task *t,
-			odx__copy_job **jobs, char *why, size_t whylen);
-/* Room may have appeared on node m: retry the tasks that wait for it. */
-void odx__tier_changed(odx_context *ctx, int m);
-/* A task completed or bytes moved (the watchdog's notion of progress). */
-void odx__tier_progress(odx_context *ctx);
-/* Disk tier: the buffer's only host copy goes to disk (node 0 lock and buffer lock held);
- * 0 when the write was queued. */
-int odx__tier_spill(odx_context *ctx, odx_buffer *b);
-/* Disk tier: reads the buffer's disk copy into dst (host memory), then calls done. */
-int odx__tier_reload(odx_context *ctx, odx_buffer *b, void *dst,
-		     void (*done)(void *arg, int status, const char *msg), void *arg);
-void odx__tier_disk_free(odx_context *ctx, odx_buffer *b); /* buffer lock held */
-bool odx__tier_has_disk(const odx_context *ctx);
-uint64_t odx__tier_disk_capacity(const odx_context *ctx);
 void odx__tier_stats_print(odx_context *ctx, void (*emit)(odx_context *, const char *));
-
-/* A transfer of b starts / ends (buffer.c): ends is the callback's last access to b and ctx. */
-void odx__transfer_begin(odx_buffer *b);
-void odx__transfer_end(odx_buffer *b);
+/* Waits until no copy or spill is in flight (close). */
 void odx__transfers_drain(odx_context *ctx);
-
-/* Copies between tiers (buffer.c). A write-back job copies node `src` to node 0 for eviction and
- * frees the source afterwards if it is still idle. */
-odx__copy_job *odx__copy_writeback(odx_buffer *b, int src);
-void odx__copy_start_all(odx_context *ctx, odx__copy_job *jobs);
 
 /* ---- distributed execution (dist.c) ------------------------------------------------------ */
 
@@ -698,14 +632,14 @@ struct odx_context {
 	uint64_t t_open;
 	bool closing;
 
-	/* memory tiers (tier.c) */
+	/* the memory wing (core/mem/) */
 	odx__tier *tier;
 	_Atomic uint64_t lru_clock;   /* ticks once per staged task: the replicas' LRU order */
 	_Atomic uint64_t progress;    /* tasks completed + transfers finished (watchdog) */
 	_Atomic int transfers;        /* copies and spills in flight, until their callback's
 				       * last access: close waits for none */
 	bool prefetch;                /* tier.prefetch */
-	/* prefetch requests (prefetch.c): one list per level, in arrival order */
+	/* prefetch requests (mem/prefetch.c): one list per level, in arrival order */
 	pthread_mutex_t pf_lock;
 	struct odx__prefetch_req *pf_head[4];
 	_Atomic int pf_pending;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_pool.c - the device-memory pool (core/pool.c) against a reference model.
+ * test_pool.c - the device-memory pool (core/mem/pool.c) against a reference model.
  *
  * The "driver" behind the chunk ops is host memory: a handle is a malloc'ed pointer, so a test
  * can write into what the pool hands out and catch two holders of the same bytes. The driver
@@ -24,7 +24,7 @@
 
 #include <cmocka.h>
 
-#include "pool.h"
+#include "mem/pool.h"
 
 #define KIB ((size_t)1024)
 #define MIB (1024 * KIB)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_spill.c - the disk tier's I/O engine (core/spill.c): round trips, concurrency, capacity,
+ * test_spill.c - the disk tier's I/O engine (core/mem/spill.c): round trips, concurrency, capacity,
  * injected I/O failures, checksums, permissions and cleanup, on both engines and with direct I/O
  * on and off.
  *
@@ -28,7 +28,7 @@
 #include <cmocka.h>
 
 #include "odx/odx.h"
-#include "spill.h"
+#include "mem/spill.h"
 
 #define WAIT_MS 60000
 #define MIB (1024u * 1024u)

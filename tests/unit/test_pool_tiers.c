@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "core.h"
-#include "pool.h"
+#include "mem/pool.h"
 #include "test_util.h"
 
 #define TIMEOUT_MS 60000

@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "core.h"
-#include "pool.h"
+#include "mem/pool.h"
 
 #define TIMEOUT_MS 60000
 #define N 16

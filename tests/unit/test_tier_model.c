@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "core.h"
+#include "mem/mem.h"
 #include "test_util.h"
 
 enum { NBUF = 24, WORDS = 4096 }; /* 16 KiB buffers, 384 KiB in all */

@@ -16,15 +16,17 @@
  *
  * A request is cancelled, with nothing moved, when the plan it was made for changed before its
  * copy started: the buffer was written again (a later writer was submitted), the buffer's last
- * writer (the one it waited for, or one that finished before the call) failed, the buffer was destroyed, or the device was lost. A copy that already started
- * is not stopped; if a write lands meanwhile its bytes are dropped (the copy's version check).
+ * writer (the one it waited for, or one that finished before the call) failed, the buffer was
+ * destroyed, or the device was lost. A copy that already started is not stopped; if a write
+ * lands meanwhile its bytes are dropped (the copy's version check).
  *
- * Lock order: pf_lock, then a node's lock, then a buffer's. Pumps run with no core lock held; one
+ * Locks: pf_lock is the outermost of the wing (mem/mem.h). Pumps run with no core lock held; one
  * runs at a time (a pump asked for meanwhile makes the running one go round again).
  */
 #include <stdlib.h>
 
 #include "core.h"
+#include "mem.h"
 #include "pool.h"
 
 struct odx__prefetch_req {

@@ -1,0 +1,309 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * copy.c - copy jobs between tiers: picking a source, starting the copy on the right lane
+ * (host to device, device to host, device to device, through a host bounce buffer, from the disk
+ * tier, or from zero pages), and applying a finished copy to the replicas.
+ *
+ * Separate from staging and eviction, which decide what to copy: this file only moves bytes and
+ * keeps replica states right. A finished copy reports up through the completion door
+ * (odx__mem_done) and nothing else of the floors above.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "mem.h"
+#include "pool.h"
+
+odx__copy_job *odx__copy_job_new(odx_buffer *b, int src, int dst, int kind)
+{
+	odx__copy_job *job = calloc(1, sizeof(*job));
+
+	if (!job)
+		return NULL;
+	odx__transfer_begin(b);
+	*job = (odx__copy_job){
+		.buf = b, .src = src, .dst = dst, .kind = kind, .wversion = b->wversion};
+	return job;
+}
+
+/* The memory node to copy from: host RAM first (every lane can reach it), then any device, then
+ * the disk tier; -1 if no valid copy exists. */
+int odx__copy_pick_source(const odx_context *ctx, const odx_buffer *b, int dst)
+{
+	int m;
+
+	for (m = 0; m < ctx->nmemnodes; m++)
+		if (m != dst && atomic_load(&b->replicas[m].state) != ODX__INVALID)
+			return m;
+	if (atomic_load(&b->disk_state) != ODX__INVALID)
+		return ODX__SRC_DISK;
+	return -1;
+}
+
+static void copy_start(odx_context *ctx, odx__copy_job *job);
+
+static void source_release(odx_buffer *b, int src)
+{
+	if (src == ODX__SRC_DISK)
+		b->disk_readers--;
+	else if (src >= 0)
+		b->replicas[src].pins--;
+}
+
+/* A host bounce buffer for a copy: blocks of the pinned staging pool when a run of free ones
+ * holds it, else malloc (counted by the pool as a fallback). */
+static void *bounce_get(odx_context *ctx, size_t n)
+{
+	void *p = odx__pinned_get(odx__tier_pinned(ctx), n);
+
+	return p ? p : malloc(n);
+}
+
+static void bounce_put(odx_context *ctx, void *p, size_t n)
+{
+	if (p && !odx__pinned_put(odx__tier_pinned(ctx), p, n))
+		free(p);
+}
+
+static void copy_done(void *arg, int status, const char *msg)
+{
+	odx__copy_job *job = arg;
+	odx_buffer *b = job->buf;
+	odx_context *ctx = b->ctx;
+	odx__replica *dst = &b->replicas[job->dst];
+	odx__memnode *snode = job->src >= 0 ? &ctx->memnodes[job->src] : NULL;
+	odx__fetch_waiter *w;
+	odx__copy_job *refetch = NULL;
+	odx__mem_event ev = {.kind = ODX__MEM_COPY, .buf = b};
+	char why[ODX__MSG_MAX] = "";
+	bool stale = job->wversion != b->wversion;
+	bool freed = false;
+
+	bounce_put(ctx, job->bounce, b->size);
+	job->bounce = NULL;
+	/* A write-back frees its source: that is the source node's business (its lock first). */
+	if (job->kind == ODX__COPY_WRITEBACK)
+		pthread_mutex_lock(&snode->lock);
+	pthread_mutex_lock(&b->lock);
+	stale = job->wversion != b->wversion; /* read under the lock */
+	dst->fetching = false;
+	if (status == 0 && !stale) {
+		odx__replica_set_state(b, job->dst, ODX__SHARED);
+		/* Two valid copies now: neither is the only one. */
+		if (job->src >= 0 && atomic_load(&b->replicas[job->src].state) == ODX__MODIFIED)
+			odx__replica_set_state(b, job->src, ODX__SHARED);
+	}
+	source_release(b, job->src);
+	if (job->kind == ODX__COPY_WRITEBACK) {
+		odx__replica *src = &b->replicas[job->src];
+
+		src->evicting = false;
+		snode->evicting -= odx__pool_charge(snode->pool, b->size);
+		/* Freed only if the host copy is now valid and nobody started using the source. */
+		if (status == 0 && !stale && src->pins == 0 && src->holds == 0 && src->allocated) {
+			odx__replica_free(ctx, b, job->src);
+			freed = true;
+			atomic_fetch_add(&snode->writebacks, 1);
+			atomic_fetch_add(&snode->evicted_bytes, b->size);
+		}
+	}
+	w = dst->waiters;
+	dst->waiters = NULL;
+	/* A write landed while this copy ran, so it carries old bytes: tasks waiting for the
+	 * destination get a new copy of the current data instead. */
+	if (w && status == 0 && stale) {
+		int src = odx__copy_pick_source(ctx, b, job->dst);
+
+		if (src != -1 &&
+		    (refetch = odx__copy_job_new(b, src, job->dst, ODX__COPY_FETCH)) != NULL) {
+			if (src == ODX__SRC_DISK)
+				b->disk_readers++;
+			else
+				b->replicas[src].pins++;
+			dst->fetching = true;
+			dst->waiters = w;
+			w = NULL;
+		} else {
+			status = ODX_EIO;
+			msg = "the buffer changed during the copy and no valid copy is left";
+		}
+	}
+	pthread_mutex_unlock(&b->lock);
+	if (job->kind == ODX__COPY_WRITEBACK)
+		pthread_mutex_unlock(&snode->lock);
+
+	if (status == 0 && job->src != ODX__SRC_ZERO) {
+		int s = job->src >= 0 ? job->src : job->dst; /* reloads count on their node */
+
+		atomic_fetch_add(&ctx->bytes_copied[s * ctx->nmemnodes + job->dst], b->size);
+		atomic_fetch_add(&ctx->copies, 1);
+		/* A Lua policy's transfer estimates come from measured links: copies big enough
+		 * that their time is bandwidth, not latency (from issue, so a queued copy reads
+		 * slower than the link: an estimate on the safe side). */
+		if (ctx->policy && job->src >= 0 && job->t_issue && b->size >= (64u << 10)) {
+			uint64_t ns = odx__now_ns() - job->t_issue;
+
+			if (ns > 0)
+				ev.bandwidth = (double)b->size * 1e9 / (double)ns;
+		}
+	} else if (status != 0) {
+		odx__log(ctx, ODX_LOG_ERROR, "copy of buffer %llu from %s %d to memory node %d failed: %s",
+			 (unsigned long long)b->id,
+			 job->src == ODX__SRC_DISK   ? "disk tier"
+			 : job->src == ODX__SRC_ZERO ? "zero pages"
+						     : "memory node",
+			 job->src, job->dst, msg ? msg : "");
+	}
+	if (ctx->tracing && job->lane) {
+		uint64_t now = odx__now_ns();
+		uint64_t t0 = job->t_issue > job->lane->copy_lane_free_ns
+				      ? job->t_issue
+				      : job->lane->copy_lane_free_ns;
+
+		odx__trace_span(job->lane->copy_trace,
+				job->kind == ODX__COPY_WRITEBACK ? "write-back"
+				: job->src == ODX__SRC_DISK	 ? "reload"
+				: job->src == ODX__SRC_ZERO	 ? "zero-fill"
+								 : "copy",
+				"copy", t0, now, b->id);
+		job->lane->copy_lane_free_ns = now;
+	}
+	/* What the tasks waiting for the destination are told when it failed. */
+	if (w && status != 0)
+		snprintf(why, sizeof(why), "copy of buffer %llu from %s %d to memory node %d: %s",
+			 (unsigned long long)b->id,
+			 job->src == ODX__SRC_DISK   ? "the disk tier"
+			 : job->src == ODX__SRC_ZERO ? "zero pages"
+						     : "memory node",
+			 job->src, job->dst, msg ? msg : odx_strerror(status));
+	/* Room may have appeared where a write-back freed its source, and on the buffer's host
+	 * node when a copy there or a freed source changed what eviction can take. */
+	if (job->kind == ODX__COPY_WRITEBACK)
+		ev.changed[ev.nchanged++] = job->src;
+	if (freed || odx__is_host_node(ctx, job->dst))
+		ev.changed[ev.nchanged++] = odx__home(b);
+	ev.status = status;
+	ev.src = job->src;
+	ev.dst = job->dst;
+	ev.waiters = w;
+	ev.why = why;
+	ev.refetch = refetch;
+	free(job);
+	/* Up through the door: policy, watchdog, waiting tasks, tasks waiting for room, the
+	 * refetch, prefetch requests. Before the transfer's end: ctx may be closed once the count
+	 * drops. */
+	odx__mem_done(ctx, &ev);
+	odx__transfer_end(b); /* the last access to b and ctx */
+}
+
+/* Second hop of a copy staged through host memory: the bounce buffer to the destination. */
+static void bounce_done(void *arg, int status, const char *msg)
+{
+	odx__copy_job *job = arg;
+	odx__device *ddev = job->buf->ctx->memnodes[job->dst].device;
+	odx__replica *dst = &job->buf->replicas[job->dst];
+	int rc;
+
+	if (status) {
+		copy_done(job, status, msg);
+		return;
+	}
+	rc = ddev->ops->copy_h2d(ddev->bdev, dst->mem, dst->off, job->bounce, job->buf->size,
+				 copy_done, job);
+	if (rc)
+		copy_done(job, rc, "could not queue the second hop of a staged copy");
+}
+
+static void copy_start(odx_context *ctx, odx__copy_job *job)
+{
+	odx_buffer *b = job->buf;
+	odx__replica *dst = &b->replicas[job->dst];
+	odx__replica *src = job->src >= 0 ? &b->replicas[job->src] : NULL;
+	odx__device *sdev = job->src >= 0 ? ctx->memnodes[job->src].device : NULL;
+	odx__device *ddev = ctx->memnodes[job->dst].device;
+	int rc;
+
+	job->t_issue = ctx->tracing || ctx->policy ? odx__now_ns() : 0;
+	if (job->src == ODX__SRC_ZERO) {
+		/* Zero pages to pooled memory (whose last user's bytes are still there). */
+		const void *zeros = odx__tier_zeros(ctx, b->size);
+
+		job->lane = ddev;
+		rc = zeros ? ddev->ops->copy_h2d(ddev->bdev, dst->mem, dst->off, zeros, b->size,
+						 copy_done, job)
+			   : ODX_ENOMEM;
+	} else if (job->src == ODX__SRC_DISK) {
+		/* From the disk tier: straight into host RAM, or through a bounce buffer. */
+		job->lane = ddev;
+		if (!ddev) {
+			rc = odx__tier_reload(ctx, b, (void *)(uintptr_t)dst->mem, copy_done, job);
+		} else {
+			job->bounce = bounce_get(ctx, b->size);
+			rc = job->bounce ? odx__tier_reload(ctx, b, job->bounce, bounce_done, job)
+					 : ODX_ENOMEM;
+		}
+	} else if (!sdev) {
+		job->lane = ddev;
+		rc = ddev->ops->copy_h2d(ddev->bdev, dst->mem, dst->off,
+					 (const char *)(uintptr_t)src->mem + src->off, b->size,
+					 copy_done, job);
+	} else if (!ddev) {
+		job->lane = sdev;
+		rc = sdev->ops->copy_d2h(sdev->bdev, (char *)(uintptr_t)dst->mem + dst->off, src->mem,
+					 src->off, b->size, copy_done, job);
+	} else if (sdev->ops == ddev->ops &&
+		   ODX_BACKEND_HAS_OP(ddev->ops, odx_backend_ops, copy_d2d)) {
+		job->lane = ddev;
+		rc = ddev->ops->copy_d2d(ddev->bdev, dst->mem, dst->off, sdev->bdev, src->mem,
+					 src->off, b->size, copy_done, job);
+	} else {
+		/* Different backends (or no direct path): through a host bounce buffer. */
+		job->lane = sdev;
+		job->bounce = bounce_get(ctx, b->size);
+		rc = job->bounce ? sdev->ops->copy_d2h(sdev->bdev, job->bounce, src->mem, src->off,
+						       b->size, bounce_done, job)
+				 : ODX_ENOMEM;
+	}
+	if (rc)
+		copy_done(job, rc, "could not queue the copy");
+}
+
+void odx__copy_start_all(odx_context *ctx, odx__copy_job *jobs)
+{
+	while (jobs) {
+		odx__copy_job *next = jobs->next;
+
+		jobs->next = NULL;
+		copy_start(ctx, jobs);
+		jobs = next;
+	}
+}
+
+/* With the source node's lock, the buffer's host node's lock and the buffer's lock held, and the
+ * host replica allocated: the dirty copy on `src` goes to host RAM; the source is freed when that
+ * landed. */
+odx__copy_job *odx__copy_writeback(odx_buffer *b, int src)
+{
+	int home = odx__home(b);
+	odx__copy_job *job = odx__copy_job_new(b, src, home, ODX__COPY_WRITEBACK);
+
+	if (!job)
+		return NULL;
+	b->replicas[src].pins++;
+	b->replicas[src].evicting = true;
+	b->replicas[home].fetching = true;
+	b->ctx->memnodes[src].evicting += odx__pool_charge(b->ctx->memnodes[src].pool, b->size);
+	return job;
+}
+
+const void *odx__tier_zeros(odx_context *ctx, size_t n)
+{
+	return ctx->tier && n <= ctx->tier->zeros_bytes ? ctx->tier->zeros : NULL;
+}
+
+odx__pinned *odx__tier_pinned(odx_context *ctx)
+{
+	return ctx->tier ? ctx->tier->pinned : NULL;
+}
