@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * spill_io.c - disk-tier throughput: the same bytes written then read back through a spill space
- * (core/spill.c: extents, crc32 per block, its I/O thread) and through a raw sequential
+ * (core/mem/spill.c: extents, crc32 per block, its I/O thread) and through a raw sequential
  * pwrite/pread loop, to the same directory, in one run.
  *
  * Fairness: both sides use the same request size, the same source memory and the same
