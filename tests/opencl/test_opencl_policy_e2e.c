@@ -12,10 +12,12 @@
  *             locality copies fewer bytes between memory nodes in all (the statistics' "copied
  *             memory node" lines), and every run gives the exact, bit-identical product.
  *
- * Nothing compares wall-clock time with a threshold: heft's check is relative placement counts
- * with generous margins, and when the measured means of the fastest and slowest device are
- * within 2x of each other twice in a row (a machine too loaded to tell them apart), the test
- * skips (77) saying so instead of passing or failing on noise.
+ * Nothing compares wall-clock time with a threshold, but heft's placements follow its
+ * measurements, so its check is asserted only where they leave heft no choice: the slowest
+ * device measured at least CLEAR_RATIO times the fastest's mean, where heft gives it about
+ * 1/(2 * CLEAR_RATIO + 1) of the tasks, less than half the quarter asserted. On a machine too
+ * loaded to tell the devices apart that clearly (twice in a row) the test skips (77) saying so
+ * instead of passing or failing on noise; idle, the host device measures some 20x slower.
  *
  * Environment (tests/opencl/meson.build): ODX_OPENCL_ALLOW_CPU=true,
  * POCL_DEVICES="pthread pthread", ODX_TEST_OPENCL_TMP (a private scratch directory). The
@@ -180,6 +182,9 @@ static double copied_bytes(void)
 #define HOST_REPEAT 20
 #define CAL 12
 #define MEAS 32
+/* heft's placement is asserted only when the slowest device's mean is this many times the
+ * fastest's (2x left a slow device some 20% of the tasks, too near the 25% bound) */
+#define CLEAR_RATIO 4
 
 static const char heavy_src[] = "__kernel void heavy(__global uint *x, int iters, int n)\n"
 				"{\n"
@@ -395,19 +400,19 @@ static void test_heft_prefers_fast_device(void **state)
 	(void)state;
 	for (attempt = 1;; attempt++) {
 		run_heft(&r);
-		if (r.mean[r.slow] >= 2 * r.mean[r.fast])
+		if (r.mean[r.slow] >= CLEAR_RATIO * r.mean[r.fast])
 			break;
 		if (attempt == 2) {
 			print_message(
 				"heft: the slowest device measured %.0f us per task, the fastest "
-				"%.0f us: within 2x twice in a row, the machine is too loaded "
+				"%.0f us: within %dx twice in a row, the machine is too loaded "
 				"to tell them apart; skipped\n",
-				r.mean[r.slow], r.mean[r.fast]);
+				r.mean[r.slow], r.mean[r.fast], CLEAR_RATIO);
 			heft_skipped = true;
 			skip();
 		}
-		print_message("heft: means within 2x (%.0f us vs %.0f us), calibrating again\n",
-			      r.mean[r.slow], r.mean[r.fast]);
+		print_message("heft: means within %dx (%.0f us vs %.0f us), calibrating again\n",
+			      CLEAR_RATIO, r.mean[r.slow], r.mean[r.fast]);
 	}
 	for (d = 0; d < r.ndev; d++)
 		total += r.meas.n[d];
