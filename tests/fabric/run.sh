@@ -29,12 +29,19 @@ plain)
 	# then on a busy host, which ODX reports as that peer failing, or, when only one message
 	# was lost and heartbeats still pass, as a barrier that times out (docs/distributed.md,
 	# "What ue supports here"): those signatures, and only those, get one more run, said loudly.
-	if [ "$mode" = ue ] && [ $rc -ne 0 ] &&
-		grep -qE "ODX_EPEER|barrier.*ODX_ETIMEDOUT" "$out"; then
+	# The stall comes with load (2 runs in 15 at load 2-3), so two in a row happen too: then the
+	# test could not decide and says so (77, skipped), like a test whose machine lacks what it
+	# needs. Any other failure, in either run, fails it.
+	stall="ODX_EPEER|barrier.*ODX_ETIMEDOUT"
+	if [ "$mode" = ue ] && [ $rc -ne 0 ] && grep -qE "$stall" "$out"; then
 		cat "$out"
 		echo "NOTE: ue run failed with the known udp;ofi_rxd stall (ODX_EPEER or a barrier timeout); running it once more"
 		timeout -k 5 "$outer" "$odx_run" -n "$n" --timeout "$inner" "$fab_test" "$mode" >"$out" 2>&1
 		rc=$?
+		if [ $rc -ne 0 ] && grep -qE "$stall" "$out"; then
+			echo "SKIP: the rerun stalled the same way: udp;ofi_rxd on this loaded host cannot carry the test (output below)"
+			rc=77
+		fi
 	fi
 	;;
 kill)
