@@ -196,12 +196,18 @@ static size_t streaming(odx_context *ctx, int nchunks, float *out)
 		/* the input is done with: a hint that its copies can go first */
 		assert_ok(odx_buffer_wont_use(x[i]));
 	}
+	/* The reads overlap the later chunks' kernels. Every buffer stays until the last read:
+	 * destroyed right after its own read, a chunk could leave the devices before the next ones
+	 * got there (a loaded machine running this thread ahead of the devices' workers), and the
+	 * run would fit under any limit, with no eviction for out_of_core to see. */
 	for (i = 0; i < nchunks; i++) {
 		int rc = odx_buffer_read(y[i], 0, out + (size_t)i * CHUNK, CHUNK * sizeof(float),
 					 TEST_TIMEOUT_MS);
 
 		if (rc)
 			fail_msg("streaming: reading chunk %d: %s", i, odx_last_error(ctx));
+	}
+	for (i = 0; i < nchunks; i++) {
 		odx_buffer_destroy(x[i]);
 		odx_buffer_destroy(y[i]);
 	}
