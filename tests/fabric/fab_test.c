@@ -14,8 +14,8 @@
  *   fab_test huge     one FAB_TEST_BIG-byte transfer (above 4 GiB by hand; not in the suite)
  *
  * Environment: FAB_TEST_PROVIDER, FAB_TEST_FAULT, FAB_TEST_BIG (largest size, default 64 MiB),
- * FAB_TEST_TIMEOUT_MS (peer timeout), FAB_TEST_LANES (shm copy lanes, or one count per rank
- * separated by commas; 0: the default),
+ * FAB_TEST_TIMEOUT_MS (peer timeout), FAB_TEST_SLOW (factor for every deadline, default 1),
+ * FAB_TEST_LANES (shm copy lanes, or one count per rank separated by commas; 0: the default),
  * FAB_TEST_EXPECT_LANES (1: copy lanes carried at least an eighth of the bytes received, 0: none),
  * ODX_FABRIC_IFACE (pin), FAB_TEST_NOSHM_RANK (in auto mode,
  * that rank opens no shm endpoint), FAB_TEST_WAIT=cond (wait on a condition variable rather than
@@ -37,7 +37,11 @@
 #include "fabric.h"
 #include "odx/odx.h"
 
-#define DEADLINE_S 90
+/* FAB_TEST_SLOW (meson.build: 3 under ASan, 5 under TSan) stretches every deadline below: they
+ * only guard against hangs, and a sanitized rank on a loaded machine runs that much slower. */
+static int slow = 1;
+#define DEADLINE_S (90 * slow)
+#define BARRIER_MS (30000 * slow)
 
 struct waiter {
 	pthread_mutex_t lock;
@@ -375,14 +379,14 @@ static void forged_data(odx_fab *f)
 	odx_fab_get_stats(f, &st);
 	if (my_rank == 0)
 		post(f, &x);
-	if (odx_fab_barrier(f, 30000))
+	if (odx_fab_barrier(f, BARRIER_MS))
 		DIE("barrier before the forged data");
 	for (int k = 0; my_rank == 1 && k < N; k++)
 		if (odx__fab_send_garbage(f, 0, ODX_FAB_GARBAGE_DATA, key))
 			DIE("send_garbage data");
 	if (my_rank == 0)
 		wait_stats_bad(f, st.bad_msgs + N);
-	if (odx_fab_barrier(f, 30000))
+	if (odx_fab_barrier(f, BARRIER_MS))
 		DIE("barrier after the forged data");
 	if (my_rank == 1)
 		post(f, &x);
@@ -436,7 +440,7 @@ static void run_mismatch(odx_fab *f)
 		if (my_rank == 1 && round == 0)
 			for (int i = 0; i < NP; i++)
 				post(f, &xs[i]);
-		int bret = odx_fab_barrier(f, 30000);
+		int bret = odx_fab_barrier(f, BARRIER_MS);
 		if (bret)
 			DIE("mismatch barrier of round %d: %s", round, odx_err_name(bret));
 		for (int i = 0; my_rank == 0 && i < NP; i++)
@@ -497,7 +501,9 @@ static odx_fab *open_fab(void)
 	p.shm_lanes = lanes ? atoi(lanes) : 0;
 	p.iface = getenv("ODX_FABRIC_IFACE");
 	const char *t = getenv("FAB_TEST_TIMEOUT_MS");
-	p.peer_timeout_ms = t ? atoi(t) : 0;
+	/* stretched like the deadlines under a sanitizer (the default when unset is 10 s): a rank
+	 * that a loaded machine keeps off a core that long must not count as dead */
+	p.peer_timeout_ms = (t ? atoi(t) : slow > 1 ? 10000 : 0) * slow;
 	odx_fab *f = NULL;
 	char err[1024];
 	int ret = odx_fab_open(&p, &f, err, sizeof(err));
@@ -512,7 +518,10 @@ static odx_fab *open_fab(void)
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "matrix";
-	alarm(DEADLINE_S + 60); /* the last resort against a hang */
+	const char *sl = getenv("FAB_TEST_SLOW");
+	if (sl && atoi(sl) > 1)
+		slow = atoi(sl);
+	alarm((unsigned)(DEADLINE_S + 60 * slow)); /* the last resort against a hang */
 	odx_fab *f = open_fab();
 	int size = odx_fab_size(f);
 	/* pinned to an address: every peer reached over the network is reached at that address
@@ -529,7 +538,7 @@ int main(int argc, char **argv)
 	size_t big = b ? strtoull(b, NULL, 0) : (64u << 20);
 	if (my_rank == 0)
 		printf("provider %s, %d ranks, mode %s\n", odx_fab_provider(f), size, mode);
-	int ret = odx_fab_barrier(f, 30000);
+	int ret = odx_fab_barrier(f, BARRIER_MS);
 	if (ret)
 		DIE("first barrier: %s", odx_err_name(ret));
 
@@ -573,7 +582,7 @@ int main(int argc, char **argv)
 		run_matrix(f, 8u << 20, false);
 		if (th)
 			pthread_join(th, NULL);
-		ret = odx_fab_barrier(f, 30000);
+		ret = odx_fab_barrier(f, BARRIER_MS);
 		if (ret)
 			DIE("barrier after garbage: %s", odx_err_name(ret));
 		odx_fab_stats st;
@@ -610,7 +619,7 @@ int main(int argc, char **argv)
 	} else {
 		DIE("unknown mode %s", mode);
 	}
-	ret = odx_fab_barrier(f, 60000);
+	ret = odx_fab_barrier(f, 2 * BARRIER_MS);
 	if (ret)
 		DIE("last barrier: %s", odx_err_name(ret));
 	odx_fab_stats st;

@@ -46,9 +46,13 @@ static void on_done(void *arg, int status, const char *msg)
 	pthread_mutex_unlock(&d->lock);
 }
 
+/* Every wait below only guards against a hang: 30 s, far above an honest run even sanitized on a
+ * loaded machine (the progress thread runs the callbacks; it may wait its turn for a core). */
+#define WAIT_MS 30000
+
 static int wait_calls(struct done_rec *d, int n)
 {
-	for (int i = 0; i < 5000; i++) {
+	for (int i = 0; i < WAIT_MS; i++) {
 		pthread_mutex_lock(&d->lock);
 		int c = d->calls;
 		pthread_mutex_unlock(&d->lock);
@@ -156,8 +160,8 @@ static void test_single_rank(void)
 	CHECK(odx_fab_send(f, 0, 1ull << ODX_FAB_KEY_BITS, a, 10, on_done, &d) == ODX_EINVAL &&
 		      odx_fab_recv(f, 0, ~0ull, b, 10, on_done, &d) == ODX_EINVAL,
 	      "a key of more than %d bits accepted", ODX_FAB_KEY_BITS);
-	CHECK(odx_fab_barrier(f, 1000) == 0, "barrier of one");
-	for (int i = 0; i < 1000 && __atomic_load_n(&self_msgs, __ATOMIC_SEQ_CST) < 1; i++)
+	CHECK(odx_fab_barrier(f, WAIT_MS) == 0, "barrier of one");
+	for (int i = 0; i < WAIT_MS && __atomic_load_n(&self_msgs, __ATOMIC_SEQ_CST) < 1; i++)
 		usleep(1000);
 	CHECK(self_msgs == 1, "self message delivered %d times", self_msgs);
 	/* a receive nobody sends to: canceled at close, done called once */
@@ -226,7 +230,7 @@ static void test_wait(void)
 		      "send");
 		CHECK(odx_fab_recv(f, 0, 300 + (uint64_t)i, dst, sizeof(dst), on_done, &d) == 0,
 		      "recv");
-		ret = odx_fab_wait(f, calls_reached, &d, 30000);
+		ret = odx_fab_wait(f, calls_reached, &d, WAIT_MS);
 		CHECK(ret == 0 && d.calls == 2 && d.status == 0 && !memcmp(src, dst, sizeof(src)),
 		      "wait %d: %s, %d calls, %s", i, odx_err_name(ret), d.calls, d.msg);
 	}
@@ -241,12 +245,12 @@ static void test_wait(void)
 	CHECK(odx_fab_send(f, 0, 400, a, 8, on_done_nested, &n) == 0 &&
 		      odx_fab_recv(f, 0, 400, b, 8, on_done_nested, &n) == 0,
 	      "nested transfer");
-	ret = odx_fab_wait(f, nested_done, &n, 30000);
+	ret = odx_fab_wait(f, nested_done, &n, WAIT_MS);
 	CHECK(ret == 0 && n.ret == ODX_EBUSY && n.bar == ODX_EBUSY,
 	      "wait from a callback: %s, inner wait %s, inner barrier %s", odx_err_name(ret),
 	      odx_err_name(n.ret), odx_err_name(n.bar));
 	/* the refused barrier left no epoch behind: a barrier from here still works */
-	CHECK(odx_fab_barrier(f, 1000) == 0, "barrier after a refused one");
+	CHECK(odx_fab_barrier(f, WAIT_MS) == 0, "barrier after a refused one");
 	odx_fab_close(f);
 }
 

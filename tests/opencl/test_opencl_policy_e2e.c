@@ -8,14 +8,18 @@
  *             measured slowest gets few of the next independent tasks and the fastest more.
  *             Which device is slow is read from the measurements (the trace), not assumed.
  *   locality  the same tiled GEMM (odx.gemm_f32 products accumulated by odx.axpy_f32 into each
- *             C tile) under lua:locality and lua:eager on two PoCL devices, three runs each:
- *             locality copies fewer bytes between memory nodes in all (the statistics' "copied
- *             memory node" lines), and every run gives the exact, bit-identical product.
+ *             C tile) under lua:locality, lua:eager and lua:round_robin on two PoCL devices,
+ *             three runs each: locality copies fewer bytes between memory nodes in all (the
+ *             statistics' "copied memory node" lines) than round_robin, and than eager in the
+ *             runs where eager spread its tasks over both devices (it follows the queues: see
+ *             EAGER_MIN_SHARE); every run gives the exact, bit-identical product.
  *
- * Nothing compares wall-clock time with a threshold: heft's check is relative placement counts
- * with generous margins, and when the measured means of the fastest and slowest device are
- * within 2x of each other twice in a row (a machine too loaded to tell them apart), the test
- * skips (77) saying so instead of passing or failing on noise.
+ * Nothing compares wall-clock time with a threshold, but heft's placements follow its
+ * measurements, so its check is asserted only where they leave heft no choice: the slowest
+ * device measured at least CLEAR_RATIO times the fastest's mean, where heft gives it about
+ * 1/(2 * CLEAR_RATIO + 1) of the tasks, less than half the quarter asserted. On a machine too
+ * loaded to tell the devices apart that clearly (twice in a row) the test skips (77) saying so
+ * instead of passing or failing on noise; idle, the host device measures some 20x slower.
  *
  * Environment (tests/opencl/meson.build): ODX_OPENCL_ALLOW_CPU=true,
  * POCL_DEVICES="pthread pthread", ODX_TEST_OPENCL_TMP (a private scratch directory). The
@@ -180,6 +184,9 @@ static double copied_bytes(void)
 #define HOST_REPEAT 20
 #define CAL 12
 #define MEAS 32
+/* heft's placement is asserted only when the slowest device's mean is this many times the
+ * fastest's (2x left a slow device some 20% of the tasks, too near the 25% bound) */
+#define CLEAR_RATIO 4
 
 static const char heavy_src[] = "__kernel void heavy(__global uint *x, int iters, int n)\n"
 				"{\n"
@@ -395,19 +402,19 @@ static void test_heft_prefers_fast_device(void **state)
 	(void)state;
 	for (attempt = 1;; attempt++) {
 		run_heft(&r);
-		if (r.mean[r.slow] >= 2 * r.mean[r.fast])
+		if (r.mean[r.slow] >= CLEAR_RATIO * r.mean[r.fast])
 			break;
 		if (attempt == 2) {
 			print_message(
 				"heft: the slowest device measured %.0f us per task, the fastest "
-				"%.0f us: within 2x twice in a row, the machine is too loaded "
+				"%.0f us: within %dx twice in a row, the machine is too loaded "
 				"to tell them apart; skipped\n",
-				r.mean[r.slow], r.mean[r.fast]);
+				r.mean[r.slow], r.mean[r.fast], CLEAR_RATIO);
 			heft_skipped = true;
 			skip();
 		}
-		print_message("heft: means within 2x (%.0f us vs %.0f us), calibrating again\n",
-			      r.mean[r.slow], r.mean[r.fast]);
+		print_message("heft: means within %dx (%.0f us vs %.0f us), calibrating again\n",
+			      CLEAR_RATIO, r.mean[r.slow], r.mean[r.fast]);
 	}
 	for (d = 0; d < r.ndev; d++)
 		total += r.meas.n[d];
@@ -420,14 +427,15 @@ static void test_heft_prefers_fast_device(void **state)
 			 r.mean[r.fast]);
 }
 
-/* ---- locality vs eager: bytes moved by a tiled GEMM ----------------------------------------- */
+/* ---- locality vs round_robin and eager: bytes moved by a tiled GEMM ------------------------ */
 
 #define TS 64 /* tile edge: 16 KiB tiles */
 #define TILES 6
 
 /* C = A * B over TILES x TILES tiles: P = A_ik * B_kj, C_ij += P, one P per C tile. Returns
- * the bytes copied between memory nodes; `out` receives C tile by tile. */
-static double run_gemm(const char *policy, float *out)
+ * the bytes copied between memory nodes; `out` receives C tile by tile, `ngemm` how many gemm
+ * tasks each device ran. */
+static double run_gemm(const char *policy, float *out, unsigned long long ngemm[2])
 {
 	odx_context *ctx = open_policy("opencl", policy, NULL);
 	odx_kernel *gemm, *axpy;
@@ -496,6 +504,8 @@ static double run_gemm(const char *policy, float *out)
 		span_sums g;
 
 		read_trace("gemm", &g);
+		ngemm[0] = g.n[0];
+		ngemm[1] = g.n[1];
 		print_message("%-13s %.0f KiB copied between memory nodes; gemm tasks: device 0 "
 			      "%llu, device 1 %llu\n",
 			      policy, bytes / 1024, g.n[0], g.n[1]);
@@ -524,13 +534,22 @@ static float gemm_expected(int ti, int tj, int r, int col)
 /* Runs per policy: their placements follow the queues, so one run's bytes vary by some 10%;
  * the sums over ROUNDS runs each are what is compared. */
 #define ROUNDS 3
+/* eager follows the queues alone: where tasks mostly find both queues empty (a loaded machine)
+ * it sends most of them to device 0 (its tie-break), and a chain that stays on one device needs
+ * no copy, so its bytes fall to locality's (seen: 3440 KiB against 3266 KiB at a 48/168 split).
+ * An eager run counts in the comparison only where it spread the gemm tasks, at least this
+ * share on each device (on an idle machine it splits them about evenly). round_robin spreads
+ * them whatever the timing: locality is always compared with it. */
+#define EAGER_MIN_SHARE (1.0 / 3)
 
-static void test_locality_moves_less_than_eager(void **state)
+static void test_locality_moves_fewer_bytes(void **state)
 {
+	static const char *const policies[] = {"lua:locality", "lua:eager", "lua:round_robin"};
 	const size_t n = (size_t)TILES * TILES * TS * TS;
 	float *want = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
-	double loc_bytes = 0, eager_bytes = 0;
-	int ti, tj, r, col, round;
+	double bytes[3] = {0, 0, 0}, loc_spread = 0, eager_spread = 0;
+	unsigned long long ngemm[2];
+	int ti, tj, r, col, round, spread_runs = 0;
 
 	(void)state;
 	assert_non_null(want);
@@ -542,29 +561,35 @@ static void test_locality_moves_less_than_eager(void **state)
 					want[((size_t)(ti * TILES + tj) * TS + r) * TS + col] =
 						gemm_expected(ti, tj, r, col);
 	for (round = 0; round < ROUNDS; round++) {
-		static const char *const policies[] = {"lua:locality", "lua:eager"};
+		double run[3];
 
-		for (int p = 0; p < 2; p++) {
-			double bytes;
-
+		for (int p = 0; p < 3; p++) {
 			memset(got, 0xa5, n * sizeof(float));
-			bytes = run_gemm(policies[p], got);
+			run[p] = run_gemm(policies[p], got, ngemm);
 			/* Exact, and so bit-identical between the policies and the runs. */
 			if (memcmp(got, want, n * sizeof(float)) != 0)
 				fail_msg("%s, run %d: C differs from the expected product",
 					 policies[p], round + 1);
-			if (p == 0)
-				loc_bytes += bytes;
-			else
-				eager_bytes += bytes;
+			bytes[p] += run[p];
+			if (p == 1 && (double)(ngemm[0] < ngemm[1] ? ngemm[0] : ngemm[1]) >=
+					      EAGER_MIN_SHARE * (double)(ngemm[0] + ngemm[1])) {
+				spread_runs++;
+				loc_spread += run[0];
+				eager_spread += run[1];
+			}
 		}
 	}
-	print_message("over %d runs each: lua:locality copied %.0f KiB, lua:eager %.0f KiB\n",
-		      ROUNDS, loc_bytes / 1024, eager_bytes / 1024);
-	if (!(loc_bytes < eager_bytes))
-		fail_msg("lua:locality copied %.0f KiB, lua:eager %.0f KiB over %d runs each: "
-			 "locality should move fewer bytes",
-			 loc_bytes / 1024, eager_bytes / 1024, ROUNDS);
+	print_message("over %d runs each: lua:locality copied %.0f KiB, lua:eager %.0f KiB, "
+		      "lua:round_robin %.0f KiB; eager spread its tasks in %d runs\n",
+		      ROUNDS, bytes[0] / 1024, bytes[1] / 1024, bytes[2] / 1024, spread_runs);
+	if (!(bytes[0] < bytes[2]))
+		fail_msg("lua:locality copied %.0f KiB, lua:round_robin %.0f KiB over %d runs "
+			 "each: locality should move fewer bytes",
+			 bytes[0] / 1024, bytes[2] / 1024, ROUNDS);
+	if (spread_runs > 0 && !(loc_spread < eager_spread))
+		fail_msg("lua:locality copied %.0f KiB, lua:eager %.0f KiB in the %d runs where "
+			 "eager spread its tasks: locality should move fewer bytes",
+			 loc_spread / 1024, eager_spread / 1024, spread_runs);
 	free(want);
 	free(got);
 }
@@ -575,7 +600,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_heft_prefers_fast_device),
 	};
 	const struct CMUnitTest locality[] = {
-		cmocka_unit_test(test_locality_moves_less_than_eager),
+		cmocka_unit_test(test_locality_moves_fewer_bytes),
 	};
 	int rc;
 

@@ -131,21 +131,46 @@ static void test_chains(void **state)
 }
 
 static _Atomic int started;
+static odx__task *_Atomic gated; /* the task of the kernel the test holds (its event) */
 
-/* slow_fail(W y): says it started, lets the caller queue a read behind it, fails. */
-static int slow_fail(const odx_host_launch *l)
+/* True once a read or write submitted after the gated task has been queued behind it on the
+ * device's lane (odx_buffer_read/write set its chain to CHAIN_BEHIND): the event the kernels
+ * below wait for before they end, so the access is still behind an unfinished kernel then. */
+static bool behind_queued(void)
+{
+	odx__task *t = atomic_load(&gated);
+	bool yes = false;
+
+	if (t == NULL)
+		return false;
+	pthread_mutex_lock(&t->lock);
+	for (int i = 0; i < t->nsucc && !yes; i++)
+		yes = atomic_load(&t->succ[i].task->chain) == ODX__CHAIN_BEHIND;
+	pthread_mutex_unlock(&t->lock);
+	return yes;
+}
+
+/* Holds the kernel until an access is queued behind it (at most 10 s: a hang guard; the test's
+ * counter check then fails). */
+static void hold_until_behind(void)
 {
 	atomic_store(&started, 1);
-	sleep_ms(30);
+	for (int i = 0; i < 10000 && !behind_queued(); i++)
+		sleep_ms(1);
+}
+
+/* slow_fail(W y): says it started, stays until the test's read is queued behind it, fails. */
+static int slow_fail(const odx_host_launch *l)
+{
+	hold_until_behind();
 	snprintf(l->error, l->error_size, "failed on purpose");
 	return 5;
 }
 
-/* slow_fail_read(R x, W out): the same, reading x. */
+/* slow_fail_read(R x, W out): the same, reading x (the test's write goes behind it). */
 static int slow_fail_read(const odx_host_launch *l)
 {
-	atomic_store(&started, 1);
-	sleep_ms(30);
+	hold_until_behind();
 	snprintf(l->error, l->error_size, "failed on purpose");
 	return 6;
 }
@@ -162,19 +187,37 @@ static int gated_fail(const odx_host_launch *l)
 	return 7;
 }
 
-/* Waits until the kernel runs, then a little longer: its worker has handed it over by then. */
-static void wait_started(void)
+/* Submits the gated kernel `k` and waits (at most 10 s) until it runs and its device took it
+ * (task->queued: its launch returned pending): only then can a copy go behind it. */
+static void submit_gated(odx_context *ctx, odx_kernel *k, odx_arg *args, int nargs)
 {
-	for (int i = 0; i < 10000 && !atomic_load(&started); i++)
+	odx_event *ev = NULL;
+	odx__task *t;
+
+	atomic_store(&started, 0);
+	assert_ok(odx_submit(ctx, k, args, nargs, NULL, &ev));
+	t = (odx__task *)ev; /* an event is a reference to its task */
+	atomic_store(&gated, t);
+	for (int i = 0; i < 10000 && !(atomic_load(&started) && atomic_load(&t->queued)); i++)
 		sleep_ms(1);
 	assert_true(atomic_load(&started));
-	sleep_ms(5);
+	assert_true(atomic_load(&t->queued));
+	/* ours stays referenced until the access is done; the test drops it after */
+}
+
+/* Drops the gated task's reference once it finished. */
+static void release_gated(void)
+{
+	odx__task *t = atomic_exchange(&gated, NULL);
+
+	assert_true(odx_event_wait((odx_event *)t, TEST_TIMEOUT_MS) != ODX_ETIMEDOUT);
+	odx_event_release((odx_event *)t);
 }
 
 /* A read queued behind the kernel writing its buffer, which fails: the read fails with it, as
- * it would have waiting for the kernel; and a write behind a failing reader stands. Retried
- * until the path was taken (a kernel the worker has not handed over yet is waited for the
- * usual way; the results must be the same either way). */
+ * it would have waiting for the kernel; and a write behind a failing reader stands. The kernels
+ * stay until the access is queued behind them, which is asserted (copied_behind), not retried
+ * for: the path is taken whatever the timing. */
 static void test_failing_producer(void **state)
 {
 	static const odx_param wparams[] = {{ODX_ARG_BUFFER, ODX_W, "y"}};
@@ -183,9 +226,8 @@ static void test_failing_producer(void **state)
 	odx_context *ctx;
 	odx_kernel *kw, *kr;
 	odx_buffer *bx, *by, *bout;
-	float v[N];
+	float v[N], back[N];
 	uint64_t before;
-	int tries;
 
 	(void)state;
 	if (!on_host())
@@ -196,45 +238,33 @@ static void test_failing_producer(void **state)
 	assert_ok(odx_buffer_create(ctx, sizeof(v), 0, &bx));
 	assert_ok(odx_buffer_create(ctx, sizeof(v), 0, &by));
 	assert_ok(odx_buffer_create(ctx, sizeof(v), 0, &bout));
+
+	submit_gated(ctx, kw, (odx_arg[]){ODX_BUF(by, ODX_W)}, 1);
+	for (int i = 0; i < N; i++)
+		v[i] = -1.0f;
+	before = copied_behind(ctx);
+	assert_int_equal(odx_buffer_read(by, 0, v, sizeof(v), -1), ODX_ECANCELED);
+	assert_int_equal(copied_behind(ctx), before + 1);
+	/* dst untouched, as when the read waits for the kernel */
+	for (int i = 0; i < N; i++)
+		assert_true(v[i] == -1.0f);
+	assert_contains(odx_last_error(ctx), "failed on purpose");
+	release_gated();
+	odx_wait_all(ctx, TEST_TIMEOUT_MS); /* reports the kernel's failure once */
+
 	for (int i = 0; i < N; i++)
 		v[i] = (float)i;
-
+	assert_ok(odx_buffer_write(bx, 0, v, sizeof(v), -1));
+	submit_gated(ctx, kr, (odx_arg[]){ODX_BUF(bx, ODX_R), ODX_BUF(bout, ODX_W)}, 2);
+	for (int i = 0; i < N; i++)
+		v[i] = (float)(1000 + i);
 	before = copied_behind(ctx);
-	for (tries = 0; tries < 20 && copied_behind(ctx) == before; tries++) {
-		int rc;
-
-		atomic_store(&started, 0);
-		assert_ok(odx_submit(ctx, kw, (odx_arg[]){ODX_BUF(by, ODX_W)}, 1, NULL, NULL));
-		wait_started();
-		for (int i = 0; i < N; i++)
-			v[i] = -1.0f;
-		rc = odx_buffer_read(by, 0, v, sizeof(v), -1);
-		assert_int_equal(rc, ODX_ECANCELED);
-		/* dst untouched, as when the read waits for the kernel */
-		for (int i = 0; i < N; i++)
-			assert_true(v[i] == -1.0f);
-		assert_contains(odx_last_error(ctx), "failed on purpose");
-		odx_wait_all(ctx, TEST_TIMEOUT_MS); /* reports the kernel's failure once */
-	}
-	assert_true(copied_behind(ctx) > before);
-
-	before = copied_behind(ctx);
-	for (tries = 0; tries < 20 && copied_behind(ctx) == before; tries++) {
-		float back[N];
-
-		assert_ok(odx_buffer_write(bx, 0, v, sizeof(v), -1));
-		atomic_store(&started, 0);
-		assert_ok(odx_submit(ctx, kr, (odx_arg[]){ODX_BUF(bx, ODX_R), ODX_BUF(bout, ODX_W)},
-				     2, NULL, NULL));
-		wait_started();
-		for (int i = 0; i < N; i++)
-			v[i] = (float)(tries * 1000 + i);
-		assert_ok(odx_buffer_write(bx, 0, v, sizeof(v), -1));
-		assert_ok(odx_buffer_read(bx, 0, back, sizeof(back), TEST_TIMEOUT_MS));
-		assert_memory_equal(back, v, sizeof(v));
-		odx_wait_all(ctx, TEST_TIMEOUT_MS);
-	}
-	assert_true(copied_behind(ctx) > before);
+	assert_ok(odx_buffer_write(bx, 0, v, sizeof(v), -1));
+	assert_int_equal(copied_behind(ctx), before + 1);
+	assert_ok(odx_buffer_read(bx, 0, back, sizeof(back), TEST_TIMEOUT_MS));
+	assert_memory_equal(back, v, sizeof(v));
+	release_gated();
+	odx_wait_all(ctx, TEST_TIMEOUT_MS);
 	odx_buffer_destroy(bx);
 	odx_buffer_destroy(by);
 	odx_buffer_destroy(bout);
@@ -242,7 +272,8 @@ static void test_failing_producer(void **state)
 }
 
 /* With a timeout the read waits for the kernel the usual way (a copy handed to the device
- * cannot be withdrawn when the timeout expires), and the timeout still works. */
+ * cannot be withdrawn when the timeout expires), and the timeout still works. The kernel is on
+ * its device's lane first, so without the timeout the read would have gone behind it. */
 static void test_timeout_not_behind(void **state)
 {
 	static const odx_param wparams[] = {{ODX_ARG_BUFFER, ODX_W, "y"}};
@@ -259,14 +290,13 @@ static void test_timeout_not_behind(void **state)
 	kw = test_host_kernel(ctx, "gated_fail", wparams, 1, gated_fail);
 	assert_ok(odx_buffer_create(ctx, sizeof(v), 0, &by));
 	before = copied_behind(ctx);
-	atomic_store(&started, 0);
 	atomic_store(&released, 0);
-	assert_ok(odx_submit(ctx, kw, (odx_arg[]){ODX_BUF(by, ODX_W)}, 1, NULL, NULL));
-	wait_started();
+	submit_gated(ctx, kw, (odx_arg[]){ODX_BUF(by, ODX_W)}, 1);
 	assert_int_equal(odx_buffer_read(by, 0, v, sizeof(v), 1), ODX_ETIMEDOUT);
 	atomic_store(&released, 1);
 	assert_int_equal(odx_buffer_read(by, 0, v, sizeof(v), TEST_TIMEOUT_MS), ODX_ECANCELED);
 	assert_int_equal(copied_behind(ctx), before);
+	release_gated();
 	odx_wait_all(ctx, TEST_TIMEOUT_MS);
 	odx_buffer_destroy(by);
 	odx_close(ctx);

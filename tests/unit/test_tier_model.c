@@ -43,8 +43,9 @@ static void check_invariants(odx_context *ctx, odx_buffer **b, const model *md, 
 {
 	int i, m;
 
-	/* Copies the runtime started on its own (write-backs, prefetches, spills) finish too. */
-	for (i = 0; i < 100 && !settled(ctx); i++)
+	/* Copies the runtime started on its own (write-backs, prefetches, spills) finish too
+	 * (within TEST_TIMEOUT_MS: a hang guard, 10 s was near a sanitized run's on a loaded box). */
+	for (i = 0; i < TEST_TIMEOUT_MS / 100 && !settled(ctx); i++)
 		odx__wait_until(ctx, settled, ctx, 100);
 	assert_true(settled(ctx));
 	for (m = 0; m < ctx->nmemnodes; m++)
