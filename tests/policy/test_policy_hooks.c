@@ -305,7 +305,9 @@ static void test_on_tick(void **state)
 	(void)state;
 	write_policy(path, sizeof(path), "ticks", text);
 	ctx = open_policy(path, "5");
-	for (i = 0; i < 400 && got != 1; i++) {
+	/* Until 3 ticks were seen (tick_ms 5): a hang guard of TEST_TIMEOUT_MS, not a deadline
+	 * (a loaded machine under ASan may take far more than 3 x 5 ms to run them). */
+	for (i = 0; i < TEST_TIMEOUT_MS / 5 && got != 1; i++) {
 		usleep(5000);
 		got = odx__policy_evict(ctx, 0, 1, cands, 4, order);
 	}
