@@ -203,15 +203,4 @@ int odx__policy_place_rank(odx_context *ctx, const odx__rank_task *b, int n, int
  * policy sees (batch.transfer, window.transfer, odx.bandwidth). No-op without a Lua policy. */
 void odx__policy_set_bandwidth(odx_context *ctx, int src_node, int dst_node, double bytes_per_s);
 
-/* ---- test harness ---- */
-
-/*
- * Runs the Lua test file `test_path` in a sandboxed state with a harness table as its argument
- * (docs/policies.md, "Testing a policy"): harness.open(machine) opens the policy `spec` on a
- * synthetic machine, harness.place(tasks, queue) returns the answers, harness.complete(...)
- * feeds the model; harness.evict, .prefetch, .place_rank and .tick call the other hooks through
- * the odx__policy_host_* functions, harness.bandwidth sets a measured link. Returns 0, or ODX_EINVAL with the failure (file, line, traceback) in err.
- */
-int odx__policy_test_run(const char *spec, const char *test_path, char *err, size_t errlen);
-
 #endif /* ODX_CORE_POLICY_H */
