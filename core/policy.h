@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * policy.h - the Lua policy host (DESIGN section 8, docs/policies.md).
- *
- * policy.c is the only file that includes the Lua headers. It has two layers:
+ * policy.h - the Lua policy host, as the rest of core sees it (docs/policies.md for the user's
+ * view). The implementation lives in core/policy/ (policy_internal.h says which file holds
+ * what); only those files include the Lua headers. Two layers:
  *
  *  - the host proper (odx__policy_open .. odx__policy_close): one sandboxed lua_State per
  *    policy, a capped allocator, a per-call CPU budget enforced by a watchdog thread, the
- *    performance models; it knows nothing of tasks or contexts, so the test harness drives it
- *    with synthetic batches;
+ *    performance models; it knows nothing of tasks or contexts, so the test harness
+ *    (tests/policy/test_policy_harness.c) drives it with synthetic batches;
  *  - the context glue (odx__policy_ctx_*): ready tasks are appended to a pending list and
  *    whoever takes the policy lock drains the whole list into one `place` call (flat
  *    combining), then queues each task on the device chosen, or on the built-in policy's

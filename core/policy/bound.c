@@ -6,9 +6,9 @@
  * wall-clock ceiling, is left by the escape signal and siglongjmp wherever it is, a C function
  * included, and its state is freed without touching Lua (the hard bound).
  *
- * run_op and state_close are the only entries into a state: each sets an escape point first.
- * Kept apart from the host because the signal handler, the escape points and the unsafe regions
- * (policy_internal.h) must be read together.
+ * pol_run_op and pol_state_close are the only entries into a state: each sets an escape point
+ * first. Kept apart from the host because the signal handler, the escape points and the unsafe
+ * regions (policy_internal.h) must be read together.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -80,17 +80,17 @@ static uint64_t thread_cpu_ns(int tid)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* ---- the hard bound: escape points and the watchdog's signal ---------------------------------- */
+/* ---- the hard bound: escape points and the watchdog's signal -------------------------------- */
 
 /* The escape point of the Lua entry this thread is in; NULL outside one. Touched by the thread
  * before any signal can target it, so the handler's TLS read allocates nothing. */
-_Thread_local escape *volatile esc_now;
+_Thread_local pol_escape *volatile pol_esc_now;
 static struct sigaction esc_chained; /* what held ESCAPE_SIGNAL before us: called for others */
-pthread_once_t esc_once = PTHREAD_ONCE_INIT;
+static pthread_once_t esc_once = PTHREAD_ONCE_INIT;
 
-__attribute__((noreturn)) void escape_jump(escape *e)
+__attribute__((noreturn)) void pol_escape_jump(pol_escape *e)
 {
-	esc_now = NULL;
+	pol_esc_now = NULL;
 	siglongjmp(e->jb, 1);
 }
 
@@ -98,12 +98,12 @@ __attribute__((noreturn)) void escape_jump(escape *e)
  * region (then that region's exit jumps). Anything else is not ours: chained. */
 static void escape_handler(int sig, siginfo_t *si, void *uc)
 {
-	escape *e = esc_now;
+	pol_escape *e = pol_esc_now;
 	int saved = errno;
 
 	if (e && atomic_load(&e->h->kill_seq) == e->seq) {
 		if (!e->unsafe)
-			escape_jump(e);
+			pol_escape_jump(e);
 		e->pending = 1;
 	} else if ((esc_chained.sa_flags & SA_SIGINFO) && esc_chained.sa_sigaction) {
 		esc_chained.sa_sigaction(sig, si, uc);
@@ -115,7 +115,7 @@ static void escape_handler(int sig, siginfo_t *si, void *uc)
 
 /* Process-wide, once. SA_NODEFER: the handler leaves by siglongjmp without restoring a mask
  * (sigsetjmp(jb, 0)), so the signal must not be blocked while it runs. */
-void escape_install(void)
+static void escape_install(void)
 {
 	struct sigaction sa;
 
@@ -126,7 +126,7 @@ void escape_install(void)
 	sigaction(ESCAPE_SIGNAL, &sa, &esc_chained);
 }
 
-void *watchdog(void *arg)
+static void *watchdog(void *arg)
 {
 	odx__policy *h = arg;
 	uint64_t period = h->budget_ns / 2, last_seq = 0, quiet_since = odx__now_ns();
@@ -212,10 +212,31 @@ static void wake_watchdog(odx__policy *h)
 	pthread_mutex_unlock(&h->wd_lock);
 }
 
+int pol_watchdog_start(odx__policy *h)
+{
+	pthread_once(&esc_once, escape_install);
+	if (pthread_create(&h->wd, NULL, watchdog, h) != 0)
+		return ODX_ENOMEM;
+	h->wd_started = true;
+	return 0;
+}
+
+void pol_watchdog_stop(odx__policy *h)
+{
+	if (!h->wd_started)
+		return;
+	pthread_mutex_lock(&h->wd_lock);
+	h->wd_stop = true;
+	pthread_cond_signal(&h->wd_cond);
+	pthread_mutex_unlock(&h->wd_lock);
+	pthread_join(h->wd, NULL);
+	h->wd_started = false;
+}
+
 /* Registers a Lua entry with the watchdog (L NULL: a close, no soft hook) and publishes its
  * escape point; returns the call's sequence number. The normal path stores a few words and
  * bumps a counter. */
-static uint64_t call_begin(odx__policy *h, escape *e, lua_State *L, enum op op, uint64_t budget,
+static uint64_t call_begin(odx__policy *h, pol_escape *e, lua_State *L, enum op op, uint64_t budget,
 			   uint64_t ceiling)
 {
 	static _Thread_local bool unblocked;
@@ -243,28 +264,32 @@ static uint64_t call_begin(odx__policy *h, escape *e, lua_State *L, enum op op, 
 	e->seq = atomic_load_explicit(&h->seq, memory_order_relaxed) + 1;
 	e->unsafe = 0;
 	e->pending = 0;
-	esc_now = e;
+	pol_esc_now = e;
 	mine = atomic_fetch_add(&h->seq, 1) + 1;
 	if (atomic_load(&h->wd_idle)) {
-		unsafe_enter(e); /* wd_lock */
+		pol_unsafe_enter(e); /* wd_lock */
 		wake_watchdog(h);
-		unsafe_leave(e);
+		pol_unsafe_leave(e);
 	}
 	return mine;
 }
 
 static void call_end(odx__policy *h, lua_State *L, uint64_t mine)
 {
-	esc_now = NULL;
+	pol_esc_now = NULL;
 	atomic_signal_fence(memory_order_seq_cst);
 	atomic_fetch_add(&h->seq, 1);
 	if (L && atomic_load(&h->armed_seq) == mine)
 		lua_sethook(L, NULL, 0, 0);
 }
 
-void state_free(odx__policy *h, pstate *s)
+/* ---- entries into a state ------------------------------------------------------------------- */
+
+/* Frees a state without touching Lua: its blocks wholesale, then the host's side. Used after an
+ * escape (the state may be mid-operation) and for what lua_close left (nothing, normally). */
+void pol_state_free(odx__policy *h, pol_state *s)
 {
-	blk *b, *next;
+	pol_blk *b, *next;
 
 	/* The watchdog arms hooks on call_L under wd_lock: it must never see this state again. */
 	pthread_mutex_lock(&h->wd_lock);
@@ -275,7 +300,7 @@ void state_free(odx__policy *h, pstate *s)
 		next = b->next;
 		free(b);
 	}
-	shadow_free(&s->sh);
+	pol_shadow_free(&s->sh);
 	free(s);
 }
 
@@ -290,7 +315,7 @@ static void abandoned_msg(odx__policy *h, enum op op, uint64_t start, char *err,
 		 "policy %s (file %s): abandoned '%s': still running %llu ms after it started, past "
 		 "its hard deadline (%d times its CPU budget of %llu us, or a wall-clock ceiling of "
 		 "%llu ms); its Lua state is dropped%s",
-		 h->spec, h->display, op_names[op], (unsigned long long)((odx__now_ns() - start) / 1000000),
+		 h->spec, h->display, pol_op_names[op], (unsigned long long)((odx__now_ns() - start) / 1000000),
 		 HARD_CPU_BUDGETS, (unsigned long long)(atomic_load(&h->call_budget) / 1000),
 		 (unsigned long long)(atomic_load(&h->call_ceiling) / 1000000),
 		 loading ? "" : " and the built-in least_loaded decides every call until the file "
@@ -298,16 +323,16 @@ static void abandoned_msg(odx__policy *h, enum op op, uint64_t start, char *err,
 }
 
 /* After an escape from state s: it is freed (never touched again), the policy disabled. */
-static void give_up(odx__policy *h, pstate *s)
+static void give_up(odx__policy *h, pol_state *s)
 {
 	if (h->cur == s) { /* else a new version's load: the running one stays */
 		h->cur = NULL;
 		h->disabled = true;
-		publish_hooks(h);
+		pol_publish_hooks(h);
 		atomic_store(&h->gave_up, true);
 	}
 	h->rng_now = &h->rng;
-	state_free(h, s);
+	pol_state_free(h, s);
 }
 
 /* Wall-clock ceiling of a hook call: HARD_WALL_BUDGETS budgets, at least HARD_WALL_MIN_NS. */
@@ -319,21 +344,21 @@ static uint64_t hook_ceiling(uint64_t budget)
 
 /*
  * Runs one operation under the budget, behind an escape point; on failure writes the message
- * (file, line, traceback) into err and returns the Lua status. RC_ABANDONED: the call passed
+ * (file, line, traceback) into err and returns the Lua status. POL_RC_ABANDONED: the call passed
  * its hard deadline and was left by siglongjmp; the state is freed (give_up) and must not be
  * used, err says which policy, file and hook.
  */
-int run_op(pstate *s, op_args *a, uint64_t budget, char *err, size_t errlen)
+int pol_run_op(pol_state *s, pol_op_args *a, uint64_t budget, char *err, size_t errlen)
 {
 	odx__policy *h = s->h;
 	lua_State *L = s->L;
 	int base = lua_gettop(L), rc;
 	bool load = a->op == OP_SETUP || a->op == OP_INIT || a->op == OP_SELFTEST;
-	escape e;
+	pol_escape e;
 	uint64_t mine;
 
 	lua_rawgeti(L, LUA_REGISTRYINDEX, s->ref_msgh);
-	lua_pushcfunction(L, protected_op);
+	lua_pushcfunction(L, pol_protected_op);
 	lua_pushlightuserdata(L, a);
 	/* Nothing below sigsetjmp changes a local that the escape path reads. */
 	if (sigsetjmp(e.jb, 0)) {
@@ -341,7 +366,7 @@ int run_op(pstate *s, op_args *a, uint64_t budget, char *err, size_t errlen)
 		atomic_fetch_add(&h->seq, 1); /* the watchdog lets go of the call */
 		abandoned_msg(h, a->op, atomic_load(&h->call_start), err, errlen);
 		give_up(h, s);
-		return RC_ABANDONED;
+		return POL_RC_ABANDONED;
 	}
 	mine = call_begin(h, &e, L, a->op, budget, load ? h->load_timeout_ns : hook_ceiling(budget));
 	s->esc = &e;
@@ -366,9 +391,9 @@ int run_op(pstate *s, op_args *a, uint64_t budget, char *err, size_t errlen)
 
 /* lua_close behind an escape point, under the load ceiling: with no finalizers it runs only C
  * code linear in the heap, but it is an entry into the state like any other. */
-void state_close(odx__policy *h, pstate *s)
+void pol_state_close(odx__policy *h, pol_state *s)
 {
-	escape e;
+	pol_escape e;
 	uint64_t mine;
 
 	if (!s)
@@ -385,12 +410,12 @@ void state_close(odx__policy *h, pstate *s)
 			s->esc = NULL;
 			atomic_fetch_add(&h->seq, 1);
 			abandoned_msg(h, OP_CLOSE, atomic_load(&h->call_start), msg, sizeof(msg));
-			say(h, ODX_LOG_ERROR, true, "%s", msg);
+			pol_say(h, ODX_LOG_ERROR, true, "%s", msg);
 			atomic_store(&h->gave_up, true);
-			state_free(h, s);
+			pol_state_free(h, s);
 			return;
 		}
-		mine = call_begin(h, &e, NULL, OP_CLOSE, h->budget_ns * LOAD_BUDGET_FACTOR,
+		mine = call_begin(h, &e, NULL, OP_CLOSE, h->budget_ns * POL_LOAD_BUDGET_FACTOR,
 				  h->load_timeout_ns);
 		s->esc = &e;
 		lua_close(s->L);
@@ -398,5 +423,5 @@ void state_close(odx__policy *h, pstate *s)
 		call_end(h, NULL, mine);
 		s->L = NULL;
 	}
-	state_free(h, s);
+	pol_state_free(h, s);
 }

@@ -226,10 +226,10 @@ int odx__policy_ctx_open(odx_context *ctx, char *err, size_t errlen)
 		return rc;
 	}
 	h->ctx = ctx;
-	h->feasible = calloc((size_t)BATCH_MAX * (size_t)ctx->ndevices, sizeof(*h->feasible));
-	h->resident = calloc((size_t)BATCH_MAX * (size_t)ctx->ndevices, sizeof(*h->resident));
-	h->missing = calloc((size_t)BATCH_MAX * (size_t)ctx->ndevices, sizeof(*h->missing));
-	h->transfer = calloc((size_t)BATCH_MAX * (size_t)ctx->ndevices, sizeof(*h->transfer));
+	h->feasible = calloc((size_t)POL_BATCH_MAX * (size_t)ctx->ndevices, sizeof(*h->feasible));
+	h->resident = calloc((size_t)POL_BATCH_MAX * (size_t)ctx->ndevices, sizeof(*h->resident));
+	h->missing = calloc((size_t)POL_BATCH_MAX * (size_t)ctx->ndevices, sizeof(*h->missing));
+	h->transfer = calloc((size_t)POL_BATCH_MAX * (size_t)ctx->ndevices, sizeof(*h->transfer));
 	h->queue = calloc((size_t)ctx->ndevices, sizeof(*h->queue));
 	h->valid = calloc((size_t)ctx->nmemnodes + 1, sizeof(*h->valid));
 	h->done = calloc((size_t)ctx->ndevices, sizeof(*h->done));
@@ -276,7 +276,7 @@ void odx__policy_ctx_close(odx_context *ctx)
 		pthread_cond_destroy(&h->tick_cond);
 		h->tick_started = false;
 	}
-	process_events(ctx->policy); /* last completions into the models */
+	pol_process_events(ctx->policy); /* last completions into the models */
 	odx__policy_close(ctx->policy);
 	ctx->policy = NULL;
 }
@@ -332,7 +332,7 @@ static void describe_task(odx_context *ctx, odx__policy *h, int i, odx__task *t)
 					best = atomic_load_explicit(&h->bw[m * h->nnodes + dst],
 								    memory_order_relaxed);
 			h->transfer[i * nd + d] += (double)b->size * 1e6 /
-						   (best > 0 ? best : best_in(h, dst));
+						   (best > 0 ? best : pol_best_in(h, dst));
 		}
 	}
 }
@@ -345,7 +345,7 @@ static void drain(odx_context *ctx, odx__policy *h)
 		int n = 0, i, d;
 
 		pthread_mutex_lock(&h->pend_lock);
-		while (n < BATCH_MAX && (t = h->pend_head) != NULL) {
+		while (n < POL_BATCH_MAX && (t = h->pend_head) != NULL) {
 			h->pend_head = t->policy_next;
 			h->batch[n++] = t;
 		}

@@ -39,18 +39,18 @@ static const struct {
 	EMBEDDED(ENTRY)
 #undef ENTRY
 };
-const char *const hook_names[HOOK_COUNT] = {
+const char *const pol_hook_names[HOOK_COUNT] = {
 	"place", "init", "on_complete", "selftest", "place_rank", "prefetch", "evict", "on_tick",
 };
 
-const char *const op_names[OP_COUNT] = {
+const char *const pol_op_names[OP_COUNT] = {
 	"load", "init", "selftest", "place", "on_complete", "evict", "prefetch", "place_rank",
 	"on_tick", "close",
 };
 
 /* ---- messages ------------------------------------------------------------------------------- */
 
-void say(odx__policy *h, odx_log_level level, bool error, const char *fmt, ...)
+void pol_say(odx__policy *h, odx_log_level level, bool error, const char *fmt, ...)
 {
 	char msg[ODX__MSG_MAX];
 	va_list ap;
@@ -63,7 +63,7 @@ void say(odx__policy *h, odx_log_level level, bool error, const char *fmt, ...)
 }
 
 /* Publishes which hooks the running state has (for the seams' lock-free check). */
-void publish_hooks(odx__policy *h)
+void pol_publish_hooks(odx__policy *h)
 {
 	unsigned mask = 0;
 	int i;
@@ -94,26 +94,28 @@ static void fail(odx__policy *h, const char *site, const char *msg)
 	atomic_fetch_add(&h->failures, 1);
 	for (i = 0; i < h->nsites; i++)
 		seen = seen || h->sites[i] == key;
-	if (!seen && h->nsites < MAX_SITES)
+	if (!seen && h->nsites < POL_MAX_SITES)
 		h->sites[h->nsites++] = key;
-	say(h, seen ? ODX_LOG_DEBUG : ODX_LOG_ERROR, true,
+	pol_say(h, seen ? ODX_LOG_DEBUG : ODX_LOG_ERROR, true,
 	    "policy %s: %s (the built-in least_loaded decides instead)", h->display, msg);
 	if (++h->consecutive >= MAX_FAILURES && !h->disabled) {
 		h->disabled = true;
-		publish_hooks(h);
-		say(h, ODX_LOG_ERROR, true,
+		pol_publish_hooks(h);
+		pol_say(h, ODX_LOG_ERROR, true,
 		    "policy %s: disabled after %d consecutive failures, last: %s; the built-in "
 		    "least_loaded decides until the file is reloaded",
 		    h->display, h->consecutive, msg);
 	}
 }
 
+/* ---- loading -------------------------------------------------------------------------------- */
+
 /* A new state with the policy loaded, initialised and self-tested; NULL with err on failure. */
-static pstate *state_open(odx__policy *h, char *err, size_t errlen)
+static pol_state *state_open(odx__policy *h, char *err, size_t errlen)
 {
-	uint64_t load_budget = h->budget_ns * LOAD_BUDGET_FACTOR;
-	op_args a = {0};
-	pstate *s = calloc(1, sizeof(*s));
+	uint64_t load_budget = h->budget_ns * POL_LOAD_BUDGET_FACTOR;
+	pol_op_args a = {0};
+	pol_state *s = calloc(1, sizeof(*s));
 	int i, rc;
 
 	if (!s) {
@@ -125,42 +127,40 @@ static pstate *state_open(odx__policy *h, char *err, size_t errlen)
 	s->blocks.prev = s->blocks.next = &s->blocks;
 	for (i = 0; i < HOOK_COUNT; i++)
 		s->ref_hook[i] = LUA_NOREF;
-	if (!shadow_alloc(&s->sh, h->nd)) {
+	if (!pol_shadow_alloc(&s->sh, h->nd)) {
 		snprintf(err, errlen, "out of memory");
-		state_close(h, s);
+		pol_state_close(h, s);
 		return NULL;
 	}
-	s->L = lua_newstate(capped_alloc, s);
+	s->L = lua_newstate(pol_alloc, s);
 	if (!s->L) {
 		snprintf(err, errlen, "%s: cannot create a Lua state within policy.memory_limit",
 			 h->display);
-		state_close(h, s);
+		pol_state_close(h, s);
 		return NULL;
 	}
 	*(odx__policy **)lua_getextraspace(s->L) = h;
-	lua_pushcfunction(s->L, traceback);
+	lua_pushcfunction(s->L, pol_traceback);
 	s->ref_msgh = luaL_ref(s->L, LUA_REGISTRYINDEX);
 	a.s = s;
 	a.op = OP_SETUP;
-	rc = run_op(s, &a, load_budget, err, errlen);
+	rc = pol_run_op(s, &a, load_budget, err, errlen);
 	a.op = OP_INIT;
 	if (rc == LUA_OK && s->ref_hook[HOOK_INIT] != LUA_NOREF)
-		rc = run_op(s, &a, load_budget, err, errlen);
+		rc = pol_run_op(s, &a, load_budget, err, errlen);
 	a.op = OP_SELFTEST;
 	if (rc == LUA_OK && s->ref_hook[HOOK_SELFTEST] != LUA_NOREF)
-		rc = run_op(s, &a, load_budget, err, errlen);
-	if (rc == RC_ABANDONED)
-		return NULL; /* freed by run_op */
+		rc = pol_run_op(s, &a, load_budget, err, errlen);
+	if (rc == POL_RC_ABANDONED)
+		return NULL; /* freed by pol_run_op */
 	if (rc != LUA_OK)
 		goto out_close;
 	return s;
 
 out_close:
-	state_close(h, s);
+	pol_state_close(h, s);
 	return NULL;
 }
-
-/* ---- the host ------------------------------------------------------------------------------- */
 
 static int read_source(odx__policy *h, char *err, size_t errlen)
 {
@@ -201,6 +201,8 @@ static int read_source(odx__policy *h, char *err, size_t errlen)
 	return 0;
 }
 
+/* ---- open, reload, close -------------------------------------------------------------------- */
+
 int odx__policy_open(odx__policy **out, const odx__policy_params *p, char *err, size_t errlen)
 {
 	odx__policy *h = calloc(1, sizeof(*h));
@@ -239,7 +241,7 @@ int odx__policy_open(odx__policy **out, const odx__policy_params *p, char *err, 
 	    !h->device_node || !h->qnow || !h->bw)
 		goto out_fail;
 	for (i = 0; i < (size_t)h->nnodes * (size_t)h->nnodes; i++)
-		atomic_init(&h->bw[i], LINK_BANDWIDTH);
+		atomic_init(&h->bw[i], POL_LINK_BANDWIDTH);
 	for (d = 0; d < h->nd; d++) {
 		h->device_node[d] = p->device_node ? p->device_node[d] : d;
 		if (h->device_node[d] < 0 || h->device_node[d] >= h->nnodes) {
@@ -283,19 +285,17 @@ int odx__policy_open(odx__policy **out, const odx__policy_params *p, char *err, 
 	}
 	if (!h->display)
 		goto out_fail;
-	models_load(h);
-	pthread_once(&esc_once, escape_install);
-	if (pthread_create(&h->wd, NULL, watchdog, h) != 0)
+	pol_models_load(h);
+	if (pol_watchdog_start(h) != 0)
 		goto out_fail;
-	h->wd_started = true;
 	h->next_check = odx__now_ns() + RELOAD_CHECK_NS;
 	h->cur = state_open(h, why, sizeof(why));
-	publish_hooks(h);
+	pol_publish_hooks(h);
 	if (!h->cur) {
 		h->disabled = true;
 		atomic_fetch_add(&h->failures, 1);
 		snprintf(err, errlen, "policy %s failed to load: %s", h->display, why);
-		say(h, ODX_LOG_WARN, true,
+		pol_say(h, ODX_LOG_WARN, true,
 		    "policy %s failed to load: %s; the built-in least_loaded decides until the file "
 		    "is fixed",
 		    h->display, why);
@@ -315,17 +315,11 @@ void odx__policy_close(odx__policy *h)
 
 	if (!h)
 		return;
-	models_save(h);
+	pol_models_save(h);
 	/* lua_close is bounded by the watchdog like any entry: stop it only afterwards. */
-	state_close(h, h->cur);
+	pol_state_close(h, h->cur);
 	h->cur = NULL;
-	if (h->wd_started) {
-		pthread_mutex_lock(&h->wd_lock);
-		h->wd_stop = true;
-		pthread_cond_signal(&h->wd_cond);
-		pthread_mutex_unlock(&h->wd_lock);
-		pthread_join(h->wd, NULL);
-	}
+	pol_watchdog_stop(h);
 	for (i = 0; i < h->mcap && h->models; i++)
 		free(h->models[i].kernel);
 	for (d = 0; d < h->nd && h->devs; d++) {
@@ -366,7 +360,7 @@ void odx__policy_check_reload(odx__policy *h, bool force)
 	char why[ODX__MSG_MAX];
 	struct stat st;
 	uint64_t now;
-	pstate *s;
+	pol_state *s;
 
 	if (!h->path)
 		return;
@@ -379,31 +373,33 @@ void odx__policy_check_reload(odx__policy *h, bool force)
 		return;
 	if (read_source(h, why, sizeof(why)) != 0) {
 		h->mtime = st.st_mtim; /* retried when it changes again */
-		say(h, ODX_LOG_WARN, true, "%s; keeping the running version", why);
+		pol_say(h, ODX_LOG_WARN, true, "%s; keeping the running version", why);
 		return;
 	}
 	s = state_open(h, why, sizeof(why));
 	if (!s) {
-		say(h, ODX_LOG_WARN, true,
+		pol_say(h, ODX_LOG_WARN, true,
 		    "policy %s: the new version failed to load: %s; keeping the %s", h->display,
 		    why, h->cur ? "running version" : "built-in least_loaded");
 		return;
 	}
-	state_close(h, h->cur);
+	pol_state_close(h, h->cur);
 	h->cur = s;
 	h->disabled = false;
 	atomic_store(&h->gave_up, false);
-	publish_hooks(h);
+	pol_publish_hooks(h);
 	h->consecutive = 0;
 	h->nsites = 0;
-	say(h, ODX_LOG_INFO, false, "policy %s: reloaded", h->display);
+	pol_say(h, ODX_LOG_INFO, false, "policy %s: reloaded", h->display);
 }
 
+/* ---- calls ---------------------------------------------------------------------------------- */
+
 /* Moves the completions recorded by workers into the models and on_complete. */
-void process_events(odx__policy *h)
+void pol_process_events(odx__policy *h)
 {
 	char why[ODX__MSG_MAX];
-	op_args a = {0};
+	pol_op_args a = {0};
 	int n, i, rc;
 
 	/* Workers take ev_lock for every completion: do not compete with them for nothing. */
@@ -419,7 +415,7 @@ void process_events(odx__policy *h)
 	atomic_store_explicit(&h->nev, 0, memory_order_relaxed);
 	pthread_mutex_unlock(&h->ev_lock);
 	for (i = 0; i < n; i++)
-		model_add(h, h->ev_copy[i].kernel, h->ev_copy[i].device, h->ev_copy[i].bytes,
+		pol_model_add(h, h->ev_copy[i].kernel, h->ev_copy[i].device, h->ev_copy[i].bytes,
 			  (double)h->ev_copy[i].ns / 1000.0);
 	if (!h->cur || h->disabled || h->cur->ref_hook[HOOK_ON_COMPLETE] == LUA_NOREF)
 		return;
@@ -427,9 +423,9 @@ void process_events(odx__policy *h)
 	a.s = h->cur;
 	a.events = h->ev_copy;
 	a.nevents = n;
-	rc = run_op(h->cur, &a, h->budget_ns, why, sizeof(why));
-	if (rc == RC_ABANDONED)
-		say(h, ODX_LOG_ERROR, true, "%s", why);
+	rc = pol_run_op(h->cur, &a, h->budget_ns, why, sizeof(why));
+	if (rc == POL_RC_ABANDONED)
+		pol_say(h, ODX_LOG_ERROR, true, "%s", why);
 	else if (rc != LUA_OK)
 		fail(h, why, why);
 }
@@ -438,19 +434,19 @@ int odx__policy_place(odx__policy *h, const odx__policy_task *tasks, int n, cons
 		      int *out)
 {
 	char why[ODX__MSG_MAX];
-	op_args a = {0};
+	pol_op_args a = {0};
 	int i, rc;
 
-	if (n > BATCH_MAX) { /* the reused tables hold BATCH_MAX tasks */
+	if (n > POL_BATCH_MAX) { /* the reused tables hold POL_BATCH_MAX tasks */
 		int done = 0;
 
-		for (i = 0; i < n; i += BATCH_MAX)
-			done += odx__policy_place(h, tasks + i, n - i < BATCH_MAX ? n - i : BATCH_MAX,
+		for (i = 0; i < n; i += POL_BATCH_MAX)
+			done += odx__policy_place(h, tasks + i, n - i < POL_BATCH_MAX ? n - i : POL_BATCH_MAX,
 						  queue, out + i);
 		return done;
 	}
 	odx__policy_check_reload(h, false);
-	process_events(h);
+	pol_process_events(h);
 	for (i = 0; i < n; i++)
 		out[i] = -1;
 	if (!h->cur || h->disabled || n == 0)
@@ -463,12 +459,12 @@ int odx__policy_place(odx__policy *h, const odx__policy_task *tasks, int n, cons
 	a.n = n;
 	a.queue = queue;
 	a.out = out;
-	rc = run_op(h->cur, &a, h->budget_ns, why, sizeof(why));
-	if (rc == RC_ABANDONED) {
+	rc = pol_run_op(h->cur, &a, h->budget_ns, why, sizeof(why));
+	if (rc == POL_RC_ABANDONED) {
 		for (i = 0; i < n; i++)
 			out[i] = -1;
 		atomic_fetch_add(&h->failures, 1);
-		say(h, ODX_LOG_ERROR, true, "%s", why);
+		pol_say(h, ODX_LOG_ERROR, true, "%s", why);
 		return 0;
 	}
 	if (rc != LUA_OK) {
@@ -496,7 +492,7 @@ int odx__policy_place(odx__policy *h, const odx__policy_task *tasks, int n, cons
 /* Runs one call of a hook other than place (a->op set): ODX_ENOSYS when the policy is off or
  * lacks the hook, ODX_EINVAL when the call failed or the answer is invalid (counted and logged
  * as for place), else 0. */
-static int run_hook(odx__policy *h, op_args *a, enum hook hook)
+static int run_hook(odx__policy *h, pol_op_args *a, enum hook hook)
 {
 	char why[ODX__MSG_MAX];
 	int rc;
@@ -504,12 +500,12 @@ static int run_hook(odx__policy *h, op_args *a, enum hook hook)
 	if (!h->cur || h->disabled || h->cur->ref_hook[hook] == LUA_NOREF)
 		return ODX_ENOSYS;
 	a->s = h->cur;
-	rc = run_op(h->cur, a, h->budget_ns, why, sizeof(why));
+	rc = pol_run_op(h->cur, a, h->budget_ns, why, sizeof(why));
 	/* place_rank's instruction hook and random stream end with the call, however it ended. */
 	h->rng_now = &h->rng;
-	if (rc == RC_ABANDONED) {
+	if (rc == POL_RC_ABANDONED) {
 		atomic_fetch_add(&h->failures, 1);
-		say(h, ODX_LOG_ERROR, true, "%s", why);
+		pol_say(h, ODX_LOG_ERROR, true, "%s", why);
 		return ODX_EINVAL;
 	}
 	if (hook == HOOK_PLACE_RANK)
@@ -532,7 +528,7 @@ static int run_hook(odx__policy *h, op_args *a, enum hook hook)
 int odx__policy_host_evict(odx__policy *h, int memnode, uint64_t need, const odx__evict_cand *c,
 			   int n, int *order)
 {
-	op_args a = {.op = OP_EVICT, .memnode = memnode, .need = need, .cands = c, .n = n,
+	pol_op_args a = {.op = OP_EVICT, .memnode = memnode, .need = need, .cands = c, .n = n,
 		     .order = order};
 	int rc;
 
@@ -544,7 +540,7 @@ int odx__policy_host_evict(odx__policy *h, int memnode, uint64_t need, const odx
 
 int odx__policy_host_prefetch(odx__policy *h, const odx__prefetch_task *w, int n, int *order)
 {
-	op_args a = {.op = OP_PREFETCH, .window = w, .n = n, .order = order};
+	pol_op_args a = {.op = OP_PREFETCH, .window = w, .n = n, .order = order};
 	int i, rc;
 
 	if (n < 0 || (n > 0 && (!w || !order)))
@@ -560,7 +556,7 @@ int odx__policy_host_prefetch(odx__policy *h, const odx__prefetch_task *w, int n
 int odx__policy_host_place_rank(odx__policy *h, const odx__rank_task *b, int n, int nranks,
 				int *out_rank)
 {
-	op_args a = {.op = OP_PLACE_RANK, .ranks = b, .n = n, .nranks = nranks, .order = out_rank};
+	pol_op_args a = {.op = OP_PLACE_RANK, .ranks = b, .n = n, .nranks = nranks, .order = out_rank};
 	int i, rc;
 
 	if (n < 0 || nranks < 1 || (n > 0 && (!b || !out_rank)))
@@ -576,7 +572,7 @@ int odx__policy_host_place_rank(odx__policy *h, const odx__rank_task *b, int n, 
 
 int odx__policy_host_tick(odx__policy *h, const int *queue, const uint64_t *done)
 {
-	op_args a = {.op = OP_TICK, .queue = queue, .done = done};
+	pol_op_args a = {.op = OP_TICK, .queue = queue, .done = done};
 
 	return run_hook(h, &a, HOOK_ON_TICK);
 }
@@ -598,8 +594,8 @@ void odx__policy_feedback(odx__policy *h, const char *kernel, int device, uint64
 
 	pthread_mutex_lock(&h->ev_lock);
 	n = atomic_load_explicit(&h->nev, memory_order_relaxed);
-	if (n < EVENTS_MAX) {
-		h->ev[n] = (event){.kernel = kernel, .device = device, .bytes = bytes, .ns = ns};
+	if (n < POL_EVENTS_MAX) {
+		h->ev[n] = (pol_event){.kernel = kernel, .device = device, .bytes = bytes, .ns = ns};
 		atomic_store_explicit(&h->nev, n + 1, memory_order_relaxed);
 	} else {
 		h->ev_dropped++;
@@ -623,7 +619,7 @@ void odx__policy_describe(odx_context *ctx, char *buf, size_t len)
 	op = atomic_load(&h->call_op);
 	if ((seq & 1) && op >= 0 && op < OP_COUNT)
 		snprintf(buf, len, "policy %s (file %s): in '%s' for %llu ms%s", h->spec, h->display,
-			 op_names[op], (unsigned long long)((odx__now_ns() - start) / 1000000),
+			 pol_op_names[op], (unsigned long long)((odx__now_ns() - start) / 1000000),
 			 atomic_load(&h->kill_seq) == seq ? ", being abandoned" : "");
 	else
 		snprintf(buf, len, "policy %s (file %s): no call running%s", h->spec, h->display,
@@ -640,7 +636,7 @@ bool odx__policy_has_hook(const odx__policy *h, const char *name)
 	int i;
 
 	for (i = 0; h->cur && i < HOOK_COUNT; i++)
-		if (strcmp(hook_names[i], name) == 0)
+		if (strcmp(pol_hook_names[i], name) == 0)
 			return h->cur->ref_hook[i] != LUA_NOREF;
 	return false;
 }

@@ -23,7 +23,7 @@
 
 /* ---- performance models --------------------------------------------------------------------- */
 
-uint32_t str_hash(const char *s)
+uint32_t pol_str_hash(const char *s)
 {
 	uint32_t x = 2166136261u;
 
@@ -32,7 +32,7 @@ uint32_t str_hash(const char *s)
 	return x;
 }
 
-int size_bucket(uint64_t bytes)
+int pol_size_bucket(uint64_t bytes)
 {
 	return bytes ? 64 - __builtin_clzll(bytes) : 0;
 }
@@ -48,7 +48,7 @@ static size_t model_slot(const odx__policy *h, const char *k, uint32_t hash, int
 	return i;
 }
 
-model_entry *model_find(odx__policy *h, const char *k, uint32_t hash, int d, int b,
+pol_model *pol_model_find(odx__policy *h, const char *k, uint32_t hash, int d, int b,
 			       bool create)
 {
 	size_t i;
@@ -61,7 +61,7 @@ model_entry *model_find(odx__policy *h, const char *k, uint32_t hash, int d, int
 	if (!create)
 		return NULL;
 	if (2 * (h->mcount + 1) > h->mcap) {
-		model_entry *old = h->models, *grown = calloc(2 * h->mcap, sizeof(*grown));
+		pol_model *old = h->models, *grown = calloc(2 * h->mcap, sizeof(*grown));
 		size_t oldcap = h->mcap, j;
 
 		if (!grown)
@@ -75,7 +75,7 @@ model_entry *model_find(odx__policy *h, const char *k, uint32_t hash, int d, int
 		free(old);
 		i = model_slot(h, k, hash, d, b);
 	}
-	h->models[i] = (model_entry){.hash = hash, .device = d, .bucket = b};
+	h->models[i] = (pol_model){.hash = hash, .device = d, .bucket = b};
 	h->models[i].kernel = strdup(k);
 	if (!h->models[i].kernel)
 		return NULL;
@@ -100,9 +100,9 @@ static void welford(uint64_t *n, double *mean, double *m2, uint64_t *rejected, d
 	*m2 += delta * (x - *mean);
 }
 
-void model_add(odx__policy *h, const char *kernel, int d, uint64_t bytes, double us)
+void pol_model_add(odx__policy *h, const char *kernel, int d, uint64_t bytes, double us)
 {
-	model_entry *e = model_find(h, kernel, str_hash(kernel), d, size_bucket(bytes), true);
+	pol_model *e = pol_model_find(h, kernel, pol_str_hash(kernel), d, pol_size_bucket(bytes), true);
 	double m2 = 0;
 
 	if (e)
@@ -111,7 +111,7 @@ void model_add(odx__policy *h, const char *kernel, int d, uint64_t bytes, double
 		welford(&h->dev_n[d], &h->dev_mean[d], &m2, NULL, us);
 }
 
-void models_load(odx__policy *h)
+void pol_models_load(odx__policy *h)
 {
 	char path[4096], kernel[256], dev[160];
 	int d, b;
@@ -127,12 +127,12 @@ void models_load(odx__policy *h)
 		return;
 	while (fscanf(f, "%255[^\t\n]\t%d\t%159[^\t\n]\t%d\t%llu\t%lg\t%lg\n", kernel, &d, dev, &b,
 		      &n, &mean, &m2) == 7) {
-		model_entry *e;
+		pol_model *e;
 
 		/* A model is only meaningful for the same device in the same slot. */
 		if (d < 0 || d >= h->nd || strcmp(dev, h->devs[d].name) != 0)
 			continue;
-		e = model_find(h, kernel, str_hash(kernel), d, b, true);
+		e = pol_model_find(h, kernel, pol_str_hash(kernel), d, b, true);
 		if (e && e->n == 0) {
 			e->n = n;
 			e->mean = mean;
@@ -142,7 +142,7 @@ void models_load(odx__policy *h)
 	fclose(f);
 }
 
-void models_save(odx__policy *h)
+void pol_models_save(odx__policy *h)
 {
 	char path[4096], tmp[4200];
 	FILE *f;
@@ -151,7 +151,7 @@ void models_save(odx__policy *h)
 	if (!h->model_dir || !h->model_dir[0] || h->mcount == 0)
 		return;
 	if (mkdir(h->model_dir, 0755) != 0 && errno != EEXIST) {
-		say(h, ODX_LOG_WARN, false, "policy models: cannot create %s: %s", h->model_dir,
+		pol_say(h, ODX_LOG_WARN, false, "policy models: cannot create %s: %s", h->model_dir,
 		    strerror(errno));
 		return;
 	}
@@ -159,12 +159,12 @@ void models_save(odx__policy *h)
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	f = fopen(tmp, "w");
 	if (!f) {
-		say(h, ODX_LOG_WARN, false, "policy models: cannot write %s: %s", tmp,
+		pol_say(h, ODX_LOG_WARN, false, "policy models: cannot write %s: %s", tmp,
 		    strerror(errno));
 		return;
 	}
 	for (i = 0; i < h->mcap; i++) {
-		const model_entry *e = &h->models[i];
+		const pol_model *e = &h->models[i];
 
 		if (!e->kernel || e->n == 0 || strpbrk(e->kernel, "\t\n") ||
 		    strpbrk(h->devs[e->device].name, "\t\n"))
@@ -174,12 +174,12 @@ void models_save(odx__policy *h)
 			e->m2);
 	}
 	if (fclose(f) != 0 || rename(tmp, path) != 0)
-		say(h, ODX_LOG_WARN, false, "policy models: cannot write %s: %s", path,
+		pol_say(h, ODX_LOG_WARN, false, "policy models: cannot write %s: %s", path,
 		    strerror(errno));
 }
 
 /* Fastest measured link into node `dst` from another node (bytes/s). */
-double best_in(odx__policy *h, int dst)
+double pol_best_in(odx__policy *h, int dst)
 {
 	double best = 0;
 	int s;
@@ -191,5 +191,5 @@ double best_in(odx__policy *h, int dst)
 
 			best = v > best ? v : best;
 		}
-	return best > 0 ? best : LINK_BANDWIDTH;
+	return best > 0 ? best : POL_LINK_BANDWIDTH;
 }

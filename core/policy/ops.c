@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * ops.c - the operations run inside a state (under lua_pcall, by run_op): loading the file,
+ * ops.c - the operations run inside a state (under lua_pcall, by pol_run_op): loading the file,
  * and for each hook filling the tables it reads and checking what it answers. The input tables
  * are made once per state and reused; place inputs are filled only once a policy has read them,
  * and then only the entries that changed (struct shadow). Every answer is validated here: a
@@ -39,12 +39,12 @@ static const char *const lazy_names[LAZY_LAST - LAZY_FIRST + 1] = {
 	"queue", "free_at",
 };
 
-static void fill_lazy(lua_State *L, pstate *s, const struct op_args *a, int t);
+static void fill_lazy(lua_State *L, pol_state *s, const struct pol_op_args *a, int t);
 
 /* __index of a place batch: the first read of an input fills it and keeps it in the batch. */
 static int batch_index(lua_State *L)
 {
-	pstate *s = lua_touserdata(L, lua_upvalueindex(1));
+	pol_state *s = lua_touserdata(L, lua_upvalueindex(1));
 	const char *k = lua_tostring(L, 2);
 	int t;
 
@@ -64,7 +64,7 @@ static int batch_index(lua_State *L)
 	return 1;
 }
 
-static void setup_tables(lua_State *L, pstate *s)
+static void setup_tables(lua_State *L, pol_state *s)
 {
 	static const struct {
 		int parent;
@@ -127,7 +127,7 @@ static void setup_tables(lua_State *L, pstate *s)
 	lua_pop(L, 1);
 }
 
-static void op_setup(lua_State *L, pstate *s)
+static void op_setup(lua_State *L, pol_state *s)
 {
 	odx__policy *h = s->h;
 	const char *text = (const char *)h->text;
@@ -136,7 +136,7 @@ static void op_setup(lua_State *L, pstate *s)
 	lua_Debug ar;
 	int i;
 
-	sandbox(L, true);
+	pol_sandbox(L, true);
 	snprintf(chunkname, sizeof(chunkname), "@%s", h->path ? h->path : h->display);
 	if (luaL_loadbufferx(L, text, len, chunkname, "t") != LUA_OK)
 		lua_error(L);
@@ -152,14 +152,14 @@ static void op_setup(lua_State *L, pstate *s)
 			   chunkname + 1);
 	lua_pop(L, 1);
 	for (i = 0; i < HOOK_COUNT; i++) {
-		lua_pushstring(L, hook_names[i]);
+		lua_pushstring(L, pol_hook_names[i]);
 		if (lua_rawget(L, -2) == LUA_TNIL) {
 			lua_pop(L, 1);
 			continue;
 		}
 		if (!lua_isfunction(L, -1))
 			luaL_error(L, "%s: hook '%s' must be a function, not a %s", chunkname + 1,
-				   hook_names[i], luaL_typename(L, -1));
+				   pol_hook_names[i], luaL_typename(L, -1));
 		if (i == HOOK_PLACE) {
 			lua_pushvalue(L, -1);
 			lua_getinfo(L, ">S", &ar);
@@ -174,7 +174,7 @@ static void op_setup(lua_State *L, pstate *s)
 	setup_tables(L, s);
 }
 
-static void op_init(lua_State *L, pstate *s)
+static void op_init(lua_State *L, pol_state *s)
 {
 	odx__policy *h = s->h;
 	int d;
@@ -183,7 +183,7 @@ static void op_init(lua_State *L, pstate *s)
 	lua_createtable(L, 0, 3);
 	lua_pushinteger(L, h->nd);
 	lua_setfield(L, -2, "ndevices");
-	lua_pushnumber(L, LINK_BANDWIDTH);
+	lua_pushnumber(L, POL_LINK_BANDWIDTH);
 	lua_setfield(L, -2, "bandwidth");
 	lua_pushinteger(L, h->nnodes);
 	lua_setfield(L, -2, "nnodes");
@@ -206,7 +206,7 @@ static void op_init(lua_State *L, pstate *s)
 	lua_call(L, 1, 0);
 }
 
-static void op_selftest(lua_State *L, pstate *s)
+static void op_selftest(lua_State *L, pol_state *s)
 {
 	lua_rawgeti(L, LUA_REGISTRYINDEX, s->ref_hook[HOOK_SELFTEST]);
 	lua_call(L, 0, 1);
@@ -216,7 +216,7 @@ static void op_selftest(lua_State *L, pstate *s)
 }
 
 /* Pushes the reused table `t`; returns its stack index. */
-static int push_table(lua_State *L, const pstate *s, enum table t)
+static int push_table(lua_State *L, const pol_state *s, enum table t)
 {
 	lua_rawgeti(L, LUA_REGISTRYINDEX, s->ref_table[t]);
 	return lua_gettop(L);
@@ -241,10 +241,10 @@ static bool same_string(const char *a, const char *b)
 }
 
 /* Rewrites the entries of place input `t` that differ from its shadow (see struct shadow). */
-static void fill_lazy(lua_State *L, pstate *s, const op_args *a, int t)
+static void fill_lazy(lua_State *L, pol_state *s, const pol_op_args *a, int t)
 {
 	odx__policy *h = s->h;
-	shadow *sh = &s->sh;
+	pol_shadow *sh = &s->sh;
 	int nd = h->nd, n = a->n, valid = sh->valid[t], i, d, tab;
 
 	lua_rawgeti(L, LUA_REGISTRYINDEX, s->ref_table[t]);
@@ -281,10 +281,10 @@ static void fill_lazy(lua_State *L, pstate *s, const op_args *a, int t)
 			size_t len = strlen(str);
 
 			/* old[0] == 1: a string too long to keep, never equal */
-			if (fresh || len >= SHADOW_STR || old[0] == 1 || strcmp(old, str) != 0) {
+			if (fresh || len >= POL_SHADOW_STR || old[0] == 1 || strcmp(old, str) != 0) {
 				lua_pushlstring(L, str, len);
 				lua_rawseti(L, tab, i + 1);
-				if (len < SHADOW_STR) {
+				if (len < POL_SHADOW_STR) {
 					memcpy(old, str, len + 1);
 				} else {
 					old[0] = 1;
@@ -311,18 +311,18 @@ static void fill_lazy(lua_State *L, pstate *s, const op_args *a, int t)
 			if (t == T_ESTIMATE || t == T_TRANSFER) {
 				/* Tasks of one kernel and size class in a row share their estimates:
 				 * sh->row still holds the previous task's. */
-				b = size_bucket(pt->bytes);
+				b = pol_size_bucket(pt->bytes);
 				if (t == T_TRANSFER) {
 					for (d = 0; d < nd; d++)
 						sh->row[d] = pt->transfer_us
 								     ? pt->transfer_us[d]
 								     : (double)pt->missing[d] * 1e6 /
-									       best_in(h, h->device_node[d]);
+									       pol_best_in(h, h->device_node[d]);
 				} else if (i == 0 || !same_string(a->tasks[i - 1].kernel, pt->kernel) ||
-					   size_bucket(a->tasks[i - 1].bytes) != b) {
-					hash = str_hash(pt->kernel);
+					   pol_size_bucket(a->tasks[i - 1].bytes) != b) {
+					hash = pol_str_hash(pt->kernel);
 					for (d = 0; d < nd; d++) {
-						model_entry *e = model_find(h, pt->kernel, hash, d, b,
+						pol_model *e = pol_model_find(h, pt->kernel, hash, d, b,
 									    false);
 
 						sh->row[d] = e && e->n ? e->mean : -1;
@@ -384,7 +384,7 @@ static void fill_lazy(lua_State *L, pstate *s, const op_args *a, int t)
 
 /* Sets batch.n and refreshes the inputs this policy has read so far; the others wait for their
  * first read (batch_index). */
-static void fill_batch(lua_State *L, pstate *s, op_args *a)
+static void fill_batch(lua_State *L, pol_state *s, pol_op_args *a)
 {
 	odx__policy *h = s->h;
 	int t, d, batch;
@@ -400,9 +400,10 @@ static void fill_batch(lua_State *L, pstate *s, op_args *a)
 			fill_lazy(L, s, a, t);
 }
 
-static void bad_answer(op_args *a, int i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void bad_answer(pol_op_args *a, int i, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
-static void bad_answer(op_args *a, int i, const char *fmt, ...)
+static void bad_answer(pol_op_args *a, int i, const char *fmt, ...)
 {
 	char why[256];
 	va_list ap;
@@ -417,7 +418,7 @@ static void bad_answer(op_args *a, int i, const char *fmt, ...)
 		 a->s->place_line, i + 1, why);
 }
 
-static void op_place(lua_State *L, pstate *s, op_args *a)
+static void op_place(lua_State *L, pol_state *s, pol_op_args *a)
 {
 	int batch, out, outdev, i, limit = a->n, nd = s->h->nd;
 
@@ -476,7 +477,7 @@ static void op_place(lua_State *L, pstate *s, op_args *a)
 	}
 }
 
-static void op_complete(lua_State *L, pstate *s, op_args *a)
+static void op_complete(lua_State *L, pol_state *s, pol_op_args *a)
 {
 	int ev = push_table(L, s, T_EVENTS), k, dv, by, us, i;
 
@@ -503,7 +504,7 @@ static void op_complete(lua_State *L, pstate *s, op_args *a)
 
 /* Pushes the reused output table `out` with a cleared list `t` as out[field] (n entries at
  * least); returns the list's stack index. */
-static int push_out_list(lua_State *L, const pstate *s, enum table out, enum table t,
+static int push_out_list(lua_State *L, const pol_state *s, enum table out, enum table t,
 			 const char *field, int n)
 {
 	int o = push_table(L, s, out), list = push_table(L, s, t), len, i;
@@ -527,7 +528,7 @@ static void set_count(lua_State *L, int t, const char *field, lua_Integer v)
 /* Reads an order answer: the hook's return value (how many; stack top) and out.<field>[1..k],
  * each a list index 1..n used at most once, into a->order as 0-based indices. An invalid
  * answer rejects the whole order: a->invalid is set and a->bad says why. */
-static void read_order(lua_State *L, op_args *a, int list, int n, const char *hook)
+static void read_order(lua_State *L, pol_op_args *a, int list, int n, const char *hook)
 {
 	odx__policy *h = a->s->h;
 	int k = n, i;
@@ -543,9 +544,9 @@ static void read_order(lua_State *L, op_args *a, int list, int n, const char *ho
 	if (h->seen_cap < n) {
 		unsigned char *grown;
 
-		unsafe_enter(esc_now);
+		pol_unsafe_enter(pol_esc_now);
 		grown = realloc(h->seen, (size_t)n);
-		unsafe_leave(esc_now);
+		pol_unsafe_leave(pol_esc_now);
 
 		if (!grown)
 			luaL_error(L, "out of memory");
@@ -574,7 +575,7 @@ static void read_order(lua_State *L, op_args *a, int list, int n, const char *ho
 	}
 }
 
-static void op_evict(lua_State *L, pstate *s, op_args *a)
+static void op_evict(lua_State *L, pol_state *s, pol_op_args *a)
 {
 	int c = push_table(L, s, T_CAND), bu = push_table(L, s, T_CAND_BUFFER);
 	int by = push_table(L, s, T_CAND_BYTES), age = push_table(L, s, T_CAND_AGE);
@@ -609,7 +610,7 @@ static void op_evict(lua_State *L, pstate *s, op_args *a)
 	read_order(L, a, list, a->n, "evict");
 }
 
-static void op_prefetch(lua_State *L, pstate *s, op_args *a)
+static void op_prefetch(lua_State *L, pol_state *s, pol_op_args *a)
 {
 	odx__policy *h = s->h;
 	int w = push_table(L, s, T_WIN), tk = push_table(L, s, T_WIN_TASK);
@@ -650,7 +651,7 @@ static void op_prefetch(lua_State *L, pstate *s, op_args *a)
 		lua_rawseti(L, nb, i + 1);
 		lua_pushinteger(L, (lua_Integer)missing);
 		lua_rawseti(L, ms, i + 1);
-		lua_pushnumber(L, (double)missing * 1e6 / best_in(h, h->device_node[t->device]));
+		lua_pushnumber(L, (double)missing * 1e6 / pol_best_in(h, h->device_node[t->device]));
 		lua_rawseti(L, xf, i + 1);
 	}
 	list = push_out_list(L, s, T_PREFETCH_OUT, T_PREFETCH_ORDER, "order", a->n);
@@ -671,7 +672,7 @@ static void rank_budget_hook(lua_State *L, lua_Debug *ar)
 		   RANK_INSTR_PER_US);
 }
 
-static void op_place_rank(lua_State *L, pstate *s, op_args *a)
+static void op_place_rank(lua_State *L, pol_state *s, pol_op_args *a)
 {
 	int b = push_table(L, s, T_RB), tk = push_table(L, s, T_RB_TASK);
 	int kn = push_table(L, s, T_RB_KERNEL), pr = push_table(L, s, T_RB_PRIORITY);
@@ -748,7 +749,7 @@ static void op_place_rank(lua_State *L, pstate *s, op_args *a)
 	}
 }
 
-static void op_tick(lua_State *L, pstate *s, op_args *a)
+static void op_tick(lua_State *L, pol_state *s, pol_op_args *a)
 {
 	odx__policy *h = s->h;
 	int t = push_table(L, s, T_TICK), q = push_table(L, s, T_TICK_QUEUE);
@@ -772,9 +773,9 @@ static void op_tick(lua_State *L, pstate *s, op_args *a)
 	lua_call(L, 1, 0);
 }
 
-int protected_op(lua_State *L)
+int pol_protected_op(lua_State *L)
 {
-	op_args *a = lua_touserdata(L, 1);
+	pol_op_args *a = lua_touserdata(L, 1);
 
 	lua_settop(L, 0);
 	luaL_checkstack(L, 48, "policy host"); /* the fill functions push up to ~20 values */
@@ -813,7 +814,7 @@ int protected_op(lua_State *L)
 	return 0;
 }
 
-void shadow_free(shadow *sh)
+void pol_shadow_free(pol_shadow *sh)
 {
 	free(sh->kernel);
 	free(sh->tag);
@@ -828,11 +829,9 @@ void shadow_free(shadow *sh)
 	free(sh->row);
 }
 
-/* Frees a state without touching Lua: its blocks wholesale, then the host's side. Used after an
- * escape (the state may be mid-operation) and for what lua_close left (nothing, normally). */
-bool shadow_alloc(shadow *sh, int nd)
+bool pol_shadow_alloc(pol_shadow *sh, int nd)
 {
-	size_t rows = BATCH_MAX, cells = rows * (size_t)(nd > 0 ? nd : 1);
+	size_t rows = POL_BATCH_MAX, cells = rows * (size_t)(nd > 0 ? nd : 1);
 
 	sh->kernel = calloc(rows, sizeof(*sh->kernel));
 	sh->tag = calloc(rows, sizeof(*sh->tag));

@@ -19,7 +19,7 @@
 
 /* ---- the sandbox ---------------------------------------------------------------------------- */
 
-static void blk_link(pstate *s, blk *b)
+static void blk_link(pol_state *s, pol_blk *b)
 {
 	b->prev = &s->blocks;
 	b->next = s->blocks.next;
@@ -27,7 +27,7 @@ static void blk_link(pstate *s, blk *b)
 	s->blocks.next = b;
 }
 
-static void blk_unlink(blk *b)
+static void blk_unlink(pol_blk *b)
 {
 	b->prev->next = b->next;
 	b->next->prev = b->prev;
@@ -35,38 +35,38 @@ static void blk_unlink(blk *b)
 
 /* Lua's allocator: capped at policy.memory_limit, every block on the state's list. The list
  * and malloc are inconsistent only inside the unsafe region, where no escape lands. */
-void *capped_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+void *pol_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
-	pstate *s = ud;
-	escape *e = s->esc;
-	blk *b = ptr ? (blk *)ptr - 1 : NULL, *nb;
+	pol_state *s = ud;
+	pol_escape *e = s->esc;
+	pol_blk *b = ptr ? (pol_blk *)ptr - 1 : NULL, *nb;
 	size_t old = ptr ? osize : 0;
 
 	if (nsize > old && s->used + (nsize - old) > s->limit)
 		return NULL;
-	unsafe_enter(e);
+	pol_unsafe_enter(e);
 	if (b)
 		blk_unlink(b);
 	if (nsize == 0) {
 		free(b);
 		s->used -= old;
-		unsafe_leave(e);
+		pol_unsafe_leave(e);
 		return NULL;
 	}
-	nb = realloc(b, sizeof(blk) + nsize);
+	nb = realloc(b, sizeof(pol_blk) + nsize);
 	if (!nb) {
 		if (b)
 			blk_link(s, b);
-		unsafe_leave(e);
+		pol_unsafe_leave(e);
 		return nsize <= old ? ptr : NULL; /* Lua assumes shrinking never fails */
 	}
 	blk_link(s, nb);
 	s->used = s->used - old + nsize;
-	unsafe_leave(e);
+	pol_unsafe_leave(e);
 	return nb + 1;
 }
 
-int traceback(lua_State *L)
+int pol_traceback(lua_State *L)
 {
 	const char *msg = lua_tostring(L, 1);
 
@@ -97,13 +97,13 @@ static int lua_odx_log(lua_State *L)
 	}
 	luaL_pushresult(&b);
 	/* The log takes the context's locks and stdio: no escape may land inside. */
-	unsafe_enter(esc_now);
+	pol_unsafe_enter(pol_esc_now);
 	if (h)
-		say(h, ODX_LOG_INFO, false, "policy %s: %.*s", h->display, ODX__MSG_MAX,
+		pol_say(h, ODX_LOG_INFO, false, "policy %s: %.*s", h->display, ODX__MSG_MAX,
 		    lua_tostring(L, -1));
 	else
 		fprintf(stderr, "%.*s\n", ODX__MSG_MAX, lua_tostring(L, -1)); /* the harness's state */
-	unsafe_leave(esc_now);
+	pol_unsafe_leave(pol_esc_now);
 	return 0;
 }
 
@@ -135,9 +135,10 @@ static uint64_t random_below(uint64_t *x, uint64_t range)
  * included; computed in unsigned arithmetic, so nothing overflows. */
 static int lua_odx_random(lua_State *L)
 {
-	static _Thread_local uint64_t harness_rng = 0x2545f4914f6cdd1dull;
+	/* A state with no host (the test harness's): its own stream, same seed as a host's. */
+	static _Thread_local uint64_t hostless_rng = 0x2545f4914f6cdd1dull;
 	odx__policy *h = host_of(L);
-	uint64_t *x = h ? h->rng_now : &harness_rng;
+	uint64_t *x = h ? h->rng_now : &hostless_rng;
 	lua_Integer lo = 1, hi;
 
 	if (lua_gettop(L) == 0) {
@@ -199,11 +200,11 @@ static int lua_odx_estimate(lua_State *L)
 	const char *k = luaL_checkstring(L, 1);
 	lua_Integer d = luaL_checkinteger(L, 2);
 	lua_Integer bytes = luaL_optinteger(L, 3, 0);
-	model_entry *e;
+	pol_model *e;
 
 	if (d < 1 || d > h->nd || bytes < 0)
 		return 0;
-	e = model_find(h, k, str_hash(k), (int)d - 1, size_bucket((uint64_t)bytes), false);
+	e = pol_model_find(h, k, pol_str_hash(k), (int)d - 1, pol_size_bucket((uint64_t)bytes), false);
 	if (!e || e->n == 0)
 		return 0;
 	lua_pushnumber(L, e->mean);
@@ -349,7 +350,7 @@ static void wrap_lib(lua_State *L, int lib, const char *name, lua_CFunction f)
 }
 
 /* Opens the allowed libraries and removes what a policy must not reach. */
-void sandbox(lua_State *L, bool with_odx)
+void pol_sandbox(lua_State *L, bool with_odx)
 {
 	static const luaL_Reg libs[] = {
 		{LUA_GNAME, luaopen_base},     {LUA_TABLIBNAME, luaopen_table},

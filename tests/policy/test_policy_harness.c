@@ -6,6 +6,11 @@
  *   test_policy_harness POLICY TEST.lua
  *
  * POLICY is lua:NAME (embedded) or a path. Exits 0 when the test file ran to its end.
+ *
+ * The harness is test code and lives here, not in libodx: it opens the policy with the host's
+ * own functions (odx__policy_open, odx__policy_place, the odx__policy_host_* hooks) and reaches
+ * a few of its internals (the sandbox, the completion queue, queue lengths) through
+ * core/policy/policy_internal.h, linked from odx_internal_dep.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +22,6 @@
 
 #include "core.h"
 #include "policy/policy_internal.h"
-
-/* ---- test harness --------------------------------------------------------------------------- */
 
 typedef struct harness {
 	const char *spec;
@@ -166,17 +169,17 @@ static int push_answer(lua_State *L, harness *hs, int rc, const int *out, uint64
 static int harness_place(lua_State *L)
 {
 	harness *hs = harness_of(L);
-	odx__policy_task tasks[BATCH_MAX];
-	static bool feas[BATCH_MAX * 64];
-	static uint64_t res[BATCH_MAX * 64], mis[BATCH_MAX * 64];
-	int queue[64], out[BATCH_MAX], n, nd, i, d;
+	odx__policy_task tasks[POL_BATCH_MAX];
+	static bool feas[POL_BATCH_MAX * 64];
+	static uint64_t res[POL_BATCH_MAX * 64], mis[POL_BATCH_MAX * 64];
+	int queue[64], out[POL_BATCH_MAX], n, nd, i, d;
 	uint64_t before;
 
 	luaL_argcheck(L, hs->h != NULL, 1, "call harness.open first");
 	luaL_checktype(L, 1, LUA_TTABLE);
 	nd = hs->h->nd;
 	n = (int)lua_rawlen(L, 1);
-	luaL_argcheck(L, n <= BATCH_MAX, 1, "too many tasks");
+	luaL_argcheck(L, n <= POL_BATCH_MAX, 1, "too many tasks");
 	for (d = 0; d < nd; d++) {
 		queue[d] = 0;
 		if (lua_istable(L, 2)) {
@@ -230,7 +233,7 @@ static int harness_complete(lua_State *L)
 	/* The kernel name must outlive the event: models copy it when processed, right here. */
 	odx__policy_feedback(hs->h, k, (int)d - 1, (uint64_t)luaL_checkinteger(L, 3),
 			     (uint64_t)(luaL_checknumber(L, 4) * 1000.0));
-	process_events(hs->h);
+	pol_process_events(hs->h);
 	return 0;
 }
 
@@ -263,14 +266,14 @@ static int read_bufs(lua_State *L, int t, const char *k, const char *f1, uint64_
 static int harness_evict(lua_State *L)
 {
 	harness *hs = harness_of(L);
-	odx__evict_cand c[BATCH_MAX];
-	int order[BATCH_MAX], n, i, rc;
+	odx__evict_cand c[POL_BATCH_MAX];
+	int order[POL_BATCH_MAX], n, i, rc;
 	lua_Integer need = luaL_checkinteger(L, 1);
 
 	luaL_argcheck(L, hs->h != NULL, 1, "call harness.open first");
 	luaL_checktype(L, 2, LUA_TTABLE);
 	n = (int)lua_rawlen(L, 2);
-	luaL_argcheck(L, n <= BATCH_MAX, 2, "too many candidates");
+	luaL_argcheck(L, n <= POL_BATCH_MAX, 2, "too many candidates");
 	for (i = 0; i < n; i++) {
 		lua_rawgeti(L, 2, i + 1);
 		luaL_checktype(L, -1, LUA_TTABLE);
@@ -295,14 +298,14 @@ static int harness_evict(lua_State *L)
 static int harness_prefetch(lua_State *L)
 {
 	harness *hs = harness_of(L);
-	static odx__prefetch_task w[BATCH_MAX];
-	static uint64_t ids[BATCH_MAX][HARNESS_BUFS], miss[BATCH_MAX][HARNESS_BUFS];
-	int order[BATCH_MAX], n, i, rc;
+	static odx__prefetch_task w[POL_BATCH_MAX];
+	static uint64_t ids[POL_BATCH_MAX][HARNESS_BUFS], miss[POL_BATCH_MAX][HARNESS_BUFS];
+	int order[POL_BATCH_MAX], n, i, rc;
 
 	luaL_argcheck(L, hs->h != NULL, 1, "call harness.open first");
 	luaL_checktype(L, 1, LUA_TTABLE);
 	n = (int)lua_rawlen(L, 1);
-	luaL_argcheck(L, n <= BATCH_MAX, 1, "too many tasks");
+	luaL_argcheck(L, n <= POL_BATCH_MAX, 1, "too many tasks");
 	for (i = 0; i < hs->h->nd && lua_istable(L, 2); i++) {
 		lua_rawgeti(L, 2, i + 1);
 		hs->h->qnow[i] = (int)luaL_optinteger(L, -1, 0);
@@ -332,16 +335,16 @@ static int harness_prefetch(lua_State *L)
 static int harness_place_rank(lua_State *L)
 {
 	harness *hs = harness_of(L);
-	static odx__rank_task b[BATCH_MAX];
-	static uint64_t owner64[BATCH_MAX][HARNESS_BUFS], bytes[BATCH_MAX][HARNESS_BUFS];
-	static int owner[BATCH_MAX][HARNESS_BUFS];
-	int out[BATCH_MAX], n, i, j, rc, nranks = (int)luaL_checkinteger(L, 2);
+	static odx__rank_task b[POL_BATCH_MAX];
+	static uint64_t owner64[POL_BATCH_MAX][HARNESS_BUFS], bytes[POL_BATCH_MAX][HARNESS_BUFS];
+	static int owner[POL_BATCH_MAX][HARNESS_BUFS];
+	int out[POL_BATCH_MAX], n, i, j, rc, nranks = (int)luaL_checkinteger(L, 2);
 	uint64_t before;
 
 	luaL_argcheck(L, hs->h != NULL, 1, "call harness.open first");
 	luaL_checktype(L, 1, LUA_TTABLE);
 	n = (int)lua_rawlen(L, 1);
-	luaL_argcheck(L, n <= BATCH_MAX, 1, "too many tasks");
+	luaL_argcheck(L, n <= POL_BATCH_MAX, 1, "too many tasks");
 	for (i = 0; i < n; i++) {
 		lua_rawgeti(L, 1, i + 1);
 		luaL_checktype(L, -1, LUA_TTABLE);
@@ -435,7 +438,7 @@ static int harness_run(lua_State *L)
 	harness *hs = lua_touserdata(L, 1);
 	const char *path = lua_tostring(L, 2);
 
-	sandbox(L, false);
+	pol_sandbox(L, false);
 	if (luaL_loadfilex(L, path, "t") != LUA_OK)
 		lua_error(L);
 	luaL_newlibtable(L, funcs);
@@ -445,7 +448,15 @@ static int harness_run(lua_State *L)
 	return 0;
 }
 
-static int odx__policy_test_run(const char *spec, const char *test_path, char *err, size_t errlen)
+/*
+ * Runs the Lua test file `test_path` in a sandboxed state with a harness table as its argument
+ * (docs/policies.md, "Testing a policy"): harness.open(machine) opens the policy `spec` on a
+ * synthetic machine, harness.place(tasks, queue) returns the answers, harness.complete(...)
+ * feeds the model; harness.evict, .prefetch, .place_rank and .tick call the other hooks through
+ * the odx__policy_host_* functions, harness.bandwidth sets a measured link. Returns 0, or
+ * ODX_EINVAL with the failure (file, line, traceback) in err.
+ */
+static int harness_test_run(const char *spec, const char *test_path, char *err, size_t errlen)
 {
 	harness hs = {.spec = spec, .verbose = getenv("ODX_POLICY_TEST_VERBOSE") != NULL};
 	lua_State *L = luaL_newstate();
@@ -454,7 +465,7 @@ static int odx__policy_test_run(const char *spec, const char *test_path, char *e
 	if (!L)
 		return ODX_ENOMEM;
 	*(odx__policy **)lua_getextraspace(L) = NULL;
-	lua_pushcfunction(L, traceback);
+	lua_pushcfunction(L, pol_traceback);
 	lua_pushcfunction(L, harness_run);
 	lua_pushlightuserdata(L, &hs);
 	lua_pushstring(L, test_path);
@@ -474,7 +485,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s POLICY TEST.lua\n", argv[0]);
 		return 2;
 	}
-	if (odx__policy_test_run(argv[1], argv[2], err, sizeof(err)) != 0) {
+	if (harness_test_run(argv[1], argv[2], err, sizeof(err)) != 0) {
 		fprintf(stderr, "FAIL %s on %s:\n%s\n", argv[2], argv[1], err);
 		return 1;
 	}
