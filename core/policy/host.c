@@ -97,14 +97,14 @@ static void fail(odx__policy *h, const char *site, const char *msg)
 	if (!seen && h->nsites < POL_MAX_SITES)
 		h->sites[h->nsites++] = key;
 	pol_say(h, seen ? ODX_LOG_DEBUG : ODX_LOG_ERROR, true,
-	    "policy %s: %s (the built-in least_loaded decides instead)", h->display, msg);
+		"policy %s: %s (the built-in least_loaded decides instead)", h->display, msg);
 	if (++h->consecutive >= MAX_FAILURES && !h->disabled) {
 		h->disabled = true;
 		pol_publish_hooks(h);
 		pol_say(h, ODX_LOG_ERROR, true,
-		    "policy %s: disabled after %d consecutive failures, last: %s; the built-in "
-		    "least_loaded decides until the file is reloaded",
-		    h->display, h->consecutive, msg);
+			"policy %s: disabled after %d consecutive failures, last: %s; the built-in "
+			"least_loaded decides until the file is reloaded",
+			h->display, h->consecutive, msg);
 	}
 }
 
@@ -296,9 +296,9 @@ int odx__policy_open(odx__policy **out, const odx__policy_params *p, char *err, 
 		atomic_fetch_add(&h->failures, 1);
 		snprintf(err, errlen, "policy %s failed to load: %s", h->display, why);
 		pol_say(h, ODX_LOG_WARN, true,
-		    "policy %s failed to load: %s; the built-in least_loaded decides until the file "
-		    "is fixed",
-		    h->display, why);
+			"policy %s failed to load: %s; the built-in least_loaded decides until the file "
+			"is fixed",
+			h->display, why);
 	}
 	*out = h;
 	return 0;
@@ -379,8 +379,8 @@ void odx__policy_check_reload(odx__policy *h, bool force)
 	s = state_open(h, why, sizeof(why));
 	if (!s) {
 		pol_say(h, ODX_LOG_WARN, true,
-		    "policy %s: the new version failed to load: %s; keeping the %s", h->display,
-		    why, h->cur ? "running version" : "built-in least_loaded");
+			"policy %s: the new version failed to load: %s; keeping the %s", h->display,
+			why, h->cur ? "running version" : "built-in least_loaded");
 		return;
 	}
 	pol_state_close(h, h->cur);
@@ -416,7 +416,7 @@ void pol_process_events(odx__policy *h)
 	pthread_mutex_unlock(&h->ev_lock);
 	for (i = 0; i < n; i++)
 		pol_model_add(h, h->ev_copy[i].kernel, h->ev_copy[i].device, h->ev_copy[i].bytes,
-			  (double)h->ev_copy[i].ns / 1000.0);
+			      (double)h->ev_copy[i].ns / 1000.0);
 	if (!h->cur || h->disabled || h->cur->ref_hook[HOOK_ON_COMPLETE] == LUA_NOREF)
 		return;
 	a.op = OP_COMPLETE;

@@ -48,8 +48,7 @@ static size_t model_slot(const odx__policy *h, const char *k, uint32_t hash, int
 	return i;
 }
 
-pol_model *pol_model_find(odx__policy *h, const char *k, uint32_t hash, int d, int b,
-			       bool create)
+pol_model *pol_model_find(odx__policy *h, const char *k, uint32_t hash, int d, int b, bool create)
 {
 	size_t i;
 
@@ -152,7 +151,7 @@ void pol_models_save(odx__policy *h)
 		return;
 	if (mkdir(h->model_dir, 0755) != 0 && errno != EEXIST) {
 		pol_say(h, ODX_LOG_WARN, false, "policy models: cannot create %s: %s", h->model_dir,
-		    strerror(errno));
+			strerror(errno));
 		return;
 	}
 	snprintf(path, sizeof(path), "%s/%s", h->model_dir, MODEL_FILE);
@@ -160,7 +159,7 @@ void pol_models_save(odx__policy *h)
 	f = fopen(tmp, "w");
 	if (!f) {
 		pol_say(h, ODX_LOG_WARN, false, "policy models: cannot write %s: %s", tmp,
-		    strerror(errno));
+			strerror(errno));
 		return;
 	}
 	for (i = 0; i < h->mcap; i++) {
@@ -175,7 +174,7 @@ void pol_models_save(odx__policy *h)
 	}
 	if (fclose(f) != 0 || rename(tmp, path) != 0)
 		pol_say(h, ODX_LOG_WARN, false, "policy models: cannot write %s: %s", path,
-		    strerror(errno));
+			strerror(errno));
 }
 
 /* Fastest measured link into node `dst` from another node (bytes/s). */

@@ -322,8 +322,8 @@ static void fill_lazy(lua_State *L, pol_state *s, const pol_op_args *a, int t)
 					   pol_size_bucket(a->tasks[i - 1].bytes) != b) {
 					hash = pol_str_hash(pt->kernel);
 					for (d = 0; d < nd; d++) {
-						pol_model *e = pol_model_find(h, pt->kernel, hash, d, b,
-									    false);
+						pol_model *e = pol_model_find(h, pt->kernel, hash,
+									      d, b, false);
 
 						sh->row[d] = e && e->n ? e->mean : -1;
 					}

@@ -100,7 +100,7 @@ static int lua_odx_log(lua_State *L)
 	pol_unsafe_enter(pol_esc_now);
 	if (h)
 		pol_say(h, ODX_LOG_INFO, false, "policy %s: %.*s", h->display, ODX__MSG_MAX,
-		    lua_tostring(L, -1));
+			lua_tostring(L, -1));
 	else
 		fprintf(stderr, "%.*s\n", ODX__MSG_MAX, lua_tostring(L, -1)); /* the harness's state */
 	pol_unsafe_leave(pol_esc_now);
