@@ -286,7 +286,9 @@ int odx__policy_open(odx__policy **out, const odx__policy_params *p, char *err, 
 	if (!h->display)
 		goto out_fail;
 	pol_models_load(h);
-	if (pol_watchdog_start(h) != 0)
+	/* A file's rc is 0 here (read_source succeeded): take the start's own. */
+	rc = pol_watchdog_start(h);
+	if (rc)
 		goto out_fail;
 	h->next_check = odx__now_ns() + RELOAD_CHECK_NS;
 	h->cur = state_open(h, why, sizeof(why));
