@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * policy.h - the Lua policy host (DESIGN section 8, docs/policies.md).
- *
- * policy.c is the only file that includes the Lua headers. It has two layers:
+ * policy.h - the Lua policy host, as the rest of core sees it (docs/policies.md for the user's
+ * view). The implementation lives in core/policy/ (policy_internal.h says which file holds
+ * what); only those files include the Lua headers. Two layers:
  *
  *  - the host proper (odx__policy_open .. odx__policy_close): one sandboxed lua_State per
  *    policy, a capped allocator, a per-call CPU budget enforced by a watchdog thread, the
- *    performance models; it knows nothing of tasks or contexts, so the test harness drives it
- *    with synthetic batches;
+ *    performance models; it knows nothing of tasks or contexts, so the test harness
+ *    (tests/policy/test_policy_harness.c) drives it with synthetic batches;
  *  - the context glue (odx__policy_ctx_*): ready tasks are appended to a pending list and
  *    whoever takes the policy lock drains the whole list into one `place` call (flat
  *    combining), then queues each task on the device chosen, or on the built-in policy's
@@ -202,16 +202,5 @@ int odx__policy_place_rank(odx_context *ctx, const odx__rank_task *b, int n, int
 /* Measured bandwidth of the link between two memory nodes, for the transfer estimates the
  * policy sees (batch.transfer, window.transfer, odx.bandwidth). No-op without a Lua policy. */
 void odx__policy_set_bandwidth(odx_context *ctx, int src_node, int dst_node, double bytes_per_s);
-
-/* ---- test harness ---- */
-
-/*
- * Runs the Lua test file `test_path` in a sandboxed state with a harness table as its argument
- * (docs/policies.md, "Testing a policy"): harness.open(machine) opens the policy `spec` on a
- * synthetic machine, harness.place(tasks, queue) returns the answers, harness.complete(...)
- * feeds the model; harness.evict, .prefetch, .place_rank and .tick call the other hooks through
- * the odx__policy_host_* functions, harness.bandwidth sets a measured link. Returns 0, or ODX_EINVAL with the failure (file, line, traceback) in err.
- */
-int odx__policy_test_run(const char *spec, const char *test_path, char *err, size_t errlen);
 
 #endif /* ODX_CORE_POLICY_H */

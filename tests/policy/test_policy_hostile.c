@@ -1,13 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_policy_hostile.c - no policy can hang or crash a program (issue 18, item 2). One hostile
- * policy per class of hang, each through a real context running real tasks on two host
- * devices: long C library calls (crafted patterns, C loops that allocate nothing), odx.*
- * helpers with huge arguments, code where Lua turns hooks off (xpcall handlers, __gc), __close
- * and __tostring loops, endless loops and endless C calls at the top level and in init, and a
- * policy that would hang at close. Each run must finish (the waits have timeouts, the test a
- * generous meson timeout; nothing here measures time), produce exact results, and name the
- * policy file and the hook it gave up on.
+ * test_policy_hostile.c - no policy can hang or crash a program. One hostile policy per class of
+ * hang, each through a real context running real tasks on two host devices: long C library calls
+ * (crafted patterns, C loops that allocate nothing), odx.* helpers with huge arguments, code where
+ * Lua turns hooks off (xpcall handlers, __gc), __close and __tostring loops, endless loops and
+ * endless C calls at the top level and in init, and a policy that would hang at close. Each run
+ * must finish (the waits have timeouts, the test a generous meson timeout; nothing here measures
+ * time), produce exact results, and name the policy file and the hook it gave up on.
  */
 #include <fcntl.h>
 #include <pthread.h>
