@@ -1,29 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fab_api.c - the calls of fabric.h made on callers' threads: queries, submissions (messages,
- * transfers, aborts), barriers, statistics and the test hook that sends garbage.
+ * transfers, aborts), barriers, statistics and the test hook that sends garbage. Separate: the
+ * only code that runs on callers' threads; it hands work to the progress role through the
+ * submission lists under f->lock and never touches libfabric objects.
  */
-#include <errno.h>
-#include <poll.h>
 #include <pthread.h>
-#include <sched.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/mman.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_eq.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_rma.h>
-#include <rdma/fi_tagged.h>
 
 #include "fab_state.h"
 #include "odx/odx.h"
@@ -114,7 +100,7 @@ int odx_fab_send_msg(odx_fab *f, int dst, uint32_t type, const void *payload, si
 {
 	if (!f || len > FAB_CTRL_PAYLOAD_MAX || (len && !payload))
 		return ODX_EINVAL;
-	struct fab_op *op = ctrl_new(f, dst, FAB_MSG_USER, type, payload, len, NULL, 0);
+	struct fab_op *op = fab_ctrl_new(f, dst, FAB_MSG_USER, type, payload, len, NULL, 0);
 	if (!op)
 		return ODX_ENOMEM;
 	pthread_mutex_lock(&f->lock);
@@ -172,7 +158,7 @@ int odx_fab_send_abort(odx_fab *f, int dst, uint64_t key, int status, const char
 		pthread_mutex_unlock(&f->lock);
 		return ODX_EINVAL;
 	}
-	struct fab_op *op = ctrl_new(f, dst, FAB_MSG_ABORT, 0, &a, sizeof(a), msg, n);
+	struct fab_op *op = fab_ctrl_new(f, dst, FAB_MSG_ABORT, 0, &a, sizeof(a), msg, n);
 	if (!op) {
 		pthread_mutex_unlock(&f->lock);
 		return ODX_ENOMEM;
@@ -244,17 +230,19 @@ int odx_fab_barrier_status(odx_fab *f, int timeout_ms, int status, const char *m
 	uint64_t epoch = ++f->bar_epoch;
 	atomic_store(&f->bar_check, true);
 	if (f->rank != 0) {
-		struct fab_barrier_msg b = {
-			.epoch = epoch, .status = status, .rank = f->rank, .text_len = (uint32_t)n};
+		struct fab_barrier_msg b = {.epoch = epoch,
+					    .status = status,
+					    .rank = f->rank,
+					    .text_len = (uint32_t)n};
 		struct fab_op *op =
-			ctrl_new(f, 0, FAB_MSG_BARRIER_IN, 0, &b, sizeof(b), msg, n);
+			fab_ctrl_new(f, 0, FAB_MSG_BARRIER_IN, 0, &b, sizeof(b), msg, n);
 		if (!op) {
 			pthread_mutex_unlock(&f->lock);
 			return ODX_ENOMEM;
 		}
 		submit_op(f, op);
 	} else {
-		bar_merge(&f->bar_in[epoch & 1], status, 0, msg, n);
+		fab_bar_merge(&f->bar_in[epoch & 1], status, 0, msg, n);
 	}
 	pthread_mutex_unlock(&f->lock);
 	/* The caller drives the rounds itself (odx_fab_wait): no hand-off to the progress thread,

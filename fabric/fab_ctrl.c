@@ -2,37 +2,21 @@
 /*
  * fab_ctrl.c - control messages and peers: building and admitting control messages (credits),
  * peer failure and the replay window, and what an incoming control message does (pull
- * announcements, aborts, FIN/NACK, barriers, goodbyes).
+ * announcements, aborts, FIN/NACK, barriers, goodbyes). Separate from fab_xfer.c: control
+ * messages have their own flow control (credits) and trust checks (header, sequence window).
  */
-#include <errno.h>
-#include <poll.h>
 #include <pthread.h>
-#include <sched.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/mman.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_eq.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_rma.h>
-#include <rdma/fi_tagged.h>
 
 #include "fab_state.h"
 #include "odx/odx.h"
 
 /* ---- control messages --------------------------------------------------------------------- */
 
-struct fab_op *ctrl_new(odx_fab *f, int dst, uint16_t type, uint32_t user_type,
-			       const void *a, size_t alen, const void *b, size_t blen)
+struct fab_op *fab_ctrl_new(odx_fab *f, int dst, uint16_t type, uint32_t user_type, const void *a,
+			    size_t alen, const void *b, size_t blen)
 {
 	struct fab_op *op = op_new(OP_CTRL_TX, dst, sizeof(struct fab_hdr) + alen + blen);
 	if (!op)
@@ -58,7 +42,7 @@ struct fab_op *ctrl_new(odx_fab *f, int dst, uint16_t type, uint32_t user_type,
 static void deliver_local(odx_fab *f, struct fab_op *op);
 
 /* Admits a control message: credits first (exempt ones skip), then the ready queue. */
-void ctrl_enqueue(odx_fab *f, struct fab_op *op)
+void fab_ctrl_enqueue(odx_fab *f, struct fab_op *op)
 {
 	struct fab_peer *p = &f->peers[op->peer];
 	if (op->peer == f->rank) {
@@ -97,21 +81,21 @@ static void credits_release_waiters(odx_fab *f, struct fab_peer *p)
 	}
 }
 
-void ctrl_send(odx_fab *f, int dst, uint16_t type, const void *body, size_t len)
+void fab_ctrl_send(odx_fab *f, int dst, uint16_t type, const void *body, size_t len)
 {
-	struct fab_op *op = ctrl_new(f, dst, type, 0, body, len, NULL, 0);
+	struct fab_op *op = fab_ctrl_new(f, dst, type, 0, body, len, NULL, 0);
 	if (!op) {
 		fab_log(f, "out of memory for a control message to rank %d", dst);
 		return;
 	}
 	if (type == FAB_MSG_HEARTBEAT)
 		f->peers[dst].hb_inflight = true;
-	ctrl_enqueue(f, op);
+	fab_ctrl_enqueue(f, op);
 }
 
 /* ---- peers -------------------------------------------------------------------------------- */
 
-void peer_fail(odx_fab *f, int rank, const char *why)
+void fab_peer_fail(odx_fab *f, int rank, const char *why)
 {
 	struct fab_peer *p = &f->peers[rank];
 	if (p->state == PEER_FAILED)
@@ -146,10 +130,10 @@ void peer_fail(odx_fab *f, int rank, const char *why)
 			if (x->map)
 				map_remove(x, xfer_bucket(x));
 			if (x->ops_out == 0)
-				xfer_release(f, x);
+				fab_xfer_release(f, x);
 			continue;
 		}
-		xfer_fail_peer(f, x, msg);
+		fab_xfer_fail_peer(f, x, msg);
 	}
 }
 
@@ -203,7 +187,7 @@ static void handle_rts(odx_fab *f, int src, const struct fab_rts *rts, size_t pa
 	xfer_activate(f, r);
 	struct fab_xfer *x = map_take_match(&f->posted_recvs, src, rts->key);
 	if (x)
-		recv_pull(f, x, r);
+		fab_recv_pull(f, x, r);
 	else
 		map_put(&f->unexpected, bucket((uint64_t)src, rts->key), r);
 }
@@ -226,7 +210,7 @@ static void handle_abort(odx_fab *f, int src, const unsigned char *payload, size
 	int status = a.status < 0 ? a.status : ODX_ECANCELED; /* never a success */
 	struct fab_xfer *x = map_take_match(&f->posted_recvs, src, a.key);
 	if (x) {
-		xfer_finish(f, x, status, text);
+		fab_xfer_finish(f, x, status, text);
 		return;
 	}
 	struct fab_xfer *r = calloc(1, sizeof(*r));
@@ -248,7 +232,7 @@ static void handle_abort(odx_fab *f, int src, const unsigned char *payload, size
 
 /* Merges a status brought to a barrier into the worst so far: a failure over success, a cause
  * (anything but ODX_ECANCELED) over a consequence, then the lowest rank. With f->lock held. */
-void bar_merge(struct bar_status *cur, int status, int rank, const char *text, size_t n)
+void fab_bar_merge(struct bar_status *cur, int status, int rank, const char *text, size_t n)
 {
 	bool worse;
 	if (!status)
@@ -269,7 +253,7 @@ void bar_merge(struct bar_status *cur, int status, int rank, const char *text, s
 	cur->text[n] = '\0';
 }
 
-void handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t len, fi_addr_t from)
+void fab_handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t len, fi_addr_t from)
 {
 	struct fab_hdr h;
 	if (len < sizeof(h)) {
@@ -332,7 +316,7 @@ void handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t len, fi_
 		p->to_return++;
 		if (p->to_return >= f->prof.credits / 2 && !p->credit_pending) {
 			p->credit_pending = true;
-			ctrl_send(f, src, FAB_MSG_CREDIT, NULL, 0);
+			fab_ctrl_send(f, src, FAB_MSG_CREDIT, NULL, 0);
 		}
 	}
 	const unsigned char *payload = buf + sizeof(h);
@@ -381,7 +365,7 @@ void handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t len, fi_
 		}
 		if (h.type == FAB_MSG_FIN) {
 			stat_add(&f->bytes_sent, x->len);
-			xfer_finish(f, x, 0, NULL);
+			fab_xfer_finish(f, x, 0, NULL);
 		} else {
 			char msg[240];
 			snprintf(msg, sizeof(msg),
@@ -401,7 +385,7 @@ void handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t len, fi_
 				x->refused = status;
 				x->refused_msg = strdup(msg);
 			} else {
-				xfer_finish(f, x, status, msg);
+				fab_xfer_finish(f, x, status, msg);
 			}
 		}
 		break;
@@ -409,8 +393,7 @@ void handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t len, fi_
 	case FAB_MSG_BARRIER_IN:
 	case FAB_MSG_BARRIER_OUT: {
 		struct fab_barrier_msg b;
-		if (h.payload_len < sizeof(b) ||
-		    (h.type == FAB_MSG_BARRIER_IN) != (f->rank == 0)) {
+		if (h.payload_len < sizeof(b) || (h.type == FAB_MSG_BARRIER_IN) != (f->rank == 0)) {
 			fab_bad(f, "misdirected barrier message from rank %d", src);
 			break;
 		}
@@ -425,16 +408,16 @@ void handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t len, fi_
 		pthread_mutex_lock(&f->lock);
 		if (h.type == FAB_MSG_BARRIER_IN) {
 			f->bar_arrived[b.epoch & 1]++;
-			bar_merge(&f->bar_in[b.epoch & 1], b.status, b.rank, text, b.text_len);
+			fab_bar_merge(&f->bar_in[b.epoch & 1], b.status, b.rank, text, b.text_len);
 		} else if (b.epoch > f->bar_released) {
 			f->bar_released = b.epoch;
 			f->bar_out.status = 0;
-			bar_merge(&f->bar_out, b.status, b.rank, text, b.text_len);
+			fab_bar_merge(&f->bar_out, b.status, b.rank, text, b.text_len);
 		}
 		wake_blocked_locked(f);
 		pthread_mutex_unlock(&f->lock);
 		if (h.type == FAB_MSG_BARRIER_IN)
-			check_barrier(f);
+			fab_check_barrier(f);
 		break;
 	}
 	case FAB_MSG_ABORT:
@@ -469,7 +452,7 @@ static void deliver_local(odx_fab *f, struct fab_op *op)
 }
 
 /* Rank 0 releases a barrier epoch once every other rank arrived and it entered it itself. */
-void check_barrier(odx_fab *f)
+void fab_check_barrier(odx_fab *f)
 {
 	if (f->rank != 0)
 		return;
@@ -489,13 +472,15 @@ void check_barrier(odx_fab *f)
 	pthread_mutex_unlock(&f->lock);
 	if (release) {
 		size_t n = out.status ? strlen(out.text) : 0;
-		struct fab_barrier_msg b = {
-			.epoch = e, .status = out.status, .rank = out.rank, .text_len = (uint32_t)n};
+		struct fab_barrier_msg b = {.epoch = e,
+					    .status = out.status,
+					    .rank = out.rank,
+					    .text_len = (uint32_t)n};
 		for (int r = 1; r < f->size; r++) {
-			struct fab_op *op =
-				ctrl_new(f, r, FAB_MSG_BARRIER_OUT, 0, &b, sizeof(b), out.text, n);
+			struct fab_op *op = fab_ctrl_new(f, r, FAB_MSG_BARRIER_OUT, 0, &b,
+							 sizeof(b), out.text, n);
 			if (op)
-				ctrl_enqueue(f, op);
+				fab_ctrl_enqueue(f, op);
 			else
 				fab_log(f, "out of memory for a barrier release to rank %d", r);
 		}

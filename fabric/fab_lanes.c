@@ -1,29 +1,22 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fab_lanes.c - copy lanes: more endpoints of the shm provider, each with a thread of its own,
- * that receive a large transfer's chunks in parallel.
+ * that receive a large transfer's chunks in parallel. Separate: the code the lane threads run,
+ * with its own lock and hand-off lists (the progress role's side is fab_poll_lanes and the
+ * static inline lane_submit / lane_cancel in fab_state.h).
  */
-#include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/mman.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
-#include <rdma/fi_rma.h>
-#include <rdma/fi_tagged.h>
 
 #include "fab_state.h"
 #include "odx/odx.h"
@@ -70,7 +63,7 @@ static int lane_post(struct fab_lane *ln)
 		if (atomic_load(&op->cancel)) {
 			op->c_err = FI_ECANCELED;
 		} else {
-			ssize_t ret = post_data(ln->f, &ln->rl, ln->addr[op->peer], op);
+			ssize_t ret = fab_post_data(ln->f, &ln->rl, ln->addr[op->peer], op);
 			if (ret == -FI_EAGAIN)
 				break;
 			op->c_err = ret ? (int)-ret : 0;
@@ -126,7 +119,7 @@ static int lane_poll(struct fab_lane *ln)
 	return 0;
 }
 
-void *lane_main(void *arg)
+void *fab_lane_main(void *arg)
 {
 	struct fab_lane *ln = arg;
 	int idle = 0, sleeps = 0;
@@ -187,7 +180,7 @@ void *lane_main(void *arg)
 }
 
 /* Progress role: takes back what the lanes of rail `rail` completed. */
-int poll_lanes(odx_fab *f, int rail)
+int fab_poll_lanes(odx_fab *f, int rail)
 {
 	struct fab_rail *rl = &f->rail[rail];
 	int n = 0;
@@ -204,15 +197,16 @@ int poll_lanes(odx_fab *f, int rail)
 			struct fab_op *next = op->next;
 			op->next = NULL;
 			if (!op->c_err) {
-				op_complete(f, rail, op, op->c_len, op->c_data, FI_ADDR_NOTAVAIL);
+				fab_op_complete(f, rail, op, op->c_len, op->c_data,
+						FI_ADDR_NOTAVAIL);
 			} else if (op->kind == OP_DATA_RX && op->c_err == FI_ETRUNC) {
-				rx_truncated(f, op, op->c_len, op->c_data);
+				fab_rx_truncated(f, op, op->c_len, op->c_data);
 			} else {
 				char detail[160];
 				snprintf(detail, sizeof(detail),
 					 "provider %s, copy lane %d: %s (%d)", rl->prov, k,
 					 fi_strerror(op->c_err), op->c_prov_errno);
-				op_complete_error(f, op, op->c_err, detail);
+				fab_op_complete_error(f, op, op->c_err, detail);
 			}
 			op = next;
 			n++;
@@ -224,7 +218,7 @@ int poll_lanes(odx_fab *f, int rail)
 /* Opens want - 1 copy lanes beside rail rl (fewer if the provider refuses more). A lane endpoint
  * is named after the rail's ("<name>_l<k>"), which needs string addresses; lanes also need no
  * local registration (the progress role registers buffers in the rail's domain only). */
-void open_lanes(odx_fab *f, struct fab_rail *rl, int want)
+void fab_open_lanes(odx_fab *f, struct fab_rail *rl, int want)
 {
 	char base[FAB_NAME_MAX];
 	size_t blen = sizeof(base) - 1;
@@ -246,25 +240,21 @@ void open_lanes(odx_fab *f, struct fab_rail *rl, int want)
 		snprintf(ln->rl.prov, sizeof(ln->rl.prov), "%s", rl->prov);
 		snprintf(name, sizeof(name), "%.*s_l%d", (int)sizeof(name) - 8, base, k);
 		if (!ln->addr || !ln->rl.info ||
-		    open_endpoint(f, &ln->rl, false, name, 1, err, sizeof(err)) != 0) {
-			close_rail(&ln->rl);
+		    fab_open_endpoint(f, &ln->rl, false, name, 1, err, sizeof(err)) != 0) {
+			fab_close_rail(&ln->rl);
 			free(ln->addr);
 			free(ln);
 			return;
 		}
 		ln->f = f;
 		pthread_mutex_init(&ln->lock, NULL);
-		pthread_condattr_t ca;
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&ln->cond, &ca);
-		pthread_condattr_destroy(&ca);
+		fab_cond_init_monotonic(&ln->cond);
 		rl->lanes[k] = ln;
 		rl->nlanes = k + 1;
 	}
 }
 
-void stop_lanes(struct fab_rail *rl)
+void fab_stop_lanes(struct fab_rail *rl)
 {
 	for (int k = 1; k < rl->nlanes; k++) {
 		struct fab_lane *ln = rl->lanes[k];
@@ -279,12 +269,12 @@ void stop_lanes(struct fab_rail *rl)
 	}
 }
 
-/* After stop_lanes and after the ops they held are freed. */
-void free_lanes(struct fab_rail *rl)
+/* After fab_stop_lanes and after the ops they held are freed. */
+void fab_free_lanes(struct fab_rail *rl)
 {
 	for (int k = 1; k < rl->nlanes; k++) {
 		struct fab_lane *ln = rl->lanes[k];
-		close_rail(&ln->rl);
+		fab_close_rail(&ln->rl);
 		pthread_cond_destroy(&ln->cond);
 		pthread_mutex_destroy(&ln->lock);
 		free(ln->addr);

@@ -1,20 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fab_open.c - opening and closing a fabric: endpoints, the name exchange, the threads, and the
- * order in which close gives everything back.
+ * order in which close gives everything back. Nothing here runs per operation.
  */
-#include <errno.h>
-#include <poll.h>
 #include <pthread.h>
-#include <sched.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <rdma/fi_cm.h>
@@ -22,8 +17,6 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
-#include <rdma/fi_rma.h>
-#include <rdma/fi_tagged.h>
 
 #include "fab_state.h"
 #include "odx/odx.h"
@@ -33,8 +26,8 @@
 /* Opens rl's endpoint. Its address vector gets room for `lanes` addresses per rank (each peer's
  * copy lanes), or for one if the provider refuses that many (shm in libfabric 1.17 takes at most
  * 256 addresses): rl->av_lanes says which. */
-int open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, const char *name,
-			 int lanes, char *err, size_t errlen)
+int fab_open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, const char *name,
+		      int lanes, char *err, size_t errlen)
 {
 	struct fi_info *info = rl->info;
 	char shm_name[FAB_NAME_MAX];
@@ -105,10 +98,10 @@ int open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, const cha
 		/* shm keeps each endpoint's queues in a /dev/shm segment named after it */
 		bool shm = name && !strcmp(rl->prov, "shm");
 		snprintf(err, errlen, "%s on provider %s failed: %s (%d)%s%s%s", step, rl->prov,
-			 fi_strerror(-ret), ret, shm ? " (segment /dev/shm/" : "",
-			 shm ? name : "",
+			 fi_strerror(-ret), ret, shm ? " (segment /dev/shm/" : "", shm ? name : "",
 			 shm ? (ret == -FI_EBUSY ? ": held by a live process)"
-				: ret == -FI_ENOSPC || ret == -FI_ENOMEM ? ": is /dev/shm full?)" : ")")
+				: ret == -FI_ENOSPC || ret == -FI_ENOMEM ? ": is /dev/shm full?)"
+									 : ")")
 			     : "");
 		return fab_err(ret) == ODX_EIO ? ODX_EUNAVAIL : fab_err(ret);
 	}
@@ -124,7 +117,7 @@ int open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, const cha
 	return 0;
 }
 
-void close_rail(struct fab_rail *rl)
+void fab_close_rail(struct fab_rail *rl)
 {
 	mr_close(&rl->sink_mr);
 	if (rl->ep)
@@ -272,11 +265,7 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 	f->spin = spin ? atoi(spin) : 200;
 	pthread_mutex_init(&f->lock, NULL);
 	pthread_mutex_init(&f->plock, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&f->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	fab_cond_init_monotonic(&f->cond);
 	struct fi_info *shm_info = NULL;
 	int ret = fab_fault_parse(&f->fault, p ? p->fault : NULL, err, errlen);
 	if (ret)
@@ -312,8 +301,8 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 		fab_shm_sweep(); /* segments that killed ODX ranks left behind (fab_shm.c) */
 		f->nrails = 1;
 		int lanes = fab_lane_count(&f->prof, p);
-		ret = open_endpoint(f, &f->rail[0], f->prof.source_broken, NULL, lanes, err,
-				    errlen);
+		ret = fab_open_endpoint(f, &f->rail[0], f->prof.source_broken, NULL, lanes, err,
+					errlen);
 		if (ret)
 			goto out_close;
 		/* auto mode: a second, shm endpoint for the ranks on this host (ODX_FAB_SHM=0: off) */
@@ -332,16 +321,17 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 				rl->chunk = shm_prof.chunk;
 				rl->lane_min = shm_prof.lane_min;
 				int shm_lanes = fab_lane_count(&shm_prof, p);
-				if (open_endpoint(f, rl, false, NULL, shm_lanes, shm_err,
-						  sizeof(shm_err)) == 0) {
+				if (fab_open_endpoint(f, rl, false, NULL, shm_lanes, shm_err,
+						      sizeof(shm_err)) == 0) {
 					f->nrails = 2;
-					open_lanes(f, rl, shm_lanes);
+					fab_open_lanes(f, rl, shm_lanes);
 				} else {
-					close_rail(rl); /* the network endpoint serves every rank */
+					fab_close_rail(
+						rl); /* the network endpoint serves every rank */
 				}
 			}
 		}
-		open_lanes(f, &f->rail[0], lanes);
+		fab_open_lanes(f, &f->rail[0], lanes);
 		snprintf(f->provider, sizeof(f->provider), "%s%s", f->prof.prov,
 			 f->nrails > 1 ? "+shm" : "");
 		/* room for one chunk of any rail */
@@ -358,7 +348,7 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 		for (int rail = 0; rail < f->nrails; rail++) {
 			for (int k = 1; k < f->rail[rail].nlanes; k++) {
 				struct fab_lane *ln = f->rail[rail].lanes[k];
-				if (pthread_create(&ln->thread, NULL, lane_main, ln)) {
+				if (pthread_create(&ln->thread, NULL, fab_lane_main, ln)) {
 					snprintf(err, errlen,
 						 "could not start a fabric copy lane thread");
 					ret = ODX_ENOMEM;
@@ -383,7 +373,7 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 		for (int r = 0; r < f->size; r++)
 			f->peers[r].last_heard = now;
 	}
-	if (pthread_create(&f->thread, NULL, progress_main, f)) {
+	if (pthread_create(&f->thread, NULL, fab_progress_main, f)) {
 		snprintf(err, errlen, "could not start the fabric progress thread");
 		ret = ODX_ENOMEM;
 		goto out_close;
@@ -397,7 +387,7 @@ out_close:
 out_wireup:
 	fab_wireup_finish(&f->wu);
 out_free:
-	close_rail(&f->rail[0]);
+	fab_close_rail(&f->rail[0]);
 	if (f->sink)
 		munmap(f->sink, f->sink_len);
 	free(f->peers);
@@ -422,16 +412,14 @@ void odx_fab_close(odx_fab *f)
 		return;
 	atomic_store(&f->closing, true);
 	if (f->thread_started) {
-		uint64_t one = 1;
-		ssize_t k = write(f->wake_fd, &one, sizeof(one));
-		(void)k;
+		wake_fd_signal(f);
 		pthread_join(f->thread, NULL);
 	}
 	/* Closing the endpoints first means the provider holds none of our buffers afterwards (the
 	 * lanes' threads stop first: they touch their endpoints; the ops they held are on
 	 * f->posted). */
 	for (int i = 0; i < FAB_RAILS_MAX; i++) {
-		stop_lanes(&f->rail[i]);
+		fab_stop_lanes(&f->rail[i]);
 		for (int k = 1; k < f->rail[i].nlanes; k++) {
 			struct fab_rail *lrl = &f->rail[i].lanes[k]->rl;
 			if (lrl->ep)
@@ -452,22 +440,13 @@ void odx_fab_close(odx_fab *f)
 	for (int r = 0; f->peers && r < f->size; r++)
 		free_op_list(f->peers[r].wait_head);
 	pthread_mutex_lock(&f->lock);
-	for (struct fab_op *op = f->sub_o_head; op;) {
-		struct fab_op *next = op->next;
-		op_free(op);
-		op = next;
-	}
+	free_op_list(f->sub_o_head);
 	pthread_mutex_unlock(&f->lock);
-	while (f->active) {
-		struct fab_xfer *x = f->active;
-		f->active = x->anext;
-		mr_close(&x->mr);
-		free(x->refused_msg);
-		free(x);
-	}
+	while (f->active)
+		fab_xfer_release(f, f->active);
 	for (int i = 0; i < FAB_RAILS_MAX; i++) {
-		free_lanes(&f->rail[i]);
-		close_rail(&f->rail[i]);
+		fab_free_lanes(&f->rail[i]);
+		fab_close_rail(&f->rail[i]);
 	}
 	fab_wireup_finish(&f->wu);
 	if (f->wake_fd >= 0)

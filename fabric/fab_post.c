@@ -1,25 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fab_post.c - posting and completions: the ready queue handed to the provider (with retries and
- * fault injection) and the rail completion queues read back.
+ * fault injection) and the rail completion queues read back. Separate: the only code that
+ * posts to the rails' endpoints and reads their completion queues (the progress role's).
  */
-#include <errno.h>
-#include <poll.h>
 #include <pthread.h>
-#include <sched.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/mman.h>
-#include <time.h>
-#include <unistd.h>
 
-#include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
@@ -32,7 +23,7 @@
 
 /* Posts a data chunk (a send, or a receive into its buffer and maybe the sink) on rl's
  * endpoint: the progress role for a rail, a lane's thread for its lane. */
-ssize_t post_data(odx_fab *f, struct fab_rail *rl, fi_addr_t addr, struct fab_op *op)
+ssize_t fab_post_data(odx_fab *f, struct fab_rail *rl, fi_addr_t addr, struct fab_op *op)
 {
 	if (op->kind == OP_DATA_TX)
 		return fi_tsenddata(rl->ep, op->buf, op->len, op->desc, op->xfer->check, addr,
@@ -59,7 +50,8 @@ static int op_post(odx_fab *f, struct fab_op *op)
 	struct fab_peer *p = op->peer >= 0 ? &f->peers[op->peer] : NULL;
 	bool data = op->kind == OP_DATA_TX || op->kind == OP_DATA_RX || op->kind == OP_READ;
 	if (data && (op->detached || op->xfer->finished || p->state == PEER_FAILED)) {
-		data_op_release(f, op); /* its transfer is over: never post into returned memory */
+		fab_data_op_release(f,
+				    op); /* its transfer is over: never post into returned memory */
 		return 0;
 	}
 	if (p && p->state == PEER_FAILED && op->kind == OP_CTRL_TX) {
@@ -74,7 +66,7 @@ static int op_post(odx_fab *f, struct fab_op *op)
 		if (op->injected < f->max_retries - 1 &&
 		    fab_chance(&f->fault.rng, f->fault.cqerr)) {
 			op->injected++;
-			op_complete_error(f, op, FI_EIO, "injected completion error");
+			fab_op_complete_error(f, op, FI_EIO, "injected completion error");
 			return 0;
 		}
 	}
@@ -95,22 +87,24 @@ static int op_post(odx_fab *f, struct fab_op *op)
 	struct fab_rail *rl = op->kind == OP_CTRL_RX ? &f->rail[op->rail] : peer_rail(f, op->peer);
 	if (rl->mr_local && !op->desc && !op->mr && op->len &&
 	    (op->kind == OP_CTRL_TX || op->kind == OP_CTRL_RX)) {
-		int r = mr_register(f, rl, op->buf, op->kind == OP_CTRL_RX ? FAB_CTRL_BUF : op->len,
-				    op->kind == OP_CTRL_RX ? FI_RECV : FI_SEND, &op->mr);
+		int r = fab_mr_register(f, rl, op->buf,
+					op->kind == OP_CTRL_RX ? FAB_CTRL_BUF : op->len,
+					op->kind == OP_CTRL_RX ? FI_RECV : FI_SEND, &op->mr);
 		if (r)
 			return r == -FI_EAGAIN
 				       ? r
-				       : (op_complete_error(f, op, -r, "registration failed"), 0);
+				       : (fab_op_complete_error(f, op, -r, "registration failed"),
+					  0);
 		op->desc = fi_mr_desc(op->mr);
 	}
 	if (op->kind == OP_DATA_RX && rl->mr_local && !rl->sink_mr &&
 	    (op->sink || op->buf == f->sink)) {
-		int r = mr_register(f, rl, f->sink, f->sink_len, FI_RECV, &rl->sink_mr);
+		int r = fab_mr_register(f, rl, f->sink, f->sink_len, FI_RECV, &rl->sink_mr);
 		if (r)
-			return r == -FI_EAGAIN
-				       ? r
-				       : (op_complete_error(f, op, -r, "sink registration failed"),
-					  0);
+			return r == -FI_EAGAIN ? r
+					       : (fab_op_complete_error(f, op, -r,
+									"sink registration failed"),
+						  0);
 		rl->sink_desc = fi_mr_desc(rl->sink_mr);
 	}
 	if (op->lane && op->kind == OP_DATA_RX) {
@@ -136,7 +130,7 @@ static int op_post(odx_fab *f, struct fab_op *op)
 		break;
 	case OP_DATA_TX:
 	case OP_DATA_RX:
-		ret = post_data(f, rl, addr, op);
+		ret = fab_post_data(f, rl, addr, op);
 		break;
 	case OP_READ:
 		ret = fi_read(rl->ep, op->buf, op->len, op->desc, addr, op->rma_addr, op->rma_key,
@@ -148,7 +142,7 @@ static int op_post(odx_fab *f, struct fab_op *op)
 	if (ret == -FI_EAGAIN)
 		return -FI_EAGAIN;
 	if (ret) {
-		op_complete_error(f, op, (int)-ret, "post failed");
+		fab_op_complete_error(f, op, (int)-ret, "post failed");
 		return 0;
 	}
 	posted_add(f, op);
@@ -167,7 +161,7 @@ static int op_post(odx_fab *f, struct fab_op *op)
 	return 0;
 }
 
-int post_ready(odx_fab *f)
+int fab_post_ready(odx_fab *f)
 {
 	int posted = 0;
 	int64_t now = f->delayed ? f->now : 0;
@@ -202,13 +196,13 @@ int post_ready(odx_fab *f)
 	return posted;
 }
 
-void op_complete(odx_fab *f, int rail, struct fab_op *op, size_t len, uint64_t data,
-			fi_addr_t from)
+void fab_op_complete(odx_fab *f, int rail, struct fab_op *op, size_t len, uint64_t data,
+		     fi_addr_t from)
 {
 	posted_remove(f, op);
 	switch (op->kind) {
 	case OP_CTRL_RX:
-		handle_ctrl(f, rail, op->buf, len, from);
+		fab_handle_ctrl(f, rail, op->buf, len, from);
 		push_ready(f, op);
 		break;
 	case OP_CTRL_TX:
@@ -219,20 +213,20 @@ void op_complete(odx_fab *f, int rail, struct fab_op *op, size_t len, uint64_t d
 		op_free(op);
 		break;
 	case OP_DATA_RX:
-		if (rx_checked(f, op, len, data, false))
+		if (fab_rx_checked(f, op, len, data, false))
 			break;
 		/* fall through */
 	default:
-		data_op_done(f, op);
+		fab_data_op_done(f, op);
 	}
 }
 
-void op_complete_error(odx_fab *f, struct fab_op *op, int fi_err, const char *detail)
+void fab_op_complete_error(odx_fab *f, struct fab_op *op, int fi_err, const char *detail)
 {
 	posted_remove(f, op);
 	struct fab_xfer *x = op->xfer;
 	if (x && (fi_err == FI_ECANCELED || op->detached || x->finished)) {
-		data_op_release(f, op);
+		fab_data_op_release(f, op);
 		return;
 	}
 	if (fi_err == FI_ECANCELED) {
@@ -262,19 +256,19 @@ void op_complete_error(odx_fab *f, struct fab_op *op, int fi_err, const char *de
 	int peer = op->peer;
 	if (op->kind == OP_CTRL_TX && op->msg_type == FAB_MSG_HEARTBEAT)
 		f->peers[peer].hb_inflight = false;
-	op_complete_error(f, op, FI_ECANCELED, detail); /* frees it */
-	peer_fail(f, peer, why);
+	fab_op_complete_error(f, op, FI_ECANCELED, detail); /* frees it */
+	fab_peer_fail(f, peer, why);
 }
 
 /* A chunk receive got more bytes than its chunk and the sink hold: whose, and why. */
-void rx_truncated(odx_fab *f, struct fab_op *op, size_t len, uint64_t data)
+void fab_rx_truncated(odx_fab *f, struct fab_op *op, size_t len, uint64_t data)
 {
 	posted_remove(f, op);
-	if (!rx_checked(f, op, len, data, true))
-		data_op_done(f, op);
+	if (!fab_rx_checked(f, op, len, data, true))
+		fab_data_op_done(f, op);
 }
 
-int poll_rail(odx_fab *f, int rail)
+int fab_poll_rail(odx_fab *f, int rail)
 {
 	struct fab_rail *rl = &f->rail[rail];
 	struct fi_cq_tagged_entry e[16];
@@ -283,8 +277,8 @@ int poll_rail(odx_fab *f, int rail)
 				   : fi_cq_read(rl->cq, e, 16);
 	if (n > 0) {
 		for (ssize_t i = 0; i < n; i++)
-			op_complete(f, rail, e[i].op_context, e[i].len, e[i].data,
-				    rl->has_source ? from[i] : FI_ADDR_NOTAVAIL);
+			fab_op_complete(f, rail, e[i].op_context, e[i].len, e[i].data,
+					rl->has_source ? from[i] : FI_ADDR_NOTAVAIL);
 		return (int)n;
 	}
 	if (n == -FI_EAVAIL) {
@@ -293,13 +287,13 @@ int poll_rail(odx_fab *f, int rail)
 		if (fi_cq_readerr(rl->cq, &ee, 0) > 0 && ee.op_context) {
 			struct fab_op *op = ee.op_context;
 			if (op->kind == OP_DATA_RX && abs(ee.err) == FI_ETRUNC) {
-				rx_truncated(f, op, ee.len, ee.data);
+				fab_rx_truncated(f, op, ee.len, ee.data);
 				return 1;
 			}
 			char detail[160];
 			snprintf(detail, sizeof(detail), "provider %s: %s", rl->prov,
 				 fi_cq_strerror(rl->cq, ee.prov_errno, ee.err_data, NULL, 0));
-			op_complete_error(f, op, ee.err, detail);
+			fab_op_complete_error(f, op, ee.err, detail);
 		}
 		return 1;
 	}

@@ -1,43 +1,23 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fab_progress.c - the progress role: timers, the rounds, the idle policy (spin, yield, block,
- * park), the progress thread, and a caller driving progress in odx_fab_wait.
+ * fab_progress.c - the progress role: the rounds (submissions, posting, completions, timers), the
+ * idle policy (spin, yield, block, park), the progress thread, and a caller that drives progress
+ * itself in odx_fab_wait. Separate because it is the only place that decides when the role is
+ * taken and given back; what a round does lives in fab_post.c, fab_xfer.c and fab_ctrl.c.
  */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/eventfd.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_rma.h>
-#include <rdma/fi_tagged.h>
 
 #include "fab_state.h"
 #include "odx/odx.h"
-
-static int poll_cq(odx_fab *f)
-{
-	int n = 0;
-	for (int r = 0; r < f->nrails; r++) {
-		n += poll_rail(f, r);
-		if (f->rail[r].nlanes > 1)
-			n += poll_lanes(f, r);
-	}
-	return n;
-}
 
 /* ---- timers: heartbeats, peer timeouts, departed peers ---------------------------------- */
 
@@ -60,7 +40,7 @@ static void run_timers(odx_fab *f)
 				for (struct fab_xfer *x = f->active, *next; x; x = next) {
 					next = x->anext;
 					if (x->peer == r && !x->finished && !x->is_record)
-						xfer_fail_peer(
+						fab_xfer_fail_peer(
 							f, x,
 							"it closed its endpoint with this transfer pending");
 				}
@@ -69,19 +49,40 @@ static void run_timers(odx_fab *f)
 		}
 		if (now - p->last_heard > timeout) {
 			char why[200];
-			snprintf(why, sizeof(why),
-				 "no message for %lld ms (fabric.peer_timeout_ms = %d: on a machine "
-				 "with many more ranks than cores, raise it)",
-				 (long long)((now - p->last_heard) / 1000000), f->peer_timeout_ms);
-			peer_fail(f, r, why);
+			snprintf(
+				why, sizeof(why),
+				"no message for %lld ms (fabric.peer_timeout_ms = %d: on a machine "
+				"with many more ranks than cores, raise it)",
+				(long long)((now - p->last_heard) / 1000000), f->peer_timeout_ms);
+			fab_peer_fail(f, r, why);
 			continue;
 		}
 		if (now - p->last_sent > hb && !p->hb_inflight)
-			ctrl_send(f, r, FAB_MSG_HEARTBEAT, NULL, 0);
+			fab_ctrl_send(f, r, FAB_MSG_HEARTBEAT, NULL, 0);
 	}
 }
 
 /* ---- the progress thread ------------------------------------------------------------------ */
+
+/* Every rail's completion queue, and what its copy lanes handed back. */
+static int poll_cq(odx_fab *f)
+{
+	int n = 0;
+	for (int r = 0; r < f->nrails; r++) {
+		n += fab_poll_rail(f, r);
+		if (f->rail[r].nlanes > 1)
+			n += fab_poll_lanes(f, r);
+	}
+	return n;
+}
+
+/* Empties the wake eventfd after it woke a block or a park. */
+static void wake_fd_drain(const odx_fab *f)
+{
+	uint64_t v;
+	ssize_t k = read(f->wake_fd, &v, sizeof(v));
+	(void)k;
+}
 
 static int take_submissions(odx_fab *f)
 {
@@ -97,13 +98,13 @@ static int take_submissions(odx_fab *f)
 	int n = 0;
 	while (os) {
 		struct fab_op *next = os->next;
-		ctrl_enqueue(f, os);
+		fab_ctrl_enqueue(f, os);
 		os = next;
 		n++;
 	}
 	while (xs) {
 		struct fab_xfer *next = xs->anext;
-		xfer_start(f, xs);
+		fab_xfer_start(f, xs);
 		xs = next;
 		n++;
 	}
@@ -124,11 +125,9 @@ enum fab_idle {
 
 /* Idle rounds between two yields of this thread: 1 while yields let other threads run (the cores
  * are shared), doubling up to FAB_YIELD_STRIDE_MAX while they come straight back. A yield is a
- * system call (1.3 us on this VM) that delays the next poll: yielding every idle round cost 5-10%
- * of the raw loop's bandwidth at 64-128 KiB on shm without CMA (both sides copy), and yielding
- * every 16th round cost 3-8% more test time with 4 ranks on 2 cores. A yield that took
- * more than twice the fastest one this thread saw ran someone else (here: 1-2 us alone, 3-10 us
- * with 3-4 spinning threads on 2 cores). */
+ * system call that delays the next poll: yielding every idle round costs bandwidth where both
+ * sides copy (shm without CMA), and yielding rarely costs the other ranks on shared cores. A
+ * yield that took more than twice the fastest one this thread saw ran someone else. */
 #define FAB_YIELD_STRIDE_MAX 16
 static _Thread_local int yield_stride = 1;
 static _Thread_local int64_t yield_fastest = INT64_MAX;
@@ -217,11 +216,8 @@ static void block_wait(odx_fab *f, const struct fab_block *b)
 	struct timespec ts = {b->wait_ns / 1000000000, b->wait_ns % 1000000000};
 	ppoll(pfd, b->cq_fd >= 0 ? 2 : 1, &ts, NULL);
 	atomic_store(&f->sleeping, false);
-	if (pfd[0].revents & POLLIN) {
-		uint64_t v;
-		ssize_t k = read(f->wake_fd, &v, sizeof(v));
-		(void)k;
-	}
+	if (pfd[0].revents & POLLIN)
+		wake_fd_drain(f);
 }
 
 static bool user_work_pending(odx_fab *f)
@@ -237,8 +233,7 @@ static bool user_work_pending(odx_fab *f)
 	return false;
 }
 
-/* The thread that runs rounds (the progress thread, or a caller in odx_fab_wait): a callback
- * that calls odx_fab_wait would wait for itself. */
+/* See fab_state.h. */
 _Thread_local const odx_fab *fab_driving;
 
 /* One round at time `now`; with plock held. */
@@ -249,15 +244,15 @@ static int progress_once(odx_fab *f, int64_t now)
 	f->now = now;
 	int work = take_submissions(f);
 	/* new operations go out before the poll: on tcp a poll is a system call or more, and a
-	 * send posted a poll later cost 4-6 us of ping-pong latency */
+	 * send posted a poll later adds that much to a ping-pong's latency */
 	if (work)
-		work += post_ready(f);
+		work += fab_post_ready(f);
 	work += poll_cq(f);
-	work += post_ready(f);
+	work += fab_post_ready(f);
 	if (f->nrails)
 		run_timers(f);
 	if (atomic_exchange(&f->bar_check, false))
-		check_barrier(f);
+		fab_check_barrier(f);
 	fab_driving = outer;
 	return work;
 }
@@ -311,17 +306,14 @@ static bool park(odx_fab *f)
 		struct pollfd pfd = {.fd = f->wake_fd, .events = POLLIN};
 		struct timespec ts = {ns / 1000000000, ns % 1000000000};
 		ppoll(&pfd, 1, &ts, NULL);
-		if (pfd.revents & POLLIN) {
-			uint64_t v;
-			ssize_t k = read(f->wake_fd, &v, sizeof(v));
-			(void)k;
-		}
+		if (pfd.revents & POLLIN)
+			wake_fd_drain(f);
 	}
 	atomic_store(&f->parked, false);
 	return true;
 }
 
-void *progress_main(void *arg)
+void *fab_progress_main(void *arg)
 {
 	odx_fab *f = arg;
 	int rounds = 0;
@@ -346,7 +338,7 @@ void *progress_main(void *arg)
 	if (f->nrails) {
 		for (int r = 0; r < f->size; r++)
 			if (r != f->rank && f->peers[r].state == PEER_ALIVE)
-				ctrl_send(f, r, FAB_MSG_BYE, NULL, 0);
+				fab_ctrl_send(f, r, FAB_MSG_BYE, NULL, 0);
 		int64_t bye = fab_now_ns() + 500000000ll;
 		while ((f->ready_head || f->delayed || f->posted) && fab_now_ns() < bye) {
 			bool only_rx = true;
@@ -363,7 +355,7 @@ void *progress_main(void *arg)
 	for (struct fab_xfer *x = f->active, *next; x; x = next) {
 		next = x->anext;
 		if (!x->finished && !x->is_record)
-			xfer_finish(f, x, ODX_ECANCELED, "canceled: the fabric is closing");
+			fab_xfer_finish(f, x, ODX_ECANCELED, "canceled: the fabric is closing");
 	}
 	pthread_mutex_unlock(&f->plock);
 	return NULL;
@@ -384,11 +376,8 @@ static void driver_leave(odx_fab *f, bool waiting)
 	if (atomic_fetch_sub(&f->drivers, 1) != 1 || idle)
 		return;
 	/* after `drivers` dropped: a parking thread sees it, or is parked and sees the write */
-	if (atomic_load(&f->parked) || atomic_load(&f->sleeping)) {
-		uint64_t one = 1;
-		ssize_t k = write(f->wake_fd, &one, sizeof(one));
-		(void)k;
-	}
+	if (atomic_load(&f->parked) || atomic_load(&f->sleeping))
+		wake_fd_signal(f);
 }
 
 /* Passive waiting, once driving found nothing in motion: blocked on cond until a round of the

@@ -1,41 +1,33 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fab_state.c - the out-of-line helpers of an open fabric's state: log lines, the rate-limited
- * bad-message log, and memory registration (the strictest path, taken when the provider asks).
+ * bad-message log, monotonic condition variables, and memory registration (the strictest path,
+ * taken when the provider asks).
  */
-#include <errno.h>
-#include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/eventfd.h>
-#include <sys/mman.h>
-#include <time.h>
-#include <unistd.h>
 
-#include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
-#include <rdma/fi_eq.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_rma.h>
-#include <rdma/fi_tagged.h>
 
 #include "fab_state.h"
 #include "odx/odx.h"
 
-void fab_log(const odx_fab *f, const char *fmt, ...)
+/* One line on stderr: the rank, then prefix and the caller's text. */
+static void vlog(const odx_fab *f, const char *prefix, const char *fmt, va_list ap)
 {
 	char line[512];
+	vsnprintf(line, sizeof(line), fmt, ap);
+	fprintf(stderr, "odx fabric [rank %d]: %s%s\n", f->rank, prefix, line);
+}
+
+void fab_log(const odx_fab *f, const char *fmt, ...)
+{
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
+	vlog(f, "", fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "odx fabric [rank %d]: %s\n", f->rank, line);
 }
 
 /* A bad message: dropped, counted and logged, at most 10 lines a second. */
@@ -55,18 +47,28 @@ void fab_bad(odx_fab *f, const char *fmt, ...)
 		f->log_suppressed++;
 		return;
 	}
-	char line[400];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
+	vlog(f, "dropped a bad message: ", fmt, ap);
 	va_end(ap);
-	fab_log(f, "dropped a bad message: %s", line);
+}
+
+/* Timed waits use CLOCK_MONOTONIC deadlines: a clock change must not stretch them. */
+void fab_cond_init_monotonic(pthread_cond_t *cond)
+{
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(cond, &ca);
+	pthread_condattr_destroy(&ca);
 }
 
 /* ---- memory registration: the strictest path when the provider asks for it --------------- */
 
-int mr_register(odx_fab *f, struct fab_rail *rl, const void *buf, size_t len,
-		       uint64_t access, struct fid_mr **mr)
+/* Registers buf in rl's domain (and binds it to the endpoint where the provider wants that);
+ * returns 0 or a negative libfabric code, *mr NULL on failure. */
+int fab_mr_register(odx_fab *f, struct fab_rail *rl, const void *buf, size_t len, uint64_t access,
+		    struct fid_mr **mr)
 {
 	uint64_t key = rl->mr_prov_key ? 0 : f->next_mr_key++;
 	int ret = fi_mr_reg(rl->domain, buf, len ? len : 1, access, 0, key, 0, mr, NULL);

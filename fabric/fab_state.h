@@ -1,26 +1,34 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fab_state.h - the state of an open fabric, shared by the transport's files (fab_open.c,
- * fab_api.c, fab_progress.c, fab_post.c, fab_xfer.c, fab_ctrl.c, fab_lanes.c, fab_state.c): the
- * structs, the small helpers the hot paths call from several files (static inline, so that
- * splitting the transport into files costs no call), and the functions the files call across.
+ * fab_state.h - the state of an open fabric, which the transport's files share: the structs, the
+ * small helpers that hot paths call from several files (static inline, so that the split into
+ * files costs no call), and the functions one file calls in another. fab_internal.h holds what
+ * the rest of fabric/ shares too (wire format, provider profiles, wire-up, fault injection).
  *
- * The transport: an RDM endpoint per rail (the network, and shm for ranks on this
- * host in auto mode), each with an AV table and a CQ, and one progress thread.
+ * The transport: an RDM endpoint per rail (the network, and shm for ranks on this host in auto
+ * mode), each with an AV table and a CQ, and one progress thread. Where each part lives:
+ *   fab_open.c      open and close: endpoints, the name exchange, threads
+ *   fab_api.c       the other calls of fabric.h: submissions, aborts, barriers, statistics
+ *   fab_progress.c  the progress role: rounds, timers, the idle policy, odx_fab_wait
+ *   fab_post.c      posting operations to the provider and reading completions
+ *   fab_xfer.c      data transfers: chunking, matching, finishing
+ *   fab_ctrl.c      control messages, credits, peers, and what an incoming message does
+ *   fab_lanes.c     the shm rail's copy lanes
+ *   fab_state.c     logging and memory registration
  *
  * Only the holder of the progress role touches the rails' libfabric objects (FI_THREAD_DOMAIN):
  * the progress thread, or a caller waiting in odx_fab_wait, which drives progress itself (as
  * MPI_Wait does) while the progress thread steps aside; plock serialises them. The shm rail's
  * copy lanes are endpoints of their own, each touched only by its thread, which receives the
- * chunks the role holder hands it and hands them back (see "copy lanes"). API calls hand
- * the role holder submissions through a locked list and an eventfd. Control messages are tagged sends with tag 0
- * into a pool of pre-posted buffers, bounded per peer by credits. A data transfer needs no
- * announcement: both sides cut it into chunks the same way and tag each with the key and the
- * chunk index, so the receiver posts every chunk straight into the destination at odx_fab_recv
- * time and the sender sends at odx_fab_send time (remote CQ data lets the receiver check each
- * chunk's job, key and length). Only the pull mode announces itself (RTS): the receiver then
- * drops its posted chunks and reads with fi_read from a region the sender registered read-only
- * for that one transfer and closes when the receiver's FIN comes back.
+ * chunks the role holder hands it and hands them back (fab_lanes.c). API calls hand the role
+ * holder submissions through a locked list and an eventfd. Control messages are tagged sends
+ * with tag 0 into a pool of pre-posted buffers, bounded per peer by credits. A data transfer
+ * needs no announcement: both sides cut it into chunks the same way and tag each with the key
+ * and the chunk index, so the receiver posts every chunk straight into the destination at
+ * odx_fab_recv time and the sender sends at odx_fab_send time (remote CQ data lets the receiver
+ * check each chunk's job, key and length). Only the pull mode announces itself (RTS): the
+ * receiver then drops its posted chunks and reads with fi_read from a region the sender
+ * registered read-only for that one transfer and closes when the receiver's FIN comes back.
  */
 #ifndef ODX_FAB_STATE_H
 #define ODX_FAB_STATE_H
@@ -35,6 +43,8 @@
 #include <rdma/fi_domain.h>
 
 #include "fab_internal.h"
+
+/* ---- limits and timing ----------------------------------------------------------------------- */
 
 #define FAB_NAME_MAX 256
 #define FAB_WINDOW_MAX 16
@@ -58,10 +68,11 @@
 #define FAB_LINGER_NS 1000000ll
 /* While a caller drives, the parked progress thread has nothing to do: the caller runs the rounds
  * (timers included), and it wakes the thread through the eventfd when it leaves. The timeout is
- * only a backstop. It was FAB_LINGER_NS: a wake-up every 1 ms in each rank cost 7-11% of the raw
- * loop's bandwidth at 64 KiB-2 MiB on shm on this 2-core VM (every wake-up takes a core from a
- * copying rank; docs/performance.md, "Current figures"). */
+ * only a backstop, and a long one: every wake-up takes a core from a copying rank (a 1 ms
+ * timeout cost measurable bandwidth on shm; docs/performance.md). */
 #define FAB_PARK_NS 100000000ll
+
+/* ---- operations, transfers, peers, rails ----------------------------------------------------- */
 
 enum op_kind {
 	OP_CTRL_TX,
@@ -174,10 +185,10 @@ struct fab_rail {
 	struct fid_cq *cq;
 	struct fid_ep *ep;
 	bool mr_local, mr_endpoint, mr_virt, mr_prov_key, mr_raw, has_rma, has_source;
-	bool rx_iov2; /* receives take two iovs (the last chunk's sink) */
-	size_t chunk;  /* how transfers over this rail are cut (its provider's profile) */
+	bool rx_iov2;	 /* receives take two iovs (the last chunk's sink) */
+	size_t chunk;	 /* how transfers over this rail are cut (its provider's profile) */
 	size_t lane_min; /* the smallest piece worth a copy lane (profile) */
-	int av_lanes;	 /* lanes per peer its address vector has room for (open_endpoint) */
+	int av_lanes;	 /* lanes per peer its address vector has room for (fab_open_endpoint) */
 	struct fid_mr *sink_mr;
 	void *sink_desc;
 	int cq_fd;
@@ -231,7 +242,7 @@ struct odx_fab {
 	bool thread_started;
 
 	pthread_mutex_t lock; /* submissions, handlers, barrier, peer states */
-	pthread_cond_t cond;  /* round_gen moved: a round did something, a barrier or a peer changed */
+	pthread_cond_t cond; /* round_gen moved: a round did something, a barrier or a peer changed */
 	/* The progress role: held for a round by the progress thread or by a caller in
 	 * odx_fab_wait; it guards the libfabric objects and the "progress role only" state below.
 	 * Never held across a blocking call. Order: plock, then lock. */
@@ -292,13 +303,20 @@ static inline void stat_add(_Atomic uint64_t *c, uint64_t n)
 			      memory_order_relaxed);
 }
 
+/* The eventfd the progress thread blocks or parks on: one write wakes it (a full counter needs
+ * no second write, so the result is not checked). */
+static inline void wake_fd_signal(const odx_fab *f)
+{
+	uint64_t one = 1;
+	ssize_t k = write(f->wake_fd, &one, sizeof(one));
+	(void)k;
+}
+
+/* A submission for the progress thread: wakes it only if it blocks (a parked one stays). */
 static inline void wake(odx_fab *f)
 {
-	if (atomic_load(&f->sleeping)) {
-		uint64_t one = 1;
-		ssize_t k = write(f->wake_fd, &one, sizeof(one));
-		(void)k;
-	}
+	if (atomic_load(&f->sleeping))
+		wake_fd_signal(f);
 }
 
 /* With f->lock held: callers blocked in odx_fab_wait look at their condition again (a barrier
@@ -309,7 +327,7 @@ static inline void wake_blocked_locked(odx_fab *f)
 	pthread_cond_broadcast(&f->cond);
 }
 
-/* ---- maps: (peer, key) --------------------------------------------------------------------- */
+/* ---- maps: (peer, key) ----------------------------------------------------------------------- */
 
 static inline size_t bucket(uint64_t a, uint64_t b)
 {
@@ -373,7 +391,7 @@ static inline void mr_close(struct fid_mr **mr)
 	}
 }
 
-/* ---- ops and queues ----------------------------------------------------------------------- */
+/* ---- ops and queues -------------------------------------------------------------------------- */
 
 static inline struct fab_op *op_new(enum op_kind kind, int peer, size_t extra)
 {
@@ -512,57 +530,66 @@ static inline bool lanes_have_out(odx_fab *f)
 	return false;
 }
 
-/* fab_state.c */
+/* ---- fab_state.c: logging, registration ------------------------------------------------------ */
+
 void fab_log(const odx_fab *f, const char *fmt, ...);
 void fab_bad(odx_fab *f, const char *fmt, ...);
-int mr_register(odx_fab *f, struct fab_rail *rl, const void *buf, size_t len,
-		       uint64_t access, struct fid_mr **mr);
+void fab_cond_init_monotonic(pthread_cond_t *cond);
+int fab_mr_register(odx_fab *f, struct fab_rail *rl, const void *buf, size_t len, uint64_t access,
+		    struct fid_mr **mr);
 
-/* fab_ctrl.c */
-struct fab_op *ctrl_new(odx_fab *f, int dst, uint16_t type, uint32_t user_type,
-			       const void *a, size_t alen, const void *b, size_t blen);
-void ctrl_enqueue(odx_fab *f, struct fab_op *op);
-void ctrl_send(odx_fab *f, int dst, uint16_t type, const void *body, size_t len);
-void peer_fail(odx_fab *f, int rank, const char *why);
-void bar_merge(struct bar_status *cur, int status, int rank, const char *text, size_t n);
-void handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t len, fi_addr_t from);
-void check_barrier(odx_fab *f);
+/* ---- fab_ctrl.c: control messages and peers -------------------------------------------------- */
 
-/* fab_xfer.c */
-void xfer_release(odx_fab *f, struct fab_xfer *x);
-void xfer_finish(odx_fab *f, struct fab_xfer *x, int status, const char *msg);
-void xfer_fail_peer(odx_fab *f, struct fab_xfer *x, const char *why);
-void recv_pull(odx_fab *f, struct fab_xfer *x, struct fab_xfer *r);
-void xfer_start(odx_fab *f, struct fab_xfer *x);
-void data_op_release(odx_fab *f, struct fab_op *op);
-void data_op_done(odx_fab *f, struct fab_op *op);
-bool rx_checked(odx_fab *f, struct fab_op *op, size_t len, uint64_t data, bool truncated);
+struct fab_op *fab_ctrl_new(odx_fab *f, int dst, uint16_t type, uint32_t user_type, const void *a,
+			    size_t alen, const void *b, size_t blen);
+void fab_ctrl_enqueue(odx_fab *f, struct fab_op *op);
+void fab_ctrl_send(odx_fab *f, int dst, uint16_t type, const void *body, size_t len);
+void fab_peer_fail(odx_fab *f, int rank, const char *why);
+void fab_bar_merge(struct bar_status *cur, int status, int rank, const char *text, size_t n);
+void fab_handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t len, fi_addr_t from);
+void fab_check_barrier(odx_fab *f);
 
-/* fab_post.c */
-ssize_t post_data(odx_fab *f, struct fab_rail *rl, fi_addr_t addr, struct fab_op *op);
-int post_ready(odx_fab *f);
-void op_complete(odx_fab *f, int rail, struct fab_op *op, size_t len, uint64_t data,
-			fi_addr_t from);
-void op_complete_error(odx_fab *f, struct fab_op *op, int fi_err, const char *detail);
-void rx_truncated(odx_fab *f, struct fab_op *op, size_t len, uint64_t data);
-int poll_rail(odx_fab *f, int rail);
+/* ---- fab_xfer.c: transfers ------------------------------------------------------------------- */
 
-/* fab_lanes.c */
-void *lane_main(void *arg);
-int poll_lanes(odx_fab *f, int rail);
-void open_lanes(odx_fab *f, struct fab_rail *rl, int want);
-void stop_lanes(struct fab_rail *rl);
-void free_lanes(struct fab_rail *rl);
+void fab_xfer_release(odx_fab *f, struct fab_xfer *x);
+void fab_xfer_finish(odx_fab *f, struct fab_xfer *x, int status, const char *msg);
+void fab_xfer_fail_peer(odx_fab *f, struct fab_xfer *x, const char *why);
+void fab_recv_pull(odx_fab *f, struct fab_xfer *x, struct fab_xfer *r);
+void fab_xfer_start(odx_fab *f, struct fab_xfer *x);
+void fab_data_op_release(odx_fab *f, struct fab_op *op);
+void fab_data_op_done(odx_fab *f, struct fab_op *op);
+bool fab_rx_checked(odx_fab *f, struct fab_op *op, size_t len, uint64_t data, bool truncated);
 
-/* fab_progress.c */
-void *progress_main(void *arg);
+/* ---- fab_post.c: posting and completions ----------------------------------------------------- */
 
-/* fab_open.c */
-int open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, const char *name,
-			 int lanes, char *err, size_t errlen);
-void close_rail(struct fab_rail *rl);
+ssize_t fab_post_data(odx_fab *f, struct fab_rail *rl, fi_addr_t addr, struct fab_op *op);
+int fab_post_ready(odx_fab *f);
+void fab_op_complete(odx_fab *f, int rail, struct fab_op *op, size_t len, uint64_t data,
+		     fi_addr_t from);
+void fab_op_complete_error(odx_fab *f, struct fab_op *op, int fi_err, const char *detail);
+void fab_rx_truncated(odx_fab *f, struct fab_op *op, size_t len, uint64_t data);
+int fab_poll_rail(odx_fab *f, int rail);
 
-/* fab_progress.c */
+/* ---- fab_lanes.c: copy lanes ----------------------------------------------------------------- */
+
+void *fab_lane_main(void *arg);
+int fab_poll_lanes(odx_fab *f, int rail);
+void fab_open_lanes(odx_fab *f, struct fab_rail *rl, int want);
+void fab_stop_lanes(struct fab_rail *rl);
+void fab_free_lanes(struct fab_rail *rl);
+
+/* ---- fab_open.c: endpoints ------------------------------------------------------------------- */
+
+int fab_open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, const char *name,
+		      int lanes, char *err, size_t errlen);
+void fab_close_rail(struct fab_rail *rl);
+
+/* ---- fab_progress.c: the progress role ------------------------------------------------------- */
+
+/* The progress thread: its loop, and the drain at close. */
+void *fab_progress_main(void *arg);
+/* The thread that runs rounds (the progress thread, or a caller in odx_fab_wait): a callback
+ * that calls odx_fab_wait or a barrier would wait for itself. */
 extern _Thread_local const odx_fab *fab_driving;
 
 #endif /* ODX_FAB_STATE_H */

@@ -2,35 +2,22 @@
 /*
  * fab_xfer.c - data transfers: starting a send or receive, cutting it into chunks and feeding
  * them to the ready queue, finishing it, and what a completed chunk does to its transfer.
+ * Separate: one transfer's state machine, whichever endpoint or lane carries its chunks.
  */
-#include <errno.h>
-#include <poll.h>
-#include <pthread.h>
-#include <sched.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/mman.h>
-#include <time.h>
-#include <unistd.h>
 
-#include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
-#include <rdma/fi_eq.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_rma.h>
-#include <rdma/fi_tagged.h>
 
 #include "fab_state.h"
 #include "odx/odx.h"
 
 /* ---- transfers ---------------------------------------------------------------------------- */
 
-void xfer_release(odx_fab *f, struct fab_xfer *x)
+void fab_xfer_release(odx_fab *f, struct fab_xfer *x)
 {
 	if (x->aprev)
 		x->aprev->anext = x->anext;
@@ -62,7 +49,7 @@ static void op_detach(odx_fab *f, struct fab_xfer *x, struct fab_op *op)
 }
 
 /* Calls done once; frees the transfer when the provider holds none of its operations. */
-void xfer_finish(odx_fab *f, struct fab_xfer *x, int status, const char *msg)
+void fab_xfer_finish(odx_fab *f, struct fab_xfer *x, int status, const char *msg)
 {
 	if (x->finished)
 		return;
@@ -81,16 +68,16 @@ void xfer_finish(odx_fab *f, struct fab_xfer *x, int status, const char *msg)
 	if (x->done && !x->is_record)
 		x->done(x->arg, status, msg);
 	if (x->ops_out == 0)
-		xfer_release(f, x);
+		fab_xfer_release(f, x);
 }
 
-void xfer_fail_peer(odx_fab *f, struct fab_xfer *x, const char *why)
+void fab_xfer_fail_peer(odx_fab *f, struct fab_xfer *x, const char *why)
 {
 	char msg[400];
 	snprintf(msg, sizeof(msg), "%s of %zu bytes (key %#llx) %s rank %d failed: %s",
 		 x->is_send ? "send" : "receive", x->len, (unsigned long long)x->key,
 		 x->is_send ? "to" : "from", x->peer, why);
-	xfer_finish(f, x, ODX_EPEER, msg);
+	fab_xfer_finish(f, x, ODX_EPEER, msg);
 }
 
 /* Posts the next chunks of a transfer, up to the profile's window. */
@@ -122,7 +109,7 @@ static void xfer_feed(odx_fab *f, struct fab_xfer *x)
 		if (!op) {
 			if (x->is_send)
 				p->tx_inflight--;
-			xfer_finish(f, x, ODX_ENOMEM, "out of memory for a transfer chunk");
+			fab_xfer_finish(f, x, ODX_ENOMEM, "out of memory for a transfer chunk");
 			return;
 		}
 		size_t off = (size_t)x->next_chunk * x->chunk;
@@ -169,7 +156,7 @@ static void xfer_feed(odx_fab *f, struct fab_xfer *x)
 static void send_nack(odx_fab *f, int peer, uint64_t key, size_t len, int status)
 {
 	struct fab_fin n = {.key = key, .len = len, .status = status};
-	ctrl_send(f, peer, FAB_MSG_NACK, &n, sizeof(n));
+	fab_ctrl_send(f, peer, FAB_MSG_NACK, &n, sizeof(n));
 }
 
 /* A receive learned that the sender's length (or chunking) differs: it fails, the sender is told
@@ -182,7 +169,7 @@ static void recv_mismatch(odx_fab *f, struct fab_xfer *x, const char *what)
 		 "bytes",
 		 x->peer, what, (unsigned long long)x->key, x->len);
 	send_nack(f, x->peer, x->key, x->len, ODX_EINVAL);
-	xfer_finish(f, x, ODX_EINVAL, msg);
+	fab_xfer_finish(f, x, ODX_EINVAL, msg);
 }
 
 /* Registers a transfer's own buffer where the provider asks for local registration. */
@@ -191,11 +178,11 @@ static int xfer_register(odx_fab *f, struct fab_xfer *x, uint64_t access)
 	struct fab_rail *rl = peer_rail(f, x->peer);
 	if (!rl->mr_local || !x->len || x->mr)
 		return 0;
-	int ret = mr_register(f, rl, x->buf, x->len, access, &x->mr);
+	int ret = fab_mr_register(f, rl, x->buf, x->len, access, &x->mr);
 	if (ret) {
-		xfer_finish(f, x, fab_err(ret),
-			    x->is_send ? "could not register the send buffer"
-				       : "could not register the receive buffer");
+		fab_xfer_finish(f, x, fab_err(ret),
+				x->is_send ? "could not register the send buffer"
+					   : "could not register the receive buffer");
 		return ret;
 	}
 	x->desc = fi_mr_desc(x->mr);
@@ -203,14 +190,14 @@ static int xfer_register(odx_fab *f, struct fab_xfer *x, uint64_t access)
 }
 
 /* Receive x meets the pull announcement r: drop the chunks it posted, read instead. */
-void recv_pull(odx_fab *f, struct fab_xfer *x, struct fab_xfer *r)
+void fab_recv_pull(odx_fab *f, struct fab_xfer *x, struct fab_xfer *r)
 {
 	size_t len = r->len;
 	x->rma_addr = r->rma_addr;
 	x->rma_key = r->rma_key;
 	x->chunk = r->chunk;
 	uint32_t nchunks = r->nchunks;
-	xfer_release(f, r);
+	fab_xfer_release(f, r);
 	if (len != x->len) {
 		char what[64];
 		snprintf(what, sizeof(what), "%zu bytes", len);
@@ -238,15 +225,15 @@ static void self_match(odx_fab *f, struct fab_xfer *rx, struct fab_xfer *tx)
 			msg, sizeof(msg),
 			"rank %d sends %zu bytes for key %#llx, the receive posted for it expects %zu",
 			rx->peer, tx->len, (unsigned long long)rx->key, rx->len);
-		xfer_finish(f, tx, ODX_EINVAL, msg);
-		xfer_finish(f, rx, ODX_EINVAL, msg);
+		fab_xfer_finish(f, tx, ODX_EINVAL, msg);
+		fab_xfer_finish(f, rx, ODX_EINVAL, msg);
 		return;
 	}
 	if (rx->len)
 		memcpy(rx->buf, tx->buf, rx->len);
 	stat_add(&f->bytes_recv, rx->len);
-	xfer_finish(f, tx, 0, NULL);
-	xfer_finish(f, rx, 0, NULL);
+	fab_xfer_finish(f, tx, 0, NULL);
+	fab_xfer_finish(f, rx, 0, NULL);
 }
 
 /* How transfers of `len` bytes with `peer` are cut: its rail's chunk, and with copy lanes one
@@ -264,14 +251,14 @@ static size_t xfer_chunk(odx_fab *f, int peer, size_t len)
 	return piece < rl->chunk ? piece : rl->chunk;
 }
 
-void xfer_start(odx_fab *f, struct fab_xfer *x)
+void fab_xfer_start(odx_fab *f, struct fab_xfer *x)
 {
 	xfer_activate(f, x);
 	stat_add(&f->transfers, 1);
 	struct fab_peer *p = &f->peers[x->peer];
 	if (p->state == PEER_FAILED || (p->state == PEER_GONE && p->gone_swept)) {
-		xfer_fail_peer(f, x,
-			       p->state == PEER_FAILED ? "it is marked failed" : "it has closed");
+		fab_xfer_fail_peer(
+			f, x, p->state == PEER_FAILED ? "it is marked failed" : "it has closed");
 		return;
 	}
 	if (x->peer == f->rank) {
@@ -295,13 +282,13 @@ void xfer_start(odx_fab *f, struct fab_xfer *x)
 		struct fab_xfer *r = map_take_match(&f->unexpected, x->peer, x->key);
 		if (r && r->aborted) {
 			/* the sender said it will never send: fail without posting anything */
-			xfer_finish(f, x, r->refused, r->refused_msg);
-			xfer_release(f, r);
+			fab_xfer_finish(f, x, r->refused, r->refused_msg);
+			fab_xfer_release(f, r);
 			return;
 		}
 		map_put(&f->posted_recvs, bucket((uint64_t)x->peer, x->key), x);
 		if (r) {
-			recv_pull(f, x, r);
+			fab_recv_pull(f, x, r);
 			return;
 		}
 		if (xfer_register(f, x, rl->has_rma ? FI_RECV | FI_READ : FI_RECV) == 0)
@@ -310,7 +297,7 @@ void xfer_start(odx_fab *f, struct fab_xfer *x)
 	}
 	map_put(&f->sends, bucket((uint64_t)x->peer, x->key), x);
 	if (x->len >= atomic_load(&f->pull_min) && x->len && rl->has_rma && !rl->mr_raw &&
-	    mr_register(f, rl, x->buf, x->len, FI_REMOTE_READ, &x->mr) == 0) {
+	    fab_mr_register(f, rl, x->buf, x->len, FI_REMOTE_READ, &x->mr) == 0) {
 		uint64_t key = fi_mr_key(x->mr);
 		if (key == FI_KEY_NOTAVAIL) {
 			mr_close(&x->mr);
@@ -323,15 +310,15 @@ void xfer_start(odx_fab *f, struct fab_xfer *x)
 					      .rma_addr = rl->mr_virt ? (uint64_t)(uintptr_t)x->buf
 								      : 0,
 					      .rma_key = key};
-			struct fab_op *op =
-				ctrl_new(f, x->peer, FAB_MSG_RTS, 0, &rts, sizeof(rts), NULL, 0);
+			struct fab_op *op = fab_ctrl_new(f, x->peer, FAB_MSG_RTS, 0, &rts,
+							 sizeof(rts), NULL, 0);
 			if (!op) {
-				xfer_finish(f, x, ODX_ENOMEM,
-					    "out of memory for a pull announcement");
+				fab_xfer_finish(f, x, ODX_ENOMEM,
+						"out of memory for a pull announcement");
 				return;
 			}
 			x->mode = FAB_MODE_PULL;
-			ctrl_enqueue(f, op); /* done when the receiver's FIN comes back */
+			fab_ctrl_enqueue(f, op); /* done when the receiver's FIN comes back */
 			return;
 		}
 	}
@@ -342,7 +329,7 @@ void xfer_start(odx_fab *f, struct fab_xfer *x)
 static void tx_credit_return(odx_fab *f, int peer);
 
 /* A data op leaves the provider (or the queues) without counting for its transfer. */
-void data_op_release(odx_fab *f, struct fab_op *op)
+void fab_data_op_release(odx_fab *f, struct fab_op *op)
 {
 	struct fab_xfer *x = op->xfer;
 	if (op->kind == OP_DATA_TX)
@@ -355,7 +342,7 @@ void data_op_release(odx_fab *f, struct fab_op *op)
 	x->ops_out--;
 	op_free(op);
 	if (x->finished && x->ops_out == 0)
-		xfer_release(f, x);
+		fab_xfer_release(f, x);
 }
 
 /* A data chunk to `peer` finished: let sends waiting for its data credits go on. */
@@ -374,18 +361,18 @@ static void tx_credit_return(odx_fab *f, int peer)
 		x->ops_out--;
 		if (x->finished) {
 			if (x->ops_out == 0)
-				xfer_release(f, x);
+				fab_xfer_release(f, x);
 			continue;
 		}
 		xfer_feed(f, x);
 	}
 }
 
-void data_op_done(odx_fab *f, struct fab_op *op)
+void fab_data_op_done(odx_fab *f, struct fab_op *op)
 {
 	struct fab_xfer *x = op->xfer;
 	if (op->detached || x->finished) {
-		data_op_release(f, op);
+		fab_data_op_release(f, op);
 		return;
 	}
 	if (op->kind == OP_DATA_TX)
@@ -411,13 +398,13 @@ void data_op_done(odx_fab *f, struct fab_op *op)
 	if (x->is_send && x->mode == FAB_MODE_PULL)
 		return; /* waits for the receiver's FIN */
 	if (x->hollow) {
-		xfer_finish(f, x, x->refused,
-			    x->refused_msg ? x->refused_msg : "the receiver refused the send");
+		fab_xfer_finish(f, x, x->refused,
+				x->refused_msg ? x->refused_msg : "the receiver refused the send");
 		return;
 	}
 	if (x->mode == FAB_MODE_PULL) {
 		struct fab_fin fin = {.key = x->key, .len = x->len};
-		ctrl_send(f, x->peer, FAB_MSG_FIN, &fin, sizeof(fin));
+		fab_ctrl_send(f, x->peer, FAB_MSG_FIN, &fin, sizeof(fin));
 	}
 	if (x->mismatch) {
 		char msg[300];
@@ -426,10 +413,10 @@ void data_op_done(odx_fab *f, struct fab_op *op)
 			 "receive posted for it, which expects %zu bytes",
 			 x->peer, (unsigned long long)x->key, x->nchunks,
 			 x->nchunks == 1 ? "" : "s", x->len);
-		xfer_finish(f, x, ODX_EINVAL, msg);
+		fab_xfer_finish(f, x, ODX_EINVAL, msg);
 		return;
 	}
-	xfer_finish(f, x, 0, NULL);
+	fab_xfer_finish(f, x, 0, NULL);
 }
 
 /* The first chunk that says the sender's length differs: from now on the receive takes exactly
@@ -455,7 +442,7 @@ static void recv_mismatch_begin(odx_fab *f, struct fab_xfer *x, uint64_t data)
  * bytes are foreign (another job, a forged or stale message): dropped, counted, and the chunk's
  * receive posted again, so the real chunk still lands. A length disagreement starts the drain.
  * Returns true when the op was consumed here (posted again). */
-bool rx_checked(odx_fab *f, struct fab_op *op, size_t len, uint64_t data, bool truncated)
+bool fab_rx_checked(odx_fab *f, struct fab_op *op, size_t len, uint64_t data, bool truncated)
 {
 	struct fab_xfer *x = op->xfer;
 	if (op->detached || x->finished)
