@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fab_fault.c - the fault-injection spec and the small helpers (RNG, hash, clock) fabric/ shares.
+ * fab_fault.c - the fault-injection spec and the small helpers (RNG, hash, clock, appending to a
+ * text buffer) fabric/ shares.
  *
- * Faults are injected in our own layer because this kernel has no tc netem: delays and
- * reordering hold operations back before they reach the provider, forced EAGAIN makes the
- * posting loop behave as if the provider pushed back, and forced completion errors run the retry
- * path as a real provider error would.
+ * Faults are injected in our own layer, so that tests need no tc netem (root and a kernel module):
+ * delays and reordering hold operations back before they reach the provider, forced EAGAIN makes
+ * the posting loop behave as if the provider pushed back, and forced completion errors run the
+ * retry path as a real provider error would.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +50,22 @@ int64_t fab_now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+bool fab_appendf(char *buf, size_t n, size_t *used, const char *fmt, ...)
+{
+	if (*used >= n)
+		return false;
+	va_list ap;
+	va_start(ap, fmt);
+	int w = vsnprintf(buf + *used, n - *used, fmt, ap);
+	va_end(ap);
+	if (w < 0 || (size_t)w >= n - *used) {
+		*used = n; /* full: what did not fit is cut, later appends do nothing */
+		return false;
+	}
+	*used += (size_t)w;
+	return true;
 }
 
 static int parse_probability(const char *key, const char *val, double *out, char *err,
@@ -133,9 +151,10 @@ int fab_fault_parse(struct fab_fault *ft, const char *spec, char *err, size_t er
 			unsigned long long seed;
 
 			if (parse_uint(val, &seed, '\0') <= 0) {
-				snprintf(err, errlen,
-					 "fabric.fault: seed=%s is not a decimal integer below 2^64",
-					 val);
+				snprintf(
+					err, errlen,
+					"fabric.fault: seed=%s is not a decimal integer below 2^64",
+					val);
 				ret = ODX_EINVAL;
 				break;
 			}

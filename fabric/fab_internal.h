@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fab_internal.h - what the files of fabric/ share: the wire format, the wire-up, the provider
- * profiles and fault injection. Only the .c files of fabric/ include this (it pulls in libfabric).
+ * profiles, fault injection and small helpers. The state of an open fabric, which only the
+ * transport's files share, is in fab_state.h. Only the .c files of fabric/ include this (it
+ * pulls in libfabric).
  */
 #ifndef ODX_FAB_INTERNAL_H
 #define ODX_FAB_INTERNAL_H
@@ -18,7 +20,7 @@
  * Every control message starts with fab_hdr. Hosts are assumed to share endianness (checked by
  * the magic: a byte-swapped peer fails the magic test and is dropped). */
 #define FAB_MAGIC 0x4f445846u /* "ODXF" */
-#define FAB_VERSION 3 /* 3: barriers carry a status, ABORT */
+#define FAB_VERSION 3	      /* 3: barriers carry a status, ABORT */
 
 enum fab_msg_type {
 	FAB_MSG_USER = 1,    /* odx_fab_send_msg payload */
@@ -235,6 +237,10 @@ bool fab_chance(uint64_t *state, double p);
 uint64_t fab_hash64(const void *data, size_t len);
 /* Monotonic clock in nanoseconds. */
 int64_t fab_now_ns(void);
+/* Appends printf-style text at buf + *used (n bytes in all, always NUL-terminated) and advances
+ * *used; false, with *used = n, once the text no longer fits. */
+bool fab_appendf(char *buf, size_t n, size_t *used, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 
 /* ---- shm endpoint names (fab_shm.c) ------------------------------------------------------- */
 /* A name for a new shm endpoint that no other process, live or dead, can hold: the pid, the

@@ -142,10 +142,8 @@ void fab_list_providers(char *buf, size_t n)
 				seen |= !strcmp(j->fabric_attr->prov_name, name);
 			if (seen)
 				continue;
-			int w = snprintf(buf + used, n - used, "%s%s", used ? ", " : "", name);
-			if (w < 0 || (size_t)w >= n - used)
+			if (!fab_appendf(buf, n, &used, "%s%s", used ? ", " : "", name))
 				break;
-			used += (size_t)w;
 		}
 		fi_freeinfo(info);
 	}
@@ -160,9 +158,9 @@ static void fill_profile(struct fab_profile *prof, const char *prov, const struc
 	prof->window = 8;
 	prof->credits = 64;
 	/* Few: every data message is matched past them (the providers here keep one list of
-	 * posted tagged receives, control ones first); 128 cost 0.05-0.07 of the raw loop's
-	 * bandwidth at 64-128 KiB on shm. More in flight wait in the provider as unexpected
-	 * messages (credits bound them). */
+	 * posted tagged receives, control ones first), which many make slower at small sizes
+	 * (docs/performance.md). More in flight wait in the provider as unexpected messages
+	 * (credits bound them). */
 	prof->ctrl_rx = 16;
 	prof->tx_limit = 0;
 	prof->max_xfer = SIZE_MAX;
@@ -171,10 +169,9 @@ static void fill_profile(struct fab_profile *prof, const char *prov, const struc
 	prof->lanes = 1;
 	prof->lane_min = 8u << 20;
 	if (!strcmp(prov, "shm")) {
-		/* The receiver copies (process_vm_readv with CMA): a second copying thread took 64 MiB
-		 * from 0.55 to 0.66 of memcpy (medians of 8 runs, spread 0.4-0.9) on this 2-core VM;
-		 * pieces of 1-4 MiB lost more to the hand-off than they gained, so only transfers of
-		 * 16 MiB and more split (docs/performance.md, "Copy lanes") */
+		/* The receiver copies (process_vm_readv with CMA): a second copying thread speeds up
+		 * large transfers, while pieces of a few MiB lose more to the hand-off than they
+		 * gain, so only transfers of 2 * lane_min and more split (docs/performance.md) */
 		prof->lanes = 2;
 	}
 	if (strstr(prov, "ofi_rxd")) {
@@ -184,7 +181,7 @@ static void fill_profile(struct fab_profile *prof, const char *prov, const struc
 		prof->window = 2;
 		prof->credits = 16;
 		/* kept as it was: rxd stops delivering in some runs of fabric_ue_2 with 128 as with
-		 * 16 (10-20% at load 2-3), and too few runs were made to tell 16 apart */
+		 * 16 (under load), and too few runs were made to tell them apart */
 		prof->ctrl_rx = 128;
 		prof->tx_limit = 4;
 		prof->max_xfer = 64u << 10;
@@ -194,8 +191,8 @@ static void fill_profile(struct fab_profile *prof, const char *prov, const struc
 	}
 	if (strstr(prov, "tcp")) {
 		/* Over tcp a large message is one rendezvous moved by one stream; 1 MiB chunks keep
-		 * eight in flight and the pipe full: 1.3-2x the single-message raw loop from 8 MiB
-		 * up on loopback (16 MiB chunks: 0.8-1.0x; docs/performance.md) */
+		 * eight in flight and the pipe full, faster than single large messages from 8 MiB
+		 * up (docs/performance.md) */
 		prof->chunk = 1u << 20;
 	}
 	if (info->ep_attr->max_msg_size && prof->chunk > info->ep_attr->max_msg_size)
@@ -267,9 +264,8 @@ int odx_fab_describe(const odx_fab_params *p, char *buf, size_t n)
 		return ODX_EINVAL;
 	buf[0] = '\0';
 	fab_list_providers(avail, sizeof(avail));
-	used += (size_t)snprintf(buf, n, "libfabric %u.%u, RDM providers: %s\n",
-				 FI_MAJOR(fi_version()), FI_MINOR(fi_version()),
-				 avail[0] ? avail : "none");
+	fab_appendf(buf, n, &used, "libfabric %u.%u, RDM providers: %s\n", FI_MAJOR(fi_version()),
+		    FI_MINOR(fi_version()), avail[0] ? avail : "none");
 	odx_fab_params autop = {0};
 	if (p)
 		autop.iface = p->iface;
@@ -285,21 +281,16 @@ int odx_fab_describe(const odx_fab_params *p, char *buf, size_t n)
 	if (info)
 		fi_freeinfo(info);
 	info = NULL;
-	if (used < n)
-		used += (size_t)snprintf(buf + used, n - used, "auto -> %s%s\n",
-					 ret ? "none" : prof.prov,
-					 shm ? " (+ shm for ranks on the same host)" : "");
-	if (shm && used < n)
-		used += (size_t)snprintf(
-			buf + used, n - used,
-			"shm copy lanes: %d (fabric.shm_lanes; transfers of %zu MiB "
-			"and more split over them)\n",
-			fab_lane_count(&shm_prof, p), 2 * shm_prof.lane_min >> 20);
+	fab_appendf(buf, n, &used, "auto -> %s%s\n", ret ? "none" : prof.prov,
+		    shm ? " (+ shm for ranks on the same host)" : "");
+	if (shm)
+		fab_appendf(buf, n, &used,
+			    "shm copy lanes: %d (fabric.shm_lanes; transfers of %zu MiB "
+			    "and more split over them)\n",
+			    fab_lane_count(&shm_prof, p), 2 * shm_prof.lane_min >> 20);
 	if (p && p->provider && strcmp(p->provider, "auto") != 0) {
 		ret = fab_resolve(p, &prof, &info, err, sizeof(err));
-		if (used < n)
-			snprintf(buf + used, n - used, "%s -> %s\n", p->provider,
-				 ret ? err : prof.prov);
+		fab_appendf(buf, n, &used, "%s -> %s\n", p->provider, ret ? err : prof.prov);
 		if (info)
 			fi_freeinfo(info);
 	}

@@ -160,7 +160,7 @@ void odx_fab_get_stats(const odx_fab *f, odx_fab_stats *s);
  * Returns 0 or an ODX_E* code (buf still holds what could be said). */
 int odx_fab_describe(const odx_fab_params *p, char *buf, size_t n);
 
-/* ---- Additions beyond the transport interface of issue 7 ---------------------------------- */
+/* ---- Tuning, diagnostics and the test hook --------------------------------------------------- */
 
 /* Transfers of at least `bytes` use the fi_read pull when the provider allows it; SIZE_MAX turns
  * the pull off. The default comes from the measured quirk table or ODX_FAB_PULL_MIN. Collective in

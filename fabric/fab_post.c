@@ -1,0 +1,301 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * fab_post.c - posting and completions: the ready queue handed to the provider (with retries and
+ * fault injection) and the rail completion queues read back. Separate: the only code that
+ * posts to the rails' endpoints and reads their completion queues (the progress role's).
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rdma/fi_domain.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+
+#include "fab_state.h"
+#include "odx/odx.h"
+
+/* ---- posting and completions ------------------------------------------------------------- */
+
+/* Posts a data chunk (a send, or a receive into its buffer and maybe the sink) on rl's
+ * endpoint: the progress role for a rail, a lane's thread for its lane. */
+ssize_t fab_post_data(odx_fab *f, struct fab_rail *rl, fi_addr_t addr, struct fab_op *op)
+{
+	if (op->kind == OP_DATA_TX)
+		return fi_tsenddata(rl->ep, op->buf, op->len, op->desc, op->xfer->check, addr,
+				    op->tag, op);
+	if (op->sink || op->buf == f->sink) {
+		struct iovec iov[2] = {{op->buf, op->len}, {f->sink, f->sink_len}};
+		void *desc[2] = {op->desc, rl->sink_desc};
+		/* an empty chunk: the sink alone */
+		size_t n = !op->sink ? 1 : op->len ? 2 : 1;
+		if (op->sink && !op->len) {
+			iov[0] = iov[1];
+			desc[0] = desc[1];
+		}
+		if (op->buf == f->sink)
+			desc[0] = rl->sink_desc;
+		return fi_trecvv(rl->ep, iov, desc, n, addr, op->tag, 0, op);
+	}
+	return fi_trecv(rl->ep, op->buf, op->len, op->desc, addr, op->tag, 0, op);
+}
+
+/* Returns 0 when the op left the queue (posted, dropped or failed), -FI_EAGAIN to keep it. */
+static int op_post(odx_fab *f, struct fab_op *op)
+{
+	struct fab_peer *p = op->peer >= 0 ? &f->peers[op->peer] : NULL;
+	bool data = op->kind == OP_DATA_TX || op->kind == OP_DATA_RX || op->kind == OP_READ;
+	if (data && (op->detached || op->xfer->finished || p->state == PEER_FAILED)) {
+		fab_data_op_release(f,
+				    op); /* its transfer is over: never post into returned memory */
+		return 0;
+	}
+	if (p && p->state == PEER_FAILED && op->kind == OP_CTRL_TX) {
+		op_free(op);
+		return 0;
+	}
+	if (f->fault.on && op->kind != OP_CTRL_RX) {
+		if (fab_chance(&f->fault.rng, f->fault.eagain))
+			return -FI_EAGAIN;
+		/* Injected completion errors stop one short of the retry bound: they exercise the
+		 * retry path without failing a healthy peer; real provider errors still can. */
+		if (op->injected < f->max_retries - 1 &&
+		    fab_chance(&f->fault.rng, f->fault.cqerr)) {
+			op->injected++;
+			fab_op_complete_error(f, op, FI_EIO, "injected completion error");
+			return 0;
+		}
+	}
+	if (op->kind == OP_DATA_TX && op->xfer->hollow)
+		op->len = 0; /* refused: the receiver only counts it */
+	if (op->kind == OP_CTRL_TX && !op->raw) {
+		struct fab_hdr *h = (struct fab_hdr *)op->buf;
+		if (!op->seq_set) {
+			/* a retry resends the same sequence number: a duplicate is then dropped */
+			h->seq = p->next_seq++;
+			op->seq_set = true;
+		}
+		h->credits = p->to_return;
+		p->to_return = 0;
+		if (op->msg_type == FAB_MSG_CREDIT)
+			p->credit_pending = false;
+	}
+	struct fab_rail *rl = op->kind == OP_CTRL_RX ? &f->rail[op->rail] : peer_rail(f, op->peer);
+	if (rl->mr_local && !op->desc && !op->mr && op->len &&
+	    (op->kind == OP_CTRL_TX || op->kind == OP_CTRL_RX)) {
+		int r = fab_mr_register(f, rl, op->buf,
+					op->kind == OP_CTRL_RX ? FAB_CTRL_BUF : op->len,
+					op->kind == OP_CTRL_RX ? FI_RECV : FI_SEND, &op->mr);
+		if (r)
+			return r == -FI_EAGAIN
+				       ? r
+				       : (fab_op_complete_error(f, op, -r, "registration failed"),
+					  0);
+		op->desc = fi_mr_desc(op->mr);
+	}
+	if (op->kind == OP_DATA_RX && rl->mr_local && !rl->sink_mr &&
+	    (op->sink || op->buf == f->sink)) {
+		int r = fab_mr_register(f, rl, f->sink, f->sink_len, FI_RECV, &rl->sink_mr);
+		if (r)
+			return r == -FI_EAGAIN ? r
+					       : (fab_op_complete_error(f, op, -r,
+									"sink registration failed"),
+						  0);
+		rl->sink_desc = fi_mr_desc(rl->sink_mr);
+	}
+	if (op->lane && op->kind == OP_DATA_RX) {
+		/* counted as posted from here: the lane hands it back when the provider does */
+		lane_submit(rl->lanes[op->lane], op);
+		posted_add(f, op);
+		return 0;
+	}
+	ssize_t ret;
+	/* a chunk for a copy lane goes from this endpoint to the peer's lane: only the receiver's
+	 * lane threads work (the copy is the receiver's) */
+	fi_addr_t addr = !p ? FI_ADDR_UNSPEC : op->lane ? p->lane_addr[op->lane] : p->addr;
+	switch (op->kind) {
+	case OP_CTRL_TX:
+		ret = op->tag ? fi_tsenddata(rl->ep, op->buf, op->len, op->desc, op->cq_data, addr,
+					     op->tag, op)
+			      : fi_tsend(rl->ep, op->buf, op->len, op->desc, addr, FAB_TAG_CTRL,
+					 op);
+		break;
+	case OP_CTRL_RX:
+		ret = fi_trecv(rl->ep, op->buf, FAB_CTRL_BUF, op->desc, FI_ADDR_UNSPEC,
+			       FAB_TAG_CTRL, 0, op);
+		break;
+	case OP_DATA_TX:
+	case OP_DATA_RX:
+		ret = fab_post_data(f, rl, addr, op);
+		break;
+	case OP_READ:
+		ret = fi_read(rl->ep, op->buf, op->len, op->desc, addr, op->rma_addr, op->rma_key,
+			      op);
+		break;
+	default:
+		ret = -FI_EINVAL;
+	}
+	if (ret == -FI_EAGAIN)
+		return -FI_EAGAIN;
+	if (ret) {
+		fab_op_complete_error(f, op, (int)-ret, "post failed");
+		return 0;
+	}
+	posted_add(f, op);
+	/* Only control messages count as "heard from us": data chunks and one-sided reads may take
+	 * longer than the peer timeout on a slow link, or never reach the peer's layer at all. */
+	if (p && op->kind == OP_CTRL_TX)
+		p->last_sent = f->now;
+	/* keep a copy of small messages for the replay test hook (cheap: headers and tiny bodies) */
+	if (op->kind == OP_CTRL_TX && !op->raw && op->len <= 128) {
+		pthread_mutex_lock(&f->lock);
+		memcpy(f->last_ctrl, op->buf, op->len);
+		f->last_ctrl_len = op->len;
+		f->last_ctrl_peer = op->peer;
+		pthread_mutex_unlock(&f->lock);
+	}
+	return 0;
+}
+
+int fab_post_ready(odx_fab *f)
+{
+	int posted = 0;
+	int64_t now = f->delayed ? f->now : 0;
+	for (struct fab_op **pp = &f->delayed; *pp;) {
+		struct fab_op *op = *pp;
+		if (op->not_before <= now) {
+			*pp = op->next;
+			op->not_before = 0;
+			push_ready(f, op);
+		} else {
+			pp = &op->next;
+		}
+	}
+	while (f->ready_head && posted < 64) {
+		/* unlink first: op_post may free the op or queue it again (retry) */
+		struct fab_op *op = f->ready_head;
+		f->ready_head = op->next;
+		if (!f->ready_head)
+			f->ready_tail = NULL;
+		op->next = NULL;
+		if (op_post(f, op) == -FI_EAGAIN) {
+			/* back at the head: the provider (or the fault layer) pushed back */
+			op->next = f->ready_head;
+			f->ready_head = op;
+			if (!f->ready_tail)
+				f->ready_tail = op;
+			stat_add(&f->eagain, 1);
+			break;
+		}
+		posted++;
+	}
+	return posted;
+}
+
+void fab_op_complete(odx_fab *f, int rail, struct fab_op *op, size_t len, uint64_t data,
+		     fi_addr_t from)
+{
+	posted_remove(f, op);
+	switch (op->kind) {
+	case OP_CTRL_RX:
+		fab_handle_ctrl(f, rail, op->buf, len, from);
+		push_ready(f, op);
+		break;
+	case OP_CTRL_TX:
+		stat_add(&f->msgs_sent, 1);
+		stat_add(&f->bytes_sent, op->len);
+		if (op->msg_type == FAB_MSG_HEARTBEAT)
+			f->peers[op->peer].hb_inflight = false;
+		op_free(op);
+		break;
+	case OP_DATA_RX:
+		if (fab_rx_checked(f, op, len, data, false))
+			break;
+		/* fall through */
+	default:
+		fab_data_op_done(f, op);
+	}
+}
+
+void fab_op_complete_error(odx_fab *f, struct fab_op *op, int fi_err, const char *detail)
+{
+	posted_remove(f, op);
+	struct fab_xfer *x = op->xfer;
+	if (x && (fi_err == FI_ECANCELED || op->detached || x->finished)) {
+		fab_data_op_release(f, op);
+		return;
+	}
+	if (fi_err == FI_ECANCELED) {
+		if (op->kind == OP_CTRL_RX && !atomic_load(&f->closing))
+			push_ready(f, op);
+		else
+			op_free(op);
+		return;
+	}
+	if (op->kind == OP_CTRL_RX) {
+		/* e.g. FI_ETRUNC: something larger than any control message of ours */
+		fab_bad(f, "control receive failed: %s (%s)", fi_strerror(fi_err), detail);
+		push_ready(f, op);
+		return;
+	}
+	stat_add(&f->retries, 1);
+	if (++op->retries <= f->max_retries) {
+		/* bounded retry with a short growing pause */
+		op->not_before = fab_now_ns() + (int64_t)op->retries * 1000000;
+		push_ready(f, op);
+		return;
+	}
+	char why[256];
+	snprintf(why, sizeof(why), "%s to it failed %d times, last: %s (%s)",
+		 op->kind == OP_CTRL_TX ? "a control message" : "a data transfer", op->retries,
+		 fi_strerror(fi_err), detail);
+	int peer = op->peer;
+	if (op->kind == OP_CTRL_TX && op->msg_type == FAB_MSG_HEARTBEAT)
+		f->peers[peer].hb_inflight = false;
+	fab_op_complete_error(f, op, FI_ECANCELED, detail); /* frees it */
+	fab_peer_fail(f, peer, why);
+}
+
+/* A chunk receive got more bytes than its chunk and the sink hold: whose, and why. */
+void fab_rx_truncated(odx_fab *f, struct fab_op *op, size_t len, uint64_t data)
+{
+	posted_remove(f, op);
+	if (!fab_rx_checked(f, op, len, data, true))
+		fab_data_op_done(f, op);
+}
+
+int fab_poll_rail(odx_fab *f, int rail)
+{
+	struct fab_rail *rl = &f->rail[rail];
+	struct fi_cq_tagged_entry e[16];
+	fi_addr_t from[16];
+	ssize_t n = rl->has_source ? fi_cq_readfrom(rl->cq, e, 16, from)
+				   : fi_cq_read(rl->cq, e, 16);
+	if (n > 0) {
+		for (ssize_t i = 0; i < n; i++)
+			fab_op_complete(f, rail, e[i].op_context, e[i].len, e[i].data,
+					rl->has_source ? from[i] : FI_ADDR_NOTAVAIL);
+		return (int)n;
+	}
+	if (n == -FI_EAVAIL) {
+		struct fi_cq_err_entry ee;
+		memset(&ee, 0, sizeof(ee));
+		if (fi_cq_readerr(rl->cq, &ee, 0) > 0 && ee.op_context) {
+			struct fab_op *op = ee.op_context;
+			if (op->kind == OP_DATA_RX && abs(ee.err) == FI_ETRUNC) {
+				fab_rx_truncated(f, op, ee.len, ee.data);
+				return 1;
+			}
+			char detail[160];
+			snprintf(detail, sizeof(detail), "provider %s: %s", rl->prov,
+				 fi_cq_strerror(rl->cq, ee.prov_errno, ee.err_data, NULL, 0));
+			fab_op_complete_error(f, op, ee.err, detail);
+		}
+		return 1;
+	}
+	return 0;
+}

@@ -1,0 +1,461 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * fab_xfer.c - data transfers: starting a send or receive, cutting it into chunks and feeding
+ * them to the ready queue, finishing it, and what a completed chunk does to its transfer.
+ * Separate: one transfer's state machine, whichever endpoint or lane carries its chunks.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+
+#include "fab_state.h"
+#include "odx/odx.h"
+
+/* ---- transfers ---------------------------------------------------------------------------- */
+
+void fab_xfer_release(odx_fab *f, struct fab_xfer *x)
+{
+	if (x->aprev)
+		x->aprev->anext = x->anext;
+	else if (f->active == x)
+		f->active = x->anext;
+	if (x->anext)
+		x->anext->aprev = x->aprev;
+	mr_close(&x->mr);
+	free(x->refused_msg);
+	free(x);
+}
+
+/* Takes a data op out of its transfer's window: the transfer goes on (or ends) without it, and
+ * the op is only released when the provider hands it back (or the queue drops it). */
+static void op_detach(odx_fab *f, struct fab_xfer *x, struct fab_op *op)
+{
+	if (op->slot >= 0)
+		x->ops[op->slot] = NULL;
+	op->slot = -1;
+	op->detached = true;
+	x->inflight--;
+	if (op->posted && op->kind != OP_DATA_TX) {
+		struct fab_rail *rl = peer_rail(f, x->peer);
+		if (op->lane)
+			lane_cancel(rl->lanes[op->lane], op);
+		else
+			fi_cancel(&rl->ep->fid, op);
+	}
+}
+
+/* Calls done once; frees the transfer when the provider holds none of its operations. */
+void fab_xfer_finish(odx_fab *f, struct fab_xfer *x, int status, const char *msg)
+{
+	if (x->finished)
+		return;
+	x->finished = true;
+	if (x->map)
+		map_remove(x, xfer_bucket(x));
+	if (status) {
+		/* never leave a receive posted into memory the caller gets back; queued ops are
+		 * dropped when their turn comes */
+		for (int i = 0; i < FAB_WINDOW_MAX; i++)
+			if (x->ops[i])
+				op_detach(f, x, x->ops[i]);
+	}
+	if (x->is_send && x->mode == FAB_MODE_PULL)
+		mr_close(&x->mr); /* the read-only window closes with the transfer */
+	if (x->done && !x->is_record)
+		x->done(x->arg, status, msg);
+	if (x->ops_out == 0)
+		fab_xfer_release(f, x);
+}
+
+void fab_xfer_fail_peer(odx_fab *f, struct fab_xfer *x, const char *why)
+{
+	char msg[400];
+	snprintf(msg, sizeof(msg), "%s of %zu bytes (key %#llx) %s rank %d failed: %s",
+		 x->is_send ? "send" : "receive", x->len, (unsigned long long)x->key,
+		 x->is_send ? "to" : "from", x->peer, why);
+	fab_xfer_finish(f, x, ODX_EPEER, msg);
+}
+
+/* Posts the next chunks of a transfer, up to the profile's window. */
+static void xfer_feed(odx_fab *f, struct fab_xfer *x)
+{
+	unsigned window = f->prof.window < FAB_WINDOW_MAX ? f->prof.window : FAB_WINDOW_MAX;
+	struct fab_peer *p = &f->peers[x->peer];
+	while (!x->finished && x->inflight < window && x->next_chunk < x->nchunks) {
+		if (x->is_send && f->prof.tx_limit && p->tx_inflight >= f->prof.tx_limit) {
+			/* per-peer data credits: wait for a chunk to this peer to complete */
+			if (!x->tx_queued) {
+				x->tx_queued = true;
+				x->tx_next = NULL;
+				if (p->tx_wait_tail)
+					p->tx_wait_tail->tx_next = x;
+				else
+					p->tx_wait_head = x;
+				p->tx_wait_tail = x;
+				x->ops_out++; /* the queue holds a reference */
+			}
+			return;
+		}
+		if (x->is_send)
+			p->tx_inflight++;
+		enum op_kind kind = x->is_send		       ? OP_DATA_TX
+				    : x->mode == FAB_MODE_PULL ? OP_READ
+							       : OP_DATA_RX;
+		struct fab_op *op = op_new(kind, x->peer, 0);
+		if (!op) {
+			if (x->is_send)
+				p->tx_inflight--;
+			fab_xfer_finish(f, x, ODX_ENOMEM, "out of memory for a transfer chunk");
+			return;
+		}
+		size_t off = (size_t)x->next_chunk * x->chunk;
+		op->xfer = x;
+		op->chunk = x->next_chunk;
+		op->buf = x->buf ? x->buf + off : NULL;
+		op->len = x->len - off < x->chunk ? x->len - off : x->chunk;
+		op->desc = x->desc;
+		if (kind == OP_DATA_RX && op->chunk >= x->own_chunks) {
+			/* a longer sender's chunk beyond this buffer: drained (only with a sink,
+			 * see recv_mismatch_begin) */
+			op->buf = f->sink;
+			op->len = f->sink_len; /* a chunk of any size the sender may cut */
+			op->desc = NULL;
+		} else if (kind == OP_DATA_RX && f->sink && peer_rail(f, x->peer)->rx_iov2) {
+			/* the last chunk: a longer sender's bytes spill into the sink instead of
+			 * truncating (tcp;ofi_rxm drops the connection then); with copy lanes every
+			 * chunk, since a sender of another length cuts other chunk sizes */
+			op->sink = op->chunk == x->own_chunks - 1 || p->lanes > 1;
+		}
+		op->tag = fab_data_tag(x->key, x->next_chunk);
+		/* the chunks take turns over the copy lanes (the same turn on both sides); chunk 0
+		 * stays on the rail's endpoint, so a length disagreement still shows there */
+		if (kind != OP_READ && p->lanes > 1)
+			op->lane = (uint8_t)(op->chunk % (uint32_t)p->lanes);
+		op->rma_addr = x->rma_addr + off;
+		op->rma_key = x->rma_key;
+		for (int i = 0; i < FAB_WINDOW_MAX; i++) {
+			if (!x->ops[i]) {
+				x->ops[i] = op;
+				op->slot = i;
+				break;
+			}
+		}
+		if (kind == OP_DATA_TX)
+			fault_delay(f, op);
+		x->next_chunk++;
+		x->inflight++;
+		x->ops_out++;
+		push_ready(f, op);
+	}
+}
+
+static void send_nack(odx_fab *f, int peer, uint64_t key, size_t len, int status)
+{
+	struct fab_fin n = {.key = key, .len = len, .status = status};
+	fab_ctrl_send(f, peer, FAB_MSG_NACK, &n, sizeof(n));
+}
+
+/* A receive learned that the sender's length (or chunking) differs: it fails, the sender is told
+ * (its send fails too unless it already completed). */
+static void recv_mismatch(odx_fab *f, struct fab_xfer *x, const char *what)
+{
+	char msg[300];
+	snprintf(msg, sizeof(msg),
+		 "rank %d sends %s for key %#llx than the receive posted for it, which expects %zu "
+		 "bytes",
+		 x->peer, what, (unsigned long long)x->key, x->len);
+	send_nack(f, x->peer, x->key, x->len, ODX_EINVAL);
+	fab_xfer_finish(f, x, ODX_EINVAL, msg);
+}
+
+/* Registers a transfer's own buffer where the provider asks for local registration. */
+static int xfer_register(odx_fab *f, struct fab_xfer *x, uint64_t access)
+{
+	struct fab_rail *rl = peer_rail(f, x->peer);
+	if (!rl->mr_local || !x->len || x->mr)
+		return 0;
+	int ret = fab_mr_register(f, rl, x->buf, x->len, access, &x->mr);
+	if (ret) {
+		fab_xfer_finish(f, x, fab_err(ret),
+				x->is_send ? "could not register the send buffer"
+					   : "could not register the receive buffer");
+		return ret;
+	}
+	x->desc = fi_mr_desc(x->mr);
+	return 0;
+}
+
+/* Receive x meets the pull announcement r: drop the chunks it posted, read instead. */
+void fab_recv_pull(odx_fab *f, struct fab_xfer *x, struct fab_xfer *r)
+{
+	size_t len = r->len;
+	x->rma_addr = r->rma_addr;
+	x->rma_key = r->rma_key;
+	x->chunk = r->chunk;
+	uint32_t nchunks = r->nchunks;
+	fab_xfer_release(f, r);
+	if (len != x->len) {
+		char what[64];
+		snprintf(what, sizeof(what), "%zu bytes", len);
+		recv_mismatch(f, x, what);
+		return;
+	}
+	/* nothing is sent into these: the sender announced a pull */
+	for (int i = 0; i < FAB_WINDOW_MAX; i++)
+		if (x->ops[i])
+			op_detach(f, x, x->ops[i]);
+	x->mode = FAB_MODE_PULL;
+	x->nchunks = nchunks;
+	x->next_chunk = 0;
+	x->completed = 0;
+	if (xfer_register(f, x, FI_READ) == 0)
+		xfer_feed(f, x);
+}
+
+/* A transfer to ourselves meets its other half: a copy. */
+static void self_match(odx_fab *f, struct fab_xfer *rx, struct fab_xfer *tx)
+{
+	if (tx->len != rx->len) {
+		char msg[300];
+		snprintf(
+			msg, sizeof(msg),
+			"rank %d sends %zu bytes for key %#llx, the receive posted for it expects %zu",
+			rx->peer, tx->len, (unsigned long long)rx->key, rx->len);
+		fab_xfer_finish(f, tx, ODX_EINVAL, msg);
+		fab_xfer_finish(f, rx, ODX_EINVAL, msg);
+		return;
+	}
+	if (rx->len)
+		memcpy(rx->buf, tx->buf, rx->len);
+	stat_add(&f->bytes_recv, rx->len);
+	fab_xfer_finish(f, tx, 0, NULL);
+	fab_xfer_finish(f, rx, 0, NULL);
+}
+
+/* How transfers of `len` bytes with `peer` are cut: its rail's chunk, and with copy lanes one
+ * piece per lane at least, each of lane_min bytes or more (page-aligned). Both sides compute it
+ * from their length: a receive whose length differs from its send's learns so from chunk 0,
+ * which both post on the rail's own endpoint. */
+static size_t xfer_chunk(odx_fab *f, int peer, size_t len)
+{
+	struct fab_rail *rl = peer_rail(f, peer);
+	size_t lanes = (size_t)f->peers[peer].lanes;
+	if (lanes < 2 || !rl->lane_min || len / rl->lane_min < 2)
+		return rl->chunk;
+	size_t pieces = len / rl->lane_min < lanes ? len / rl->lane_min : lanes;
+	size_t piece = ((len + pieces - 1) / pieces + 4095) & ~(size_t)4095;
+	return piece < rl->chunk ? piece : rl->chunk;
+}
+
+void fab_xfer_start(odx_fab *f, struct fab_xfer *x)
+{
+	xfer_activate(f, x);
+	stat_add(&f->transfers, 1);
+	struct fab_peer *p = &f->peers[x->peer];
+	if (p->state == PEER_FAILED || (p->state == PEER_GONE && p->gone_swept)) {
+		fab_xfer_fail_peer(
+			f, x, p->state == PEER_FAILED ? "it is marked failed" : "it has closed");
+		return;
+	}
+	if (x->peer == f->rank) {
+		struct fab_map *other = x->is_send ? &f->posted_recvs : &f->unexpected;
+		struct fab_xfer *r = map_take_match(other, x->peer, x->key);
+		if (r)
+			self_match(f, x->is_send ? r : x, x->is_send ? x : r);
+		else
+			map_put(x->is_send ? &f->unexpected : &f->posted_recvs,
+				bucket((uint64_t)x->peer, x->key), x);
+		return;
+	}
+	x->mode = FAB_MODE_TAGGED;
+	x->chunk = fab_chunk_size(x->len, xfer_chunk(f, x->peer, x->len));
+	x->nchunks = fab_chunk_count(x->len, x->chunk);
+	x->own_chunks = x->nchunks;
+	x->check = fab_data_check(f->wu.job_key, x->key, x->len, x->chunk, x->nchunks);
+	struct fab_rail *rl = peer_rail(f, x->peer);
+	if (!x->is_send) {
+		/* a pull announced before this receive: read at once */
+		struct fab_xfer *r = map_take_match(&f->unexpected, x->peer, x->key);
+		if (r && r->aborted) {
+			/* the sender said it will never send: fail without posting anything */
+			fab_xfer_finish(f, x, r->refused, r->refused_msg);
+			fab_xfer_release(f, r);
+			return;
+		}
+		map_put(&f->posted_recvs, bucket((uint64_t)x->peer, x->key), x);
+		if (r) {
+			fab_recv_pull(f, x, r);
+			return;
+		}
+		if (xfer_register(f, x, rl->has_rma ? FI_RECV | FI_READ : FI_RECV) == 0)
+			xfer_feed(f, x);
+		return;
+	}
+	map_put(&f->sends, bucket((uint64_t)x->peer, x->key), x);
+	if (x->len >= atomic_load(&f->pull_min) && x->len && rl->has_rma && !rl->mr_raw &&
+	    fab_mr_register(f, rl, x->buf, x->len, FI_REMOTE_READ, &x->mr) == 0) {
+		uint64_t key = fi_mr_key(x->mr);
+		if (key == FI_KEY_NOTAVAIL) {
+			mr_close(&x->mr);
+		} else {
+			struct fab_rts rts = {.key = x->key,
+					      .len = x->len,
+					      .mode = FAB_MODE_PULL,
+					      .nchunks = x->nchunks,
+					      .chunk = x->chunk,
+					      .rma_addr = rl->mr_virt ? (uint64_t)(uintptr_t)x->buf
+								      : 0,
+					      .rma_key = key};
+			struct fab_op *op = fab_ctrl_new(f, x->peer, FAB_MSG_RTS, 0, &rts,
+							 sizeof(rts), NULL, 0);
+			if (!op) {
+				fab_xfer_finish(f, x, ODX_ENOMEM,
+						"out of memory for a pull announcement");
+				return;
+			}
+			x->mode = FAB_MODE_PULL;
+			fab_ctrl_enqueue(f, op); /* done when the receiver's FIN comes back */
+			return;
+		}
+	}
+	if (xfer_register(f, x, FI_SEND) == 0)
+		xfer_feed(f, x);
+}
+
+static void tx_credit_return(odx_fab *f, int peer);
+
+/* A data op leaves the provider (or the queues) without counting for its transfer. */
+void fab_data_op_release(odx_fab *f, struct fab_op *op)
+{
+	struct fab_xfer *x = op->xfer;
+	if (op->kind == OP_DATA_TX)
+		tx_credit_return(f, op->peer);
+	if (!op->detached) {
+		if (op->slot >= 0)
+			x->ops[op->slot] = NULL;
+		x->inflight--;
+	}
+	x->ops_out--;
+	op_free(op);
+	if (x->finished && x->ops_out == 0)
+		fab_xfer_release(f, x);
+}
+
+/* A data chunk to `peer` finished: let sends waiting for its data credits go on. */
+static void tx_credit_return(odx_fab *f, int peer)
+{
+	struct fab_peer *p = &f->peers[peer];
+	if (!f->prof.tx_limit)
+		return;
+	p->tx_inflight--;
+	while (p->tx_wait_head && p->tx_inflight < f->prof.tx_limit) {
+		struct fab_xfer *x = p->tx_wait_head;
+		p->tx_wait_head = x->tx_next;
+		if (!p->tx_wait_head)
+			p->tx_wait_tail = NULL;
+		x->tx_queued = false;
+		x->ops_out--;
+		if (x->finished) {
+			if (x->ops_out == 0)
+				fab_xfer_release(f, x);
+			continue;
+		}
+		xfer_feed(f, x);
+	}
+}
+
+void fab_data_op_done(odx_fab *f, struct fab_op *op)
+{
+	struct fab_xfer *x = op->xfer;
+	if (op->detached || x->finished) {
+		fab_data_op_release(f, op);
+		return;
+	}
+	if (op->kind == OP_DATA_TX)
+		tx_credit_return(f, op->peer);
+	if (op->slot >= 0)
+		x->ops[op->slot] = NULL;
+	x->ops_out--;
+	x->inflight--;
+	if (op->kind == OP_DATA_TX) {
+		stat_add(&f->bytes_sent, op->len);
+	} else {
+		stat_add(&f->bytes_recv, op->len);
+		if (op->lane)
+			stat_add(&f->lane_bytes, op->len);
+		f->peers[x->peer].last_heard = f->now;
+	}
+	op_free(op);
+	x->completed++;
+	if (x->completed < x->nchunks) {
+		xfer_feed(f, x);
+		return;
+	}
+	if (x->is_send && x->mode == FAB_MODE_PULL)
+		return; /* waits for the receiver's FIN */
+	if (x->hollow) {
+		fab_xfer_finish(f, x, x->refused,
+				x->refused_msg ? x->refused_msg : "the receiver refused the send");
+		return;
+	}
+	if (x->mode == FAB_MODE_PULL) {
+		struct fab_fin fin = {.key = x->key, .len = x->len};
+		fab_ctrl_send(f, x->peer, FAB_MSG_FIN, &fin, sizeof(fin));
+	}
+	if (x->mismatch) {
+		char msg[300];
+		snprintf(msg, sizeof(msg),
+			 "rank %d sends a different length for key %#llx (in %u chunk%s) than the "
+			 "receive posted for it, which expects %zu bytes",
+			 x->peer, (unsigned long long)x->key, x->nchunks,
+			 x->nchunks == 1 ? "" : "s", x->len);
+		fab_xfer_finish(f, x, ODX_EINVAL, msg);
+		return;
+	}
+	fab_xfer_finish(f, x, 0, NULL);
+}
+
+/* The first chunk that says the sender's length differs: from now on the receive takes exactly
+ * the sender's chunks (beyond its own buffer into the sink) and then fails. Draining them, rather
+ * than cancelling, keeps the sender's chunks from waiting in the provider forever: shm completes
+ * a rank's sends in order, so one never received would hold back all later ones. */
+static void recv_mismatch_begin(odx_fab *f, struct fab_xfer *x, uint64_t data)
+{
+	uint32_t theirs = fab_check_chunks(data);
+	if (!f->sink && theirs > x->own_chunks)
+		theirs = x->own_chunks; /* nowhere to drain the rest: they stay in the provider */
+	x->mismatch = true;
+	send_nack(f, x->peer, x->key, x->len, ODX_EINVAL); /* the send fails early, if pending */
+	for (int i = 0; i < FAB_WINDOW_MAX; i++)
+		if (x->ops[i] && x->ops[i]->chunk >= theirs)
+			op_detach(f, x, x->ops[i]); /* chunks the sender does not have */
+	x->nchunks = theirs;
+	if (x->next_chunk > theirs)
+		x->next_chunk = theirs;
+}
+
+/* A chunk landed in a posted receive: the remote CQ data must name this job and key, else the
+ * bytes are foreign (another job, a forged or stale message): dropped, counted, and the chunk's
+ * receive posted again, so the real chunk still lands. A length disagreement starts the drain.
+ * Returns true when the op was consumed here (posted again). */
+bool fab_rx_checked(odx_fab *f, struct fab_op *op, size_t len, uint64_t data, bool truncated)
+{
+	struct fab_xfer *x = op->xfer;
+	if (op->detached || x->finished)
+		return false;
+	if ((data ^ x->check) >> 32) {
+		fab_bad(f,
+			"a data message from rank %d for key %#llx chunk %u does not carry this "
+			"job's check for it (another job, stale or forged); receive posted again",
+			op->peer, (unsigned long long)x->key, op->chunk);
+		push_ready(f, op);
+		return true;
+	}
+	if (!x->mismatch && (truncated || (uint32_t)data != (uint32_t)x->check || len != op->len))
+		recv_mismatch_begin(f, x, data);
+	return false;
+}
