@@ -204,7 +204,11 @@ enum odx__task_kind {
 	ODX__TASK_DESTROY, /* release a buffer after its last user */
 	ODX__TASK_SEND,    /* send the host replica to rank `peer` (distributed execution) */
 	ODX__TASK_RECV,    /* receive the buffer from rank `peer` into the host replica */
+	ODX__TASK_KIND_COUNT,
 };
+/* What a task is, in messages and traces: its kernel's name for a kernel task ("task" with
+ * kernel_too false), else the kind ("buffer read", "send to a rank", ...). One table (task.c). */
+const char *odx__task_kind_name(const odx__task *t, bool kernel_too);
 
 /* Execution state, for the user-side timeout race of reads and writes. */
 enum odx__chain_state {
@@ -490,7 +494,6 @@ void odx__prefetch_pump(odx_context *ctx);
 void odx__prefetch_cancel(odx_buffer *b);
 /* Frees what is left at close. */
 void odx__prefetch_close(odx_context *ctx);
-const char *odx__prefetch_level_name(int level);
 /* Capacities from tier.* (after the devices opened), the disk tier, the monitor thread. */
 int odx__tier_open(odx_context *ctx, char *err, size_t errlen);
 void odx__tier_stop(odx_context *ctx);  /* stops the monitor (before the workers stop) */

@@ -150,8 +150,6 @@ int odx__policy_host_tick(odx__policy *h, const int *queue, const uint64_t *done
  * nodes and non-positive values are ignored. */
 void odx__policy_host_set_bandwidth(odx__policy *h, int src_node, int dst_node,
 				    double bytes_per_s);
-/* Is hook `name` ("place_rank", "prefetch", "evict", ...) defined by the running policy? */
-bool odx__policy_has_hook(const odx__policy *h, const char *name);
 /* The policy's display name (file path or lua:NAME). */
 const char *odx__policy_name(const odx__policy *h);
 /* Failed calls since open (test and stats). */

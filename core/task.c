@@ -197,10 +197,21 @@ bool odx__task_stage_reads(const odx__task *t, int i)
 
 /* ---- failure -------------------------------------------------------------------------------- */
 
+const char *odx__task_kind_name(const odx__task *t, bool kernel_too)
+{
+	static const char *const kinds[ODX__TASK_KIND_COUNT] = {
+		[ODX__TASK_KERNEL] = "task",		[ODX__TASK_READ] = "buffer read",
+		[ODX__TASK_WRITE] = "buffer write",	[ODX__TASK_DESTROY] = "buffer destroy",
+		[ODX__TASK_SEND] = "send to a rank", [ODX__TASK_RECV] = "receive from a rank",
+	};
+
+	if (t->kind == ODX__TASK_KERNEL && kernel_too)
+		return t->kernel->name;
+	return t->kind < ODX__TASK_KIND_COUNT ? kinds[t->kind] : "task of an unknown kind";
+}
+
 static char *describe(const odx__task *t, char *out, size_t n)
 {
-	static const char *kinds[] = {"task",		"buffer read",	 "buffer write",
-				      "buffer destroy", "send to a rank", "receive from a rank"};
 	int len;
 
 	if (t->kind == ODX__TASK_KERNEL)
@@ -209,7 +220,8 @@ static char *describe(const odx__task *t, char *out, size_t n)
 	else if (t->kind == ODX__TASK_SEND || t->kind == ODX__TASK_RECV)
 		len = snprintf(out, n, "transfer #%llu (%s)", (unsigned long long)t->id, t->tag);
 	else
-		len = snprintf(out, n, "%s #%llu", kinds[t->kind], (unsigned long long)t->id);
+		len = snprintf(out, n, "%s #%llu", odx__task_kind_name(t, false),
+			       (unsigned long long)t->id);
 	/* With several ranks task numbers are per rank: say whose. */
 	if (t->ctx->fab && len >= 0 && (size_t)len < n)
 		snprintf(out + len, n - (size_t)len, " on rank %d", t->ctx->rank);

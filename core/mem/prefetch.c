@@ -37,8 +37,6 @@ struct odx__prefetch_req {
 	odx__task *after; /* the writer to wait for (referenced), or NULL */
 };
 
-static const char *const level_names[ODX__PREFETCH_LEVELS] = {"now", "next", "soon", "idle"};
-
 static void req_free(odx__prefetch_req *q)
 {
 	if (q->after)
@@ -216,11 +214,6 @@ void odx__prefetch_close(odx_context *ctx)
 	drop = take(ctx, any, NULL);
 	pthread_mutex_unlock(&ctx->pf_lock);
 	req_free_all(drop);
-}
-
-const char *odx__prefetch_level_name(int level)
-{
-	return level >= 0 && level < ODX__PREFETCH_LEVELS ? level_names[level] : "?";
 }
 
 ODX_API int odx_buffer_prefetch(odx_buffer *buf, int device, odx_prefetch_level level)

@@ -143,14 +143,6 @@ static bool first_use(const odx__task *t, int i)
 	return true;
 }
 
-static const char *task_label(const odx__task *t)
-{
-	if (t->kind == ODX__TASK_KERNEL)
-		return t->kernel->name;
-	return t->kind == ODX__TASK_READ ? "buffer read" : t->kind == ODX__TASK_WRITE ? "buffer write"
-										    : "buffer destroy";
-}
-
 static void stage_fail(odx__task *t, int rc, const char *why)
 {
 	int expected = 0;
@@ -324,7 +316,7 @@ int odx__stage(odx__task *t, const odx__task *producer)
 		snprintf(why, sizeof(why),
 			 "task #%llu '%s' (%s) needs %llu bytes on memory node %d%s%s, whose tier "
 			 "holds %llu bytes (%s)",
-			 (unsigned long long)t->id, t->tag, task_label(t), (unsigned long long)ws.total,
+			 (unsigned long long)t->id, t->tag, odx__task_kind_name(t, true), (unsigned long long)ws.total,
 			 m, node->device ? ", " : "", node->device ? node->device->name : "",
 			 (unsigned long long)node->capacity,
 			 m ? "tier.device.limit" : "tier.host.limit");
@@ -352,7 +344,7 @@ int odx__stage(odx__task *t, const odx__task *producer)
 				snprintf(msg, sizeof(msg),
 					 "task #%llu '%s' (%s) cannot get %llu bytes on memory node "
 					 "%d%s%s: %s",
-					 (unsigned long long)t->id, t->tag, task_label(t),
+					 (unsigned long long)t->id, t->tag, odx__task_kind_name(t, true),
 					 (unsigned long long)missing, m, node->device ? ", " : "",
 					 node->device ? node->device->name : "", why);
 				stage_fail(t, ODX_ENOSPC, msg);

@@ -633,16 +633,6 @@ bool odx__policy_enabled(const odx__policy *h)
 	return h->cur && !h->disabled;
 }
 
-bool odx__policy_has_hook(const odx__policy *h, const char *name)
-{
-	int i;
-
-	for (i = 0; h->cur && i < HOOK_COUNT; i++)
-		if (strcmp(pol_hook_names[i], name) == 0)
-			return h->cur->ref_hook[i] != LUA_NOREF;
-	return false;
-}
-
 const char *odx__policy_name(const odx__policy *h)
 {
 	return h->display;
