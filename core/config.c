@@ -509,7 +509,7 @@ static const struct key_def *find_key(const char *name, size_t *index)
 	return NULL;
 }
 
-/* "host.devices" -> "ODX_HOST_DEVICES": the one environment mapping of DESIGN section 11. */
+/* "host.devices" -> "ODX_HOST_DEVICES": the one environment mapping (config.h). */
 static void env_name(const char *key, char *buf, size_t len)
 {
 	size_t n = 0;

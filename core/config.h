@@ -8,7 +8,7 @@
  * line, environment variable, or API call). After loading, the typed getters cannot fail: the key
  * table guarantees the key exists and the value parsed.
  *
- * Environment mapping (DESIGN section 11): global key k is ODX_K; key k of section a.b is
+ * Environment mapping (docs/configuration.md): global key k is ODX_K; key k of section a.b is
  * ODX_A_B_K (upper case, dots to underscores).
  */
 #ifndef ODX_CORE_CONFIG_H

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * dist.c - distributed execution: a replicated sequential task flow over the fabric (DESIGN
- * section 10).
+ * dist.c - distributed execution: a replicated sequential task flow over the fabric
+ * (docs/distributed.md).
  *
  * Every rank runs the same program and submits the same tasks, buffers, reads and writes in the
  * same order, so every rank can track, for every buffer, which ranks hold its latest version

@@ -2,8 +2,8 @@
 /*
  * sched.c - placement of ready tasks and the device ready queues.
  *
- * Placement sits behind one interface (odx__sched_ops.place) so the Lua policy host of a later
- * issue replaces the decision, not the mechanism. C decides what is feasible (the kernel has a
+ * Placement sits behind one interface (odx__sched_ops.place), so a Lua policy (core/policy/)
+ * replaces the decision, not the mechanism. C decides what is feasible (the kernel has a
  * variant for the device, the user did not force another device); the policy decides what is best.
  */
 #include <stdio.h>
