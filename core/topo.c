@@ -236,7 +236,7 @@ int odx__topo_numa_of_area(odx__topo *t, const void *p, size_t len)
  * Host copies of 2 MiB and more are asked to live in transparent huge pages (madvise, which is
  * all Debian's default THP mode "madvise" grants): a first touch then faults once per 2 MiB
  * instead of 512 times. A spilled copy's first write-back into host RAM is such a first touch,
- * many times slower in 4 KiB pages than a later one (docs/performance.md).
+ * many times slower in 4 KiB pages than a later one (docs/performance-log.md).
  */
 #define HUGE_PAGE ((size_t)2 << 20)
 

@@ -159,7 +159,7 @@ static void fill_profile(struct fab_profile *prof, const char *prov, const struc
 	prof->credits = 64;
 	/* Few: every data message is matched past them (the providers here keep one list of
 	 * posted tagged receives, control ones first), which many make slower at small sizes
-	 * (docs/performance.md). More in flight wait in the provider as unexpected messages
+	 * (docs/performance-log.md). More in flight wait in the provider as unexpected messages
 	 * (credits bound them). */
 	prof->ctrl_rx = 16;
 	prof->tx_limit = 0;
@@ -171,7 +171,7 @@ static void fill_profile(struct fab_profile *prof, const char *prov, const struc
 	if (!strcmp(prov, "shm")) {
 		/* The receiver copies (process_vm_readv with CMA): a second copying thread speeds up
 		 * large transfers, while pieces of a few MiB lose more to the hand-off than they
-		 * gain, so only transfers of 2 * lane_min and more split (docs/performance.md) */
+		 * gain, so only transfers of 2 * lane_min and more split (docs/performance-log.md) */
 		prof->lanes = 2;
 	}
 	if (strstr(prov, "ofi_rxd")) {
@@ -192,7 +192,7 @@ static void fill_profile(struct fab_profile *prof, const char *prov, const struc
 	if (strstr(prov, "tcp")) {
 		/* Over tcp a large message is one rendezvous moved by one stream; 1 MiB chunks keep
 		 * eight in flight and the pipe full, faster than single large messages from 8 MiB
-		 * up (docs/performance.md) */
+		 * up (docs/performance-log.md) */
 		prof->chunk = 1u << 20;
 	}
 	if (info->ep_attr->max_msg_size && prof->chunk > info->ep_attr->max_msg_size)

@@ -69,7 +69,7 @@
 /* While a caller drives, the parked progress thread has nothing to do: the caller runs the rounds
  * (timers included), and it wakes the thread through the eventfd when it leaves. The timeout is
  * only a backstop, and a long one: every wake-up takes a core from a copying rank (a 1 ms
- * timeout cost measurable bandwidth on shm; docs/performance.md). */
+ * timeout cost measurable bandwidth on shm; docs/performance-log.md). */
 #define FAB_PARK_NS 100000000ll
 
 /* ---- operations, transfers, peers, rails ----------------------------------------------------- */
