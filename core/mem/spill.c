@@ -18,6 +18,10 @@
  * with pwrite/pread. Checksums are computed and verified on the I/O thread while other chunks are
  * in flight. Under O_DIRECT, chunks whose memory or length is not 4 KiB aligned go through
  * aligned bounce buffers (one per chunk, allocated on first use).
+ *
+ * One file of ~1,500 lines on purpose: the allocator, the I/O thread, checksums, fault injection
+ * and the file-size limit all work on one spill space's private state, and spill.h is the whole
+ * contract the rest of ODX sees (the leaf allocators are kept whole, like pool.c).
  */
 #include <dirent.h>
 #include <errno.h>
