@@ -1522,6 +1522,7 @@ out_free_buf:
 	free(buf);
 }
 
+#ifdef ODX_SPILL_TEST_HOOKS
 int odx__spill_corrupt_for_test(odx__spill *s, uint64_t slot, size_t offset)
 {
 	struct slot *sl;
@@ -1549,3 +1550,4 @@ int odx__spill_corrupt_for_test(odx__spill *s, uint64_t slot, size_t offset)
 	flip_byte(s, pos, last_error, sizeof(last_error), &code);
 	return code;
 }
+#endif

@@ -159,9 +159,12 @@ const char *odx__spill_last_error(void);
 /* The spill file's path (for tests and benchmarks: fdatasync, stat). Valid until close. */
 const char *odx__spill_file_path(const odx__spill *s);
 
-/* Test hook: flips the byte at `offset` within a stored slot on disk (the slot must be idle), so
- * the corruption path can be tested. ODX_ENOENT, ODX_ERANGE, or ODX_EIO with a message. */
+#ifdef ODX_SPILL_TEST_HOOKS
+/* Test hook, compiled only into tests/spill's own copy of spill.c (never into libodx): flips the
+ * byte at `offset` within a stored slot on disk (the slot must be idle), so the corruption path
+ * can be tested. ODX_ENOENT, ODX_ERANGE, or ODX_EIO with a message. */
 int odx__spill_corrupt_for_test(odx__spill *s, uint64_t slot, size_t offset);
+#endif
 
 /*
  * The file-size limit, for every place ODX extends a file. SIGXFSZ, which a write past
