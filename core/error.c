@@ -14,6 +14,11 @@ ODX_API const char *odx_version(void)
 		ODX_VERSION_PATCH);
 }
 
+ODX_API unsigned odx_version_number(void)
+{
+	return ODX_VERSION_NUMBER;
+}
+
 ODX_API const char *odx_strerror(int err)
 {
 	switch (err) {

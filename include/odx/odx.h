@@ -47,9 +47,16 @@ extern "C" {
 #define ODX_VERSION_MAJOR 0
 #define ODX_VERSION_MINOR 1
 #define ODX_VERSION_PATCH 0
+/** The version as one number, major * 10000 + minor * 100 + patch (0.1.0 is 100), for checks at
+ * compile time: `#if ODX_VERSION_NUMBER >= 200`. */
+#define ODX_VERSION_NUMBER (ODX_VERSION_MAJOR * 10000 + ODX_VERSION_MINOR * 100 + ODX_VERSION_PATCH)
 
 /** The library's version as "major.minor.patch" (static storage). */
 ODX_API const char *odx_version(void);
+/** The library's version as ODX_VERSION_NUMBER gives it: a program compares it with the
+ * ODX_VERSION_NUMBER it was compiled with to find, at run time, an older library than its
+ * headers. */
+ODX_API unsigned odx_version_number(void);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Errors                                                                                      */

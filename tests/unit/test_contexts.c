@@ -427,6 +427,12 @@ static void test_version(void **state)
 		 ODX_VERSION_PATCH);
 	assert_non_null(odx_version());
 	assert_string_equal(odx_version(), want);
+	assert_int_equal(odx_version_number(), ODX_VERSION_NUMBER);
+	assert_int_equal(ODX_VERSION_NUMBER,
+			 ODX_VERSION_MAJOR * 10000 + ODX_VERSION_MINOR * 100 + ODX_VERSION_PATCH);
+#if ODX_VERSION_NUMBER < 100
+#error "ODX_VERSION_NUMBER must be usable in #if"
+#endif
 }
 
 static void test_backend_kind_names(void **state)
