@@ -119,6 +119,114 @@ static void fab_params(const odx_context *ctx, odx_fab_params *p)
 	p->shm_lanes = (int)odx__config_int(ctx->config, "fabric.shm_lanes");
 }
 
+/* ---- ranks sharing a host ------------------------------------------------------------------ */
+
+/* A nonnegative decimal number from the environment, or -1. */
+static long env_num(const char *name)
+{
+	const char *v = getenv(name);
+	char *end = NULL;
+	long x;
+
+	if (!v || !*v)
+		return -1;
+	x = strtol(v, &end, 10);
+	return *end || x < 0 ? -1 : x;
+}
+
+/* Slurm's tasks on node `node` from SLURM_STEP_TASKS_PER_NODE ("2(x3),1": 2 on each of the first
+ * three nodes, then 1), or -1. */
+static long slurm_tasks_on(const char *list, long node)
+{
+	while (list && *list) {
+		char *end = NULL;
+		long n = strtol(list, &end, 10), reps = 1;
+
+		if (end == list || n < 0)
+			return -1;
+		if (strncmp(end, "(x", 2) == 0) {
+			reps = strtol(end + 2, &end, 10);
+			if (*end++ != ')' || reps < 1)
+				return -1;
+		}
+		if (node < reps)
+			return n;
+		node -= reps;
+		list = *end == ',' ? end + 1 : NULL;
+	}
+	return -1;
+}
+
+/* This process's rank among those its launcher started on this host, and how many: odx-run's,
+ * Open MPI's, PMIx's or Slurm's word for it; false when none says (one rank per host). */
+static bool local_ranks(int *lrank, int *lsize, const char **who)
+{
+	static const char *const vars[][3] = {
+		{"ODX_LOCAL_RANK", "ODX_LOCAL_SIZE", "odx-run"},
+		{"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "Open MPI"},
+		{"PMIX_LOCAL_RANK", "PMIX_LOCAL_SIZE", "PMIx"},
+	};
+	long r, n;
+	size_t i;
+
+	for (i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		r = env_num(vars[i][0]);
+		n = env_num(vars[i][1]);
+		if (r >= 0 && n > r && n <= MAX_RANKS) {
+			*lrank = (int)r;
+			*lsize = (int)n;
+			*who = vars[i][2];
+			return true;
+		}
+	}
+	r = env_num("SLURM_LOCALID");
+	n = slurm_tasks_on(getenv("SLURM_STEP_TASKS_PER_NODE"), env_num("SLURM_NODEID"));
+	if (n < 0)
+		n = env_num("SLURM_NTASKS_PER_NODE");
+	if (r >= 0 && n > r && n <= MAX_RANKS) {
+		*lrank = (int)r;
+		*lsize = (int)n;
+		*who = "Slurm";
+		return true;
+	}
+	if (odx_fab_local_ranks(lrank, lsize) == 0 && *lrank >= 0 && *lsize > *lrank) {
+		*who = "PMIx";
+		return true;
+	}
+	return false;
+}
+
+void odx__dist_share_host(odx_context *ctx)
+{
+	static _Atomic bool told; /* the fallback is said once per process, not per context */
+	const char *who = "";
+	char pus[128] = "";
+	int lrank, lsize, rc;
+
+	if (!local_ranks(&lrank, &lsize, &who) || lsize <= 1)
+		return;
+	/* odx-run never binds: a narrow mask there is the whole job's (taskset odx-run ...). */
+	rc = odx__topo_share(ctx->topo, lrank, lsize, strcmp(who, "odx-run") == 0);
+	odx__topo_cpuset_str(ctx->topo, pus, sizeof(pus));
+	if (rc == 0) {
+		odx__log(ctx, ODX_LOG_INFO, "local rank %d of %d on this host (%s): PUs %s", lrank,
+			 lsize, who, pus);
+	} else if (rc == ODX__TOPO_LAUNCHER_BOUND) {
+		odx__log(ctx, ODX_LOG_INFO,
+			 "local rank %d of %d on this host (%s): keeping the launcher's binding, "
+			 "PUs %s", lrank, lsize, who, pus);
+	} else if (rc == ODX__TOPO_TOO_FEW_PUS) {
+		/* Binding two ranks' threads to one core would serialise them for good; unbound,
+		 * the kernel's scheduler shares the cores among them. */
+		ctx->bind = false;
+		if (!atomic_exchange(&told, true))
+			odx__log(ctx, ODX_LOG_WARN,
+				 "%d ranks on this host (%s) but %u PUs (%s): ranks share the "
+				 "PUs, threads are not bound (host.bind ignored)",
+				 lsize, who, odx__topo_pus(ctx->topo), pus);
+	}
+}
+
 int odx__dist_open(odx_context *ctx, char *err, size_t errlen)
 {
 	const char *size_env = getenv("ODX_SIZE"), *pmix = getenv("PMIX_RANK");
