@@ -422,6 +422,8 @@ void odx__sched_push(odx_context *ctx, odx__task *t);
 /* Queues a ready task on device d, or on the shared queue when d < 0 and the policy uses one
  * (else it fails as unplaceable): the mechanism behind every placement decision. */
 void odx__sched_queue(odx_context *ctx, odx__task *t, int d);
+/* Raises a submitted task's priority, moving it within its ready queue if it waits there. */
+void odx__sched_raise(odx_context *ctx, odx__task *t, int priority);
 bool odx__device_can_run(odx_context *ctx, const odx__device *d, const odx__task *t);
 int odx__workers_start(odx_context *ctx);
 void odx__workers_stop(odx_context *ctx);

@@ -18,6 +18,7 @@
  *
  * Only fabric/ includes libfabric; this file sees the transport through fabric/fabric.h.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,7 +286,7 @@ void odx__dist_close(odx_context *ctx)
 /* ---- the replicated bookkeeping --------------------------------------------------------- */
 
 /* Submits this rank's side of one transfer of b from rank `src` to rank `dst`. */
-static int transfer(odx_context *ctx, odx_buffer *b, int src, int dst)
+static int transfer(odx_context *ctx, odx_buffer *b, int src, int dst, int priority)
 {
 	/* the transport's keys are 55 bits: 31 for the buffer, 24 for the count (transfers of one
 	 * buffer 16M apart are never in flight together) */
@@ -308,11 +309,45 @@ static int transfer(odx_context *ctx, odx_buffer *b, int src, int dst)
 	t->args[0] = ODX_BUF(b, t->kind == ODX__TASK_SEND ? ODX_R : ODX_W);
 	t->peer = ctx->rank == src ? dst : src;
 	t->xfer_key = key;
+	/* Its consumer's priority, known alike on both sides: a user's priorities above 0 no
+	 * longer leave the transfers their tasks wait for behind every other kernel. */
+	t->priority = priority;
 	snprintf(t->tag, sizeof(t->tag), "%s rank %d, buffer %llu",
 		 t->kind == ODX__TASK_SEND ? "send to" : "receive from", t->peer,
 		 (unsigned long long)b->id);
 	rc = odx__task_submit(ctx, t, ODX__ADMIT_FORCE);
 	return rc;
+}
+
+/*
+ * A later consumer on rank r, more urgent than the transfer that brought b there: that transfer
+ * (this rank's side of it, if it has one and it has not run) takes the consumer's priority. On r
+ * it is b's last writer, a RECV; on the sender, a SEND to r among b's readers. Both ranks see the
+ * same consumer, so both raise their side.
+ */
+static void raise_transfer(odx_context *ctx, odx_buffer *b, int r, int priority)
+{
+	odx__task *t = NULL;
+	int i;
+
+	pthread_mutex_lock(&ctx->submit_lock); /* guards last_writer and readers (task.c) */
+	if (ctx->rank == r) {
+		if (b->last_writer && b->last_writer->kind == ODX__TASK_RECV)
+			t = b->last_writer;
+	} else {
+		for (i = b->nreaders - 1; i >= 0 && !t; i--)
+			if (b->readers[i]->kind == ODX__TASK_SEND && b->readers[i]->peer == r)
+				t = b->readers[i];
+	}
+	if (t && (atomic_load(&t->done) || t->priority >= priority))
+		t = NULL;
+	if (t)
+		atomic_fetch_add(&t->refs, 1);
+	pthread_mutex_unlock(&ctx->submit_lock);
+	if (t) {
+		odx__sched_raise(ctx, t, priority);
+		odx__task_put(t);
+	}
 }
 
 /* The rank with the latest version to copy from: the lowest one holding it. */
@@ -375,7 +410,7 @@ static int place(odx_context *ctx, const odx_arg *args, int nargs, const odx_ker
 int odx__dist_kernel(odx_context *ctx, const odx_arg *args, int nargs, const odx_kernel *k,
 		     const odx_task_opts *opts)
 {
-	int r, i, j, rc;
+	int r, i, j, rc, prio = opts ? opts->priority : 0;
 
 	if (!ctx->fab)
 		return ctx->rank;
@@ -390,9 +425,15 @@ int odx__dist_kernel(odx_context *ctx, const odx_arg *args, int nargs, const odx
 				break;
 		/* Written bytes may be only some of the buffer: the rank needs the latest
 		 * version of every buffer it touches, written or read. */
-		if (j < i || has(b, r))
+		if (j < i)
 			continue;
-		rc = transfer(ctx, b, source_rank(ctx, b), r);
+		if (has(b, r)) {
+			/* Only a copied version came by a transfer, and only its ends have a side. */
+			if (b->valid_kind == VALID_SET && (r == ctx->rank || has(b, ctx->rank)))
+				raise_transfer(ctx, b, r, prio);
+			continue;
+		}
+		rc = transfer(ctx, b, source_rank(ctx, b), r, prio);
 		if (rc)
 			return rc;
 	}
@@ -420,7 +461,8 @@ int odx__dist_read(odx_buffer *b)
 	for (r = 0; r < ctx->size; r++) {
 		if (has(b, r))
 			continue;
-		rc = transfer(ctx, b, source_rank(ctx, b), r);
+		/* The caller waits for these: before any kernel. */
+		rc = transfer(ctx, b, source_rank(ctx, b), r, INT_MAX);
 		if (rc)
 			return rc;
 	}
