@@ -355,6 +355,7 @@ static int context_open(odx_context **out, const odx_config *cfg)
 		snprintf(err, sizeof(err), "hwloc could not read the machine's topology");
 		goto out_fail;
 	}
+	odx__dist_share_host(ctx);
 	ctx->benv = (odx_backend_host){
 		.size = sizeof(odx_backend_host),
 		.abi_version = ODX_BACKEND_ABI_VERSION,

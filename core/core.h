@@ -422,6 +422,8 @@ void odx__sched_push(odx_context *ctx, odx__task *t);
 /* Queues a ready task on device d, or on the shared queue when d < 0 and the policy uses one
  * (else it fails as unplaceable): the mechanism behind every placement decision. */
 void odx__sched_queue(odx_context *ctx, odx__task *t, int d);
+/* Raises a submitted task's priority, moving it within its ready queue if it waits there. */
+void odx__sched_raise(odx_context *ctx, odx__task *t, int priority);
 bool odx__device_can_run(odx_context *ctx, const odx__device *d, const odx__task *t);
 int odx__workers_start(odx_context *ctx);
 void odx__workers_stop(odx_context *ctx);
@@ -505,6 +507,9 @@ void odx__transfers_drain(odx_context *ctx);
 /* ---- distributed execution (dist.c) ------------------------------------------------------ */
 
 /* Joins the job when launched as one of several ranks (odx-run, mpirun, srun). */
+/* Ranks sharing this host take disjoint slices of its cores (odx__topo_share); before the
+ * backends open, which size their threads from it. */
+void odx__dist_share_host(odx_context *ctx);
 int odx__dist_open(odx_context *ctx, char *err, size_t errlen);
 void odx__dist_close(odx_context *ctx);
 /* Before a kernel task is submitted: which rank runs it, and the transfers its inputs need
@@ -534,6 +539,14 @@ void odx__topo_close(odx__topo *t);
 unsigned odx__topo_pus(const odx__topo *t);
 uint64_t odx__topo_memory(const odx__topo *t);
 int odx__topo_bind_self(odx__topo *t, unsigned slot);
+/* This process's share of the host's PUs when local_size ranks run on it (odx__topo_share): 0
+ * narrowed to slice local_rank (pus, bind_self and numa_of_pu_slot then count within it), or
+ * unchanged: 0 for one rank, LAUNCHER_BOUND when the process mask is narrower than the machine's
+ * and split_narrowed is false, TOO_FEW_PUS when ranks outnumber the PUs (threads then share). */
+enum { ODX__TOPO_LAUNCHER_BOUND = 1, ODX__TOPO_TOO_FEW_PUS = 2 };
+int odx__topo_share(odx__topo *t, int local_rank, int local_size, bool split_narrowed);
+/* The PUs this process uses, as a list ("0-3,8"). */
+int odx__topo_cpuset_str(const odx__topo *t, char *buf, size_t n);
 /* NUMA nodes (hwloc's, with memory): at least one, in logical order. A machine hwloc sees as
  * one node, or that it cannot read, gives one node holding all of the memory. */
 int odx__topo_numa_count(const odx__topo *t);

@@ -18,6 +18,7 @@
  *
  * Only fabric/ includes libfabric; this file sees the transport through fabric/fabric.h.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +120,114 @@ static void fab_params(const odx_context *ctx, odx_fab_params *p)
 	p->shm_lanes = (int)odx__config_int(ctx->config, "fabric.shm_lanes");
 }
 
+/* ---- ranks sharing a host ------------------------------------------------------------------ */
+
+/* A nonnegative decimal number from the environment, or -1. */
+static long env_num(const char *name)
+{
+	const char *v = getenv(name);
+	char *end = NULL;
+	long x;
+
+	if (!v || !*v)
+		return -1;
+	x = strtol(v, &end, 10);
+	return *end || x < 0 ? -1 : x;
+}
+
+/* Slurm's tasks on node `node` from SLURM_STEP_TASKS_PER_NODE ("2(x3),1": 2 on each of the first
+ * three nodes, then 1), or -1. */
+static long slurm_tasks_on(const char *list, long node)
+{
+	while (list && *list) {
+		char *end = NULL;
+		long n = strtol(list, &end, 10), reps = 1;
+
+		if (end == list || n < 0)
+			return -1;
+		if (strncmp(end, "(x", 2) == 0) {
+			reps = strtol(end + 2, &end, 10);
+			if (*end++ != ')' || reps < 1)
+				return -1;
+		}
+		if (node < reps)
+			return n;
+		node -= reps;
+		list = *end == ',' ? end + 1 : NULL;
+	}
+	return -1;
+}
+
+/* This process's rank among those its launcher started on this host, and how many: odx-run's,
+ * Open MPI's, PMIx's or Slurm's word for it; false when none says (one rank per host). */
+static bool local_ranks(int *lrank, int *lsize, const char **who)
+{
+	static const char *const vars[][3] = {
+		{"ODX_LOCAL_RANK", "ODX_LOCAL_SIZE", "odx-run"},
+		{"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "Open MPI"},
+		{"PMIX_LOCAL_RANK", "PMIX_LOCAL_SIZE", "PMIx"},
+	};
+	long r, n;
+	size_t i;
+
+	for (i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		r = env_num(vars[i][0]);
+		n = env_num(vars[i][1]);
+		if (r >= 0 && n > r && n <= MAX_RANKS) {
+			*lrank = (int)r;
+			*lsize = (int)n;
+			*who = vars[i][2];
+			return true;
+		}
+	}
+	r = env_num("SLURM_LOCALID");
+	n = slurm_tasks_on(getenv("SLURM_STEP_TASKS_PER_NODE"), env_num("SLURM_NODEID"));
+	if (n < 0)
+		n = env_num("SLURM_NTASKS_PER_NODE");
+	if (r >= 0 && n > r && n <= MAX_RANKS) {
+		*lrank = (int)r;
+		*lsize = (int)n;
+		*who = "Slurm";
+		return true;
+	}
+	if (odx_fab_local_ranks(lrank, lsize) == 0 && *lrank >= 0 && *lsize > *lrank) {
+		*who = "PMIx";
+		return true;
+	}
+	return false;
+}
+
+void odx__dist_share_host(odx_context *ctx)
+{
+	static _Atomic bool told; /* the fallback is said once per process, not per context */
+	const char *who = "";
+	char pus[128] = "";
+	int lrank, lsize, rc;
+
+	if (!local_ranks(&lrank, &lsize, &who) || lsize <= 1)
+		return;
+	/* odx-run never binds: a narrow mask there is the whole job's (taskset odx-run ...). */
+	rc = odx__topo_share(ctx->topo, lrank, lsize, strcmp(who, "odx-run") == 0);
+	odx__topo_cpuset_str(ctx->topo, pus, sizeof(pus));
+	if (rc == 0) {
+		odx__log(ctx, ODX_LOG_INFO, "local rank %d of %d on this host (%s): PUs %s", lrank,
+			 lsize, who, pus);
+	} else if (rc == ODX__TOPO_LAUNCHER_BOUND) {
+		odx__log(ctx, ODX_LOG_INFO,
+			 "local rank %d of %d on this host (%s): keeping the launcher's binding, "
+			 "PUs %s", lrank, lsize, who, pus);
+	} else if (rc == ODX__TOPO_TOO_FEW_PUS) {
+		/* Binding two ranks' threads to one core would serialise them for good; unbound,
+		 * the kernel's scheduler shares the cores among them. */
+		ctx->bind = false;
+		if (!atomic_exchange(&told, true))
+			odx__log(ctx, ODX_LOG_WARN,
+				 "%d ranks on this host (%s) but %u PUs (%s): ranks share the "
+				 "PUs, threads are not bound (host.bind ignored)",
+				 lsize, who, odx__topo_pus(ctx->topo), pus);
+	}
+}
+
 int odx__dist_open(odx_context *ctx, char *err, size_t errlen)
 {
 	const char *size_env = getenv("ODX_SIZE"), *pmix = getenv("PMIX_RANK");
@@ -177,7 +286,7 @@ void odx__dist_close(odx_context *ctx)
 /* ---- the replicated bookkeeping --------------------------------------------------------- */
 
 /* Submits this rank's side of one transfer of b from rank `src` to rank `dst`. */
-static int transfer(odx_context *ctx, odx_buffer *b, int src, int dst)
+static int transfer(odx_context *ctx, odx_buffer *b, int src, int dst, int priority)
 {
 	/* the transport's keys are 55 bits: 31 for the buffer, 24 for the count (transfers of one
 	 * buffer 16M apart are never in flight together) */
@@ -200,11 +309,45 @@ static int transfer(odx_context *ctx, odx_buffer *b, int src, int dst)
 	t->args[0] = ODX_BUF(b, t->kind == ODX__TASK_SEND ? ODX_R : ODX_W);
 	t->peer = ctx->rank == src ? dst : src;
 	t->xfer_key = key;
+	/* Its consumer's priority, known alike on both sides: a user's priorities above 0 no
+	 * longer leave the transfers their tasks wait for behind every other kernel. */
+	t->priority = priority;
 	snprintf(t->tag, sizeof(t->tag), "%s rank %d, buffer %llu",
 		 t->kind == ODX__TASK_SEND ? "send to" : "receive from", t->peer,
 		 (unsigned long long)b->id);
 	rc = odx__task_submit(ctx, t, ODX__ADMIT_FORCE);
 	return rc;
+}
+
+/*
+ * A later consumer on rank r, more urgent than the transfer that brought b there: that transfer
+ * (this rank's side of it, if it has one and it has not run) takes the consumer's priority. On r
+ * it is b's last writer, a RECV; on the sender, a SEND to r among b's readers. Both ranks see the
+ * same consumer, so both raise their side.
+ */
+static void raise_transfer(odx_context *ctx, odx_buffer *b, int r, int priority)
+{
+	odx__task *t = NULL;
+	int i;
+
+	pthread_mutex_lock(&ctx->submit_lock); /* guards last_writer and readers (task.c) */
+	if (ctx->rank == r) {
+		if (b->last_writer && b->last_writer->kind == ODX__TASK_RECV)
+			t = b->last_writer;
+	} else {
+		for (i = b->nreaders - 1; i >= 0 && !t; i--)
+			if (b->readers[i]->kind == ODX__TASK_SEND && b->readers[i]->peer == r)
+				t = b->readers[i];
+	}
+	if (t && (atomic_load(&t->done) || t->priority >= priority))
+		t = NULL;
+	if (t)
+		atomic_fetch_add(&t->refs, 1);
+	pthread_mutex_unlock(&ctx->submit_lock);
+	if (t) {
+		odx__sched_raise(ctx, t, priority);
+		odx__task_put(t);
+	}
 }
 
 /* The rank with the latest version to copy from: the lowest one holding it. */
@@ -267,7 +410,7 @@ static int place(odx_context *ctx, const odx_arg *args, int nargs, const odx_ker
 int odx__dist_kernel(odx_context *ctx, const odx_arg *args, int nargs, const odx_kernel *k,
 		     const odx_task_opts *opts)
 {
-	int r, i, j, rc;
+	int r, i, j, rc, prio = opts ? opts->priority : 0;
 
 	if (!ctx->fab)
 		return ctx->rank;
@@ -282,9 +425,15 @@ int odx__dist_kernel(odx_context *ctx, const odx_arg *args, int nargs, const odx
 				break;
 		/* Written bytes may be only some of the buffer: the rank needs the latest
 		 * version of every buffer it touches, written or read. */
-		if (j < i || has(b, r))
+		if (j < i)
 			continue;
-		rc = transfer(ctx, b, source_rank(ctx, b), r);
+		if (has(b, r)) {
+			/* Only a copied version came by a transfer, and only its ends have a side. */
+			if (b->valid_kind == VALID_SET && (r == ctx->rank || has(b, ctx->rank)))
+				raise_transfer(ctx, b, r, prio);
+			continue;
+		}
+		rc = transfer(ctx, b, source_rank(ctx, b), r, prio);
 		if (rc)
 			return rc;
 	}
@@ -312,7 +461,8 @@ int odx__dist_read(odx_buffer *b)
 	for (r = 0; r < ctx->size; r++) {
 		if (has(b, r))
 			continue;
-		rc = transfer(ctx, b, source_rank(ctx, b), r);
+		/* The caller waits for these: before any kernel. */
+		rc = transfer(ctx, b, source_rank(ctx, b), r, INT_MAX);
 		if (rc)
 			return rc;
 	}

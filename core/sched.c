@@ -118,6 +118,38 @@ static odx__task *queue_pop(odx__queue *q)
 	return NULL;
 }
 
+/* Takes t out of q wherever it waits (keeping the others' order); false if it is not there. */
+static bool queue_take(odx__queue *q, const odx__task *t)
+{
+	int i, j;
+
+	for (i = 0; i < q->nlevels; i++) {
+		odx__level *l = &q->levels[i];
+
+		for (j = 0; j < l->n; j++) {
+			if (l->ring[(l->head + j) % l->cap] != t)
+				continue;
+			for (; j + 1 < l->n; j++)
+				l->ring[(l->head + j) % l->cap] = l->ring[(l->head + j + 1) % l->cap];
+			l->n--;
+			q->n--;
+			if (l->n == 0 && q->nlevels > 1) {
+				free(l->ring);
+				memmove(l, l + 1, (size_t)(q->nlevels - i - 1) * sizeof(*l));
+				q->nlevels--;
+			}
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Moves t, if queued in q, to the level of its (raised) priority. Called with q's lock. */
+static int queue_requeue(odx__queue *q, odx__task *t)
+{
+	return queue_take(q, t) ? queue_push(q, t) : 0;
+}
+
 void odx__queue_free(odx__queue *q)
 {
 	int i;
@@ -384,4 +416,37 @@ void odx__device_push_staged(odx__device *dev, odx__task *t)
 	if (dev->sleeping)
 		pthread_cond_signal(&dev->cond);
 	pthread_mutex_unlock(&dev->lock);
+}
+
+/*
+ * A task's priority raised after submission (a transfer a later, more urgent consumer waits for,
+ * dist.c). Not yet ready: it is queued with the new one when it becomes ready. In a ready queue
+ * (its device's, or the shared one): it moves to its new level, behind the tasks already there.
+ * Already taken by a worker, or under a Lua policy's own batching: nothing more to do.
+ */
+void odx__sched_raise(odx_context *ctx, odx__task *t, int priority)
+{
+	int d = t->device, rc = 0;
+
+	if (atomic_load(&t->done) || t->priority >= priority)
+		return;
+	/* Written before the queues are searched under their locks: a push that comes after the
+	 * search reads the new priority, one before it is found and moved. */
+	t->priority = priority;
+	if (d >= 0 && d < ctx->ndevices) {
+		odx__device *dev = &ctx->devices[d];
+
+		pthread_mutex_lock(&dev->lock);
+		rc = queue_requeue(&dev->ready, t);
+		pthread_mutex_unlock(&dev->lock);
+	}
+	if (rc == 0 && ctx->use_shared) {
+		pthread_mutex_lock(&ctx->shared_lock);
+		rc = queue_requeue(&ctx->shared, t);
+		if (rc)
+			atomic_fetch_sub(&ctx->shared_count, 1);
+		pthread_mutex_unlock(&ctx->shared_lock);
+	}
+	if (rc)
+		push_failed(t); /* taken out, not put back (no memory): it must still complete */
 }

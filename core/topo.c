@@ -297,6 +297,52 @@ uint64_t odx__topo_memory(const odx__topo *t)
 	return t->memory;
 }
 
+/*
+ * Ranks that share a host (odx-run, mpirun, srun start several on one machine) each take their
+ * own slice of the PUs: slice i of n is the PUs [i*p/n, (i+1)*p/n) of the allowed ones in hwloc's
+ * logical order, which keeps a core's hardware threads and a package's cores together. Each
+ * rank's device threads bind within its slice (slot_pu, odx__topo_bind_self) and its host devices
+ * size their thread count from it (odx__topo_pus): 2 ranks on 2 cores run one thread each on its
+ * own core, instead of both binding their first thread to core 0.
+ */
+int odx__topo_share(odx__topo *t, int local_rank, int local_size, bool split_narrowed)
+{
+	hwloc_const_cpuset_t machine = hwloc_topology_get_allowed_cpuset(t->topo);
+	hwloc_cpuset_t slice;
+	unsigned first, last, i = 0;
+	int pu;
+
+	if (local_size <= 1 || local_rank < 0 || local_rank >= local_size)
+		return 0;
+	/* A mask narrower than the machine's, set by a launcher that binds (srun --cpu-bind,
+	 * mpirun --bind-to): the launcher already chose this rank's cores. */
+	if (!split_narrowed && machine && !hwloc_bitmap_isincluded(machine, t->allowed))
+		return ODX__TOPO_LAUNCHER_BOUND;
+	if ((unsigned)local_size > t->npus)
+		return ODX__TOPO_TOO_FEW_PUS;
+	first = (unsigned)local_rank * t->npus / (unsigned)local_size;
+	last = (unsigned)(local_rank + 1) * t->npus / (unsigned)local_size;
+	slice = hwloc_bitmap_alloc();
+	if (!slice)
+		return ODX_ENOMEM;
+	hwloc_bitmap_foreach_begin(pu, t->allowed)
+	{
+		if (i >= first && i < last)
+			hwloc_bitmap_set(slice, (unsigned)pu);
+		i++;
+	}
+	hwloc_bitmap_foreach_end();
+	hwloc_bitmap_free(t->allowed);
+	t->allowed = slice;
+	t->npus = last - first;
+	return 0;
+}
+
+int odx__topo_cpuset_str(const odx__topo *t, char *buf, size_t n)
+{
+	return hwloc_bitmap_list_snprintf(buf, n, t->allowed) < 0 ? ODX_EIO : 0;
+}
+
 int odx__topo_bind_self(odx__topo *t, unsigned slot)
 {
 	hwloc_cpuset_t set;

@@ -110,6 +110,42 @@ int fab_wireup_detect(struct fab_wireup *w, char *err, size_t errlen)
 	return 0;
 }
 
+int odx_fab_local_ranks(int *local_rank, int *local_size)
+{
+	pmix_status_t rc = PMIX_SUCCESS;
+	pmix_value_t *val = NULL;
+	pmix_proc_t wild;
+	int found = 0;
+
+	if (!getenv("PMIX_RANK") || !getenv("PMIX_NAMESPACE"))
+		return ODX_ENOENT;
+	/* Asked before the wire-up (the host devices size their threads first): the init is
+	 * shared with it, and undone here only when nothing else holds it. */
+	pthread_mutex_lock(&pmix_lock);
+	if (pmix_users == 0)
+		rc = PMIx_Init(&pmix_self, NULL, 0);
+	if (rc != PMIX_SUCCESS) {
+		pthread_mutex_unlock(&pmix_lock);
+		return ODX_EUNAVAIL;
+	}
+	pmix_users++;
+	if (PMIx_Get(&pmix_self, PMIX_LOCAL_RANK, NULL, 0, &val) == PMIX_SUCCESS && val) {
+		*local_rank = (int)val->data.uint16;
+		PMIX_VALUE_RELEASE(val);
+		val = NULL;
+		PMIX_LOAD_PROCID(&wild, pmix_self.nspace, PMIX_RANK_WILDCARD);
+		if (PMIx_Get(&wild, PMIX_LOCAL_SIZE, NULL, 0, &val) == PMIX_SUCCESS && val) {
+			*local_size = (int)val->data.uint32;
+			PMIX_VALUE_RELEASE(val);
+			found = 1;
+		}
+	}
+	if (--pmix_users == 0)
+		PMIx_Finalize(NULL, 0);
+	pthread_mutex_unlock(&pmix_lock);
+	return found ? 0 : ODX_ENOENT;
+}
+
 void fab_wireup_finish(struct fab_wireup *w)
 {
 	if (w->launcher != FAB_LAUNCH_PMIX)

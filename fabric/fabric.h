@@ -65,6 +65,9 @@ typedef struct odx_fab_params {
  * ranks did not show up; ODX_EPEER ...).
  */
 int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errlen);
+/* A PMIx launcher's local rank and local size (the ranks on this host), before any odx_fab is
+ * open: 0, or ODX_ENOENT when not started by PMIx or it does not say. */
+int odx_fab_local_ranks(int *local_rank, int *local_size);
 /* 0 if spec (NULL or "" included) is a valid `fault` value, else ODX_EINVAL with a message in
  * err: the parser odx_fab_open uses, for the configuration check at odx_open. */
 int odx_fab_fault_check(const char *spec, char *err, size_t errlen);
