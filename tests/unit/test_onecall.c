@@ -34,7 +34,6 @@ typedef struct dev_seen {
 	atomic_int running;     /* fork-join runners inside fn now */
 	atomic_int max_running; /* the most at once */
 	atomic_uint thread_mask; /* fork-join thread indices seen in this run */
-	atomic_int cpus;        /* CPUs the kernel's thread may run on */
 } dev_seen;
 
 static dev_seen seen[MAXDEV];
@@ -105,7 +104,6 @@ static int onecall_kernel(const odx_host_launch *l)
 	dev_seen *s = &seen[l->device];
 	uint64_t groups = (uint64_t)l->grid[0] * l->grid[1] * l->grid[2];
 	fork_arg a = {.l = l, .s = s, .out = l->buffers[0], .seed = *(const int64_t *)l->scalars[1]};
-	cpu_set_t cpus;
 	int rc;
 
 	atomic_fetch_add(&s->calls, 1);
@@ -114,8 +112,6 @@ static int onecall_kernel(const odx_host_launch *l)
 		atomic_fetch_or(&s->bad, BAD_RANGE);
 	if (l->threads < 1 || l->threads > 32 || !l->run || l->buffer_sizes[0] < N * 8)
 		atomic_fetch_or(&s->bad, BAD_STATE);
-	if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0)
-		atomic_store(&s->cpus, CPU_COUNT(&cpus));
 	atomic_store(&s->thread_mask, 0);
 	rc = l->run(l, N, fork_fn, &a);
 	if (rc != 0)
