@@ -75,7 +75,12 @@ static int copy_variant(odx_context *ctx, const char *name, const odx_kernel_var
 	if (in->backend < 0 || in->backend >= ODX_BACKEND_KIND_COUNT)
 		return odx__fail(ctx, ODX_EINVAL, "odx_kernel_create: kernel '%s': bad backend %d",
 				 name, (int)in->backend);
-	if (in->format == ODX_FORMAT_HOST_FN) {
+	if (in->format == ODX_FORMAT_HOST_CALL && in->backend != ODX_BACKEND_HOST)
+		return odx__fail(ctx, ODX_EINVAL,
+				 "odx_kernel_create: kernel '%s': a one-call variant "
+				 "(ODX_FORMAT_HOST_CALL) is for backend host, not %s",
+				 name, odx_backend_kind_name(in->backend));
+	if (in->format == ODX_FORMAT_HOST_FN || in->format == ODX_FORMAT_HOST_CALL) {
 		if (!in->host_fn)
 			return odx__fail(ctx, ODX_EINVAL,
 					 "odx_kernel_create: kernel '%s': host variant without "
@@ -96,6 +101,27 @@ static int copy_variant(odx_context *ctx, const char *name, const odx_kernel_var
 	return 0;
 }
 
+/* The ABI minor the device's backend declared (0 when unknown, e.g. a test's fake device). */
+static uint32_t device_abi_minor(const odx_context *ctx, const odx__device *dev)
+{
+	int b;
+
+	for (b = 0; b < ctx->nbackends; b++) {
+		const odx__backend_slot *slot = &ctx->backends[b];
+
+		if (slot->available && slot->ops == dev->ops && slot->module.desc)
+			return slot->module.desc->abi_version & 0xffff;
+	}
+	return 0;
+}
+
+/* A one-call variant needs a host backend of ABI 1.6 or later: an older one would run it
+ * once per chunk of work-groups, several times per task. */
+static bool runs_host_call(const odx_context *ctx, const odx__device *dev)
+{
+	return dev->kind == ODX_BACKEND_HOST && device_abi_minor(ctx, dev) >= 6;
+}
+
 static void bind_devices(odx_context *ctx, odx_kernel *k)
 {
 	int d, v;
@@ -112,6 +138,8 @@ static void bind_devices(odx_context *ctx, odx_kernel *k)
 					  ? dev->ops->can_run(dev->bdev, var)
 					  : var->backend == dev->kind;
 
+			if (var->format == ODX_FORMAT_HOST_CALL)
+				ok = ok && runs_host_call(ctx, dev);
 			if (ok) {
 				k->device_variant[d] = v;
 				break;

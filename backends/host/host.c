@@ -7,8 +7,16 @@
  * order and reporting completion asynchronously) and a compute lane (the core's worker thread plus
  * threads-1 helpers that split a launch's work-groups). So the whole asynchronous machinery of the
  * core runs for real without a GPU.
+ *
+ * A one-call variant (ODX_FORMAT_HOST_CALL, ABI 1.6) runs once on the launching thread instead,
+ * with the helpers idle and at its disposal through a fork-join helper (odx_host_launch.run), and
+ * with the launching thread's CPU affinity widened to the cores of all the device's threads while
+ * it runs, so that threads a library starts from it (an OpenMP BLAS) are not confined to the one
+ * core the worker is bound to.
  */
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +32,7 @@ typedef struct host_state {
 	int ndevices;
 	bool async;      /* host.async: a compute-lane thread, completion by callback */
 	unsigned threads;
+	unsigned cores;  /* the process's processing units, for the host.threads = 1 warning */
 	uint64_t memory;
 } host_state;
 
@@ -87,9 +96,21 @@ struct host_dev {
 	bool compute_stop;
 	pthread_cond_t copied_cond; /* a copy_sync_after's copy ran (under copy_lock) */
 
-	/* compute helpers: one generation per split launch */
+	/* compute helpers: one generation per split launch or fork-join run */
 	host_helper *helpers;
 	unsigned started; /* helpers running: 1 + started threads */
+	unsigned bound;   /* helpers past their binding: their affinity is final */
+	bool pool_busy;   /* a split launch or a fork-join run holds the helpers */
+	bool forking;     /* this generation is a fork-join run (fork_*), not a split launch */
+	odx_host_task_fn fork_fn;
+	void *fork_arg;
+	uint64_t fork_n;
+	_Atomic uint64_t fork_next; /* the next index to hand out */
+	atomic_bool fork_failed;   /* stop handing out indices */
+	int fork_status;
+	bool warned_one_thread;    /* the host.threads = 1 warning was logged */
+	cpu_set_t helper_cpus;     /* the union of the helpers' affinities, once they are bound */
+	bool have_helper_cpus;
 	pthread_mutex_t pool_lock;
 	pthread_cond_t work_cond;
 	pthread_cond_t done_cond;
@@ -123,6 +144,7 @@ static int host_open(const odx_backend_host *env, void **state, char *reason, si
 	env->config_int(env->core, "host.threads", &threads);
 	env->config_size(env->core, "host.memory", env->host_memory, &st->memory);
 	env->config_bool(env->core, "host.async", &st->async);
+	st->cores = env->host_cores;
 	st->ndevices = ndevices > 0 ? (int)ndevices : 1;
 	if (threads == 0)
 		threads = env->host_cores / (unsigned)st->ndevices;
@@ -194,6 +216,92 @@ static void run_chunk(host_dev *d, odx_host_launch *l, unsigned chunk)
 	}
 }
 
+/* The fork-join thread index of the calling thread while it runs indices of a fork-join run, so
+ * that a run called from inside one (done in order) passes the same index on. */
+static _Thread_local int fork_thread = -1;
+
+/* One participant of a fork-join run: takes indices until none is left or one failed. */
+static void fork_work(host_dev *d, int thread)
+{
+	int saved = fork_thread;
+
+	fork_thread = thread;
+	while (!atomic_load_explicit(&d->fork_failed, memory_order_relaxed)) {
+		uint64_t i = atomic_fetch_add(&d->fork_next, 1);
+		int rc;
+
+		if (i >= d->fork_n)
+			break;
+		rc = d->fork_fn(d->fork_arg, i, thread);
+		if (rc != 0) {
+			pthread_mutex_lock(&d->pool_lock);
+			if (d->fork_status == 0)
+				d->fork_status = rc;
+			pthread_mutex_unlock(&d->pool_lock);
+			atomic_store(&d->fork_failed, true);
+		}
+	}
+	fork_thread = saved;
+}
+
+/* odx_host_launch.run where the helpers cannot take part: every index in order, here. */
+static int run_in_order(const odx_host_launch *l, uint64_t n, odx_host_task_fn fn, void *arg)
+{
+	int thread = fork_thread >= 0 ? fork_thread : l->thread;
+	uint64_t i;
+	int rc;
+
+	if (!fn)
+		return ODX_EINVAL;
+	for (i = 0; i < n; i++) {
+		rc = fn(arg, i, thread);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* odx_host_launch.run of a one-call variant: the calling thread and the idle helpers take the
+ * indices one at a time (uneven costs balance themselves). If the helpers are taken (a run from
+ * inside fn, or from a second thread of the kernel) the indices run in order on the caller. */
+static int run_forked(const odx_host_launch *l, uint64_t n, odx_host_task_fn fn, void *arg)
+{
+	host_dev *d = l->run_state;
+	int rc;
+
+	if (!fn)
+		return ODX_EINVAL;
+	pthread_mutex_lock(&d->pool_lock);
+	if (d->pool_busy || d->threads <= 1 || n <= 1) {
+		pthread_mutex_unlock(&d->pool_lock);
+		return run_in_order(l, n, fn, arg);
+	}
+	d->pool_busy = true;
+	d->forking = true;
+	d->fork_fn = fn;
+	d->fork_arg = arg;
+	d->fork_n = n;
+	atomic_store(&d->fork_next, 0);
+	atomic_store(&d->fork_failed, false);
+	d->fork_status = 0;
+	d->chunks = n < d->threads ? (unsigned)n : d->threads;
+	d->remaining = d->threads - 1;
+	d->generation++;
+	pthread_cond_broadcast(&d->work_cond);
+	pthread_mutex_unlock(&d->pool_lock);
+
+	fork_work(d, 0);
+
+	pthread_mutex_lock(&d->pool_lock);
+	while (d->remaining > 0)
+		pthread_cond_wait(&d->done_cond, &d->pool_lock);
+	rc = d->fork_status;
+	d->forking = false;
+	d->pool_busy = false;
+	pthread_mutex_unlock(&d->pool_lock);
+	return rc;
+}
+
 static void *helper_main(void *arg)
 {
 	host_helper *h = arg;
@@ -204,13 +312,19 @@ static void *helper_main(void *arg)
 	if (d->st->env->bind_thread)
 		d->st->env->bind_thread(d->st->env->core, d->bind_base + h->index);
 	pthread_mutex_lock(&d->pool_lock);
+	d->bound++;
+	pthread_cond_broadcast(&d->done_cond);
 	for (;;) {
 		while (d->generation == seen && !d->pool_stop)
 			pthread_cond_wait(&d->work_cond, &d->pool_lock);
 		if (d->pool_stop)
 			break;
 		seen = d->generation;
-		if (h->index < d->chunks) {
+		if (h->index < d->chunks && d->forking) {
+			pthread_mutex_unlock(&d->pool_lock);
+			fork_work(d, (int)h->index);
+			pthread_mutex_lock(&d->pool_lock);
+		} else if (h->index < d->chunks) {
 			l = *d->proto;
 			l.error = h->error;
 			l.error_size = sizeof(h->error);
@@ -266,6 +380,21 @@ static int host_device_open(void *state, int index, int odx_device, odx_backend_
 		if (pthread_create(&d->helpers[i].thread, NULL, helper_main, &d->helpers[i]) != 0)
 			goto out_close;
 		d->started = i;
+	}
+	/* A one-call variant widens its thread to the helpers' cores: wait until they are bound. */
+	pthread_mutex_lock(&d->pool_lock);
+	while (d->bound < d->started)
+		pthread_cond_wait(&d->done_cond, &d->pool_lock);
+	pthread_mutex_unlock(&d->pool_lock);
+	CPU_ZERO(&d->helper_cpus);
+	d->have_helper_cpus = d->started > 0;
+	for (i = 1; i <= d->started; i++) {
+		cpu_set_t one;
+
+		if (pthread_getaffinity_np(d->helpers[i].thread, sizeof(one), &one) != 0)
+			d->have_helper_cpus = false; /* more CPUs than cpu_set_t holds: no widening */
+		else
+			CPU_OR(&d->helper_cpus, &d->helper_cpus, &one);
 	}
 	if (st->async) {
 		if (pthread_create(&d->compute_thread, NULL, compute_lane_main, d) != 0)
@@ -406,6 +535,54 @@ static int host_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev,
 			 (const char *)(uintptr_t)src + src_off, n, 0, done, arg);
 }
 
+/* Widens the calling thread's affinity to its own cores and its helpers' (the device's cores)
+ * and keeps the old one in *saved. False when there is nothing to widen (one thread, binding
+ * off) or the system refused: the kernel then runs with the thread's affinity as it is. */
+static bool widen_affinity(host_dev *d, cpu_set_t *saved)
+{
+	cpu_set_t wide;
+
+	if (!d->have_helper_cpus ||
+	    pthread_getaffinity_np(pthread_self(), sizeof(*saved), saved) != 0)
+		return false;
+	CPU_OR(&wide, saved, &d->helper_cpus);
+	if (CPU_EQUAL(&wide, saved))
+		return false;
+	return pthread_setaffinity_np(pthread_self(), sizeof(wide), &wide) == 0;
+}
+
+/* A one-call variant: once, on this thread, with the helpers idle for l->run. */
+static int run_one_call(host_dev *d, const odx_kernel_variant *variant, odx_host_launch *l,
+			int *native)
+{
+	const odx_backend_host *env = d->st->env;
+	unsigned share = d->st->cores / (unsigned)d->st->ndevices;
+	cpu_set_t saved;
+	bool widened;
+	int rc;
+
+	/* host.threads = 1 on a machine with cores to spare: say so once, the call gets one. */
+	if (d->threads == 1 && share > 1 && !d->warned_one_thread) {
+		char msg[256];
+
+		snprintf(msg, sizeof(msg),
+			 "host device %d: one-call kernel runs on 1 thread (host.threads = 1) "
+			 "while %u cores per device are available; set host.threads = 0 to give "
+			 "it all of them",
+			 d->odx_device, share);
+		env->log(env->core, ODX_LOG_WARN, msg);
+		d->warned_one_thread = true;
+	}
+	l->run = run_forked;
+	widened = widen_affinity(d, &saved);
+	rc = variant->host_fn(l);
+	if (widened)
+		pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved);
+	l->error[l->error_size - 1] = '\0'; /* the kernel's text may lack its NUL */
+	*native = rc;
+	return rc != 0 ? ODX_EKERNEL : 0;
+}
+
 /* Runs a launch on the calling thread (plus the helpers); the kernel's message goes to `error`,
  * its return value to *native. */
 static int host_run(host_dev *d, const odx_kernel_variant *variant, const odx_backend_arg *args,
@@ -456,8 +633,13 @@ static int host_run(host_dev *d, const odx_kernel_variant *variant, const odx_ba
 		.tag = tag ? tag : "",
 		.error = error,
 		.error_size = error_size,
+		.threads = (int)d->threads,
+		.run = run_in_order, /* a split launch's helpers are busy with it */
+		.run_state = d,
 	};
 	error[0] = '\0';
+	if (variant->format == ODX_FORMAT_HOST_CALL)
+		return run_one_call(d, variant, &l, native);
 	if (d->threads <= 1 || groups <= 1) {
 		/* The common case: run on the worker thread itself, no hand-off. */
 		int rc = variant->host_fn(&l);
@@ -467,6 +649,7 @@ static int host_run(host_dev *d, const odx_kernel_variant *variant, const odx_ba
 		return rc != 0 ? ODX_EKERNEL : 0;
 	}
 	pthread_mutex_lock(&d->pool_lock);
+	d->pool_busy = true;
 	d->proto = &l;
 	d->fn = variant->host_fn;
 	d->groups = groups;
@@ -490,6 +673,7 @@ static int host_run(host_dev *d, const odx_kernel_variant *variant, const odx_ba
 	*native = d->status;
 	if (d->status != 0 && d->failed_chunk != 0)
 		snprintf(error, error_size, "%s", d->helpers[d->failed_chunk].error);
+	d->pool_busy = false;
 	pthread_mutex_unlock(&d->pool_lock);
 	return *native != 0 ? ODX_EKERNEL : 0;
 }
@@ -602,6 +786,14 @@ static int host_launch(void *dev, odx_backend_launch *bl, odx_backend_done_fn do
 	return ODX_BACKEND_PENDING;
 }
 
+/* Host variants only: work-group chunks and one-call variants (1.6). */
+static bool host_can_run(void *dev, const odx_kernel_variant *variant)
+{
+	(void)dev;
+	return variant->backend == ODX_BACKEND_HOST && (variant->format == ODX_FORMAT_HOST_FN ||
+							variant->format == ODX_FORMAT_HOST_CALL);
+}
+
 static const odx_backend_ops host_ops = {
 	.size = sizeof(odx_backend_ops),
 	.open = host_open,
@@ -615,7 +807,7 @@ static const odx_backend_ops host_ops = {
 	.copy_d2h = host_copy_d2h,
 	.copy_d2d = host_copy_d2d,
 	.launch = host_launch,
-	.can_run = NULL,
+	.can_run = host_can_run,
 	.mem_map = host_mem_map,
 	.copy_sync_after = host_copy_sync_after,
 };

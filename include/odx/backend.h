@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define ODX_BACKEND_ABI_MAJOR 1
-#define ODX_BACKEND_ABI_MINOR 5
+#define ODX_BACKEND_ABI_MINOR 6
 #define ODX_BACKEND_ABI_VERSION ((ODX_BACKEND_ABI_MAJOR << 16) | ODX_BACKEND_ABI_MINOR)
 
 /** True if table `t` (whose first member is its size) was built with member `op` in it. */
@@ -289,6 +289,13 @@ typedef struct odx_backend_ops {
 	 * application threads only, never from inside a callback. */
 	int (*copy_sync_after)(void *dev, bool to_device, uint64_t mem, size_t off, void *host,
 			       size_t n, char *error, size_t error_size);
+
+	/* ---- ABI 1.6: no new operation ------------------------------------------------------
+	 * One-call host variants (ODX_FORMAT_HOST_CALL). A backend of kind ODX_BACKEND_HOST that
+	 * declares 1.6 or later runs such a variant's host_fn once per launch, with the whole
+	 * grid, and fills the odx_host_launch members added in 1.6 (threads, run, run_state) for
+	 * every host variant. The core hands one-call variants only to host backends that declare
+	 * 1.6 or later; an older one never sees them (it would split them into chunks). */
 } odx_backend_ops;
 
 /** What a backend module describes itself with. Static storage in the module. */

@@ -363,8 +363,16 @@ typedef struct odx_param {
 	const char *name;  /* for messages; may be NULL */
 } odx_param;
 
+typedef struct odx_host_launch odx_host_launch;
+
+/**
+ * One index of a fork-join run (odx_host_launch.run): `i` in [0, n), `thread` the device thread
+ * running it (0 .. threads-1, for per-thread scratch). Returns 0, or nonzero to fail the run.
+ */
+typedef int (*odx_host_task_fn)(void *arg, uint64_t i, int thread);
+
 /** Where a host variant runs: the work-groups [group_first, group_first + group_count). */
-typedef struct odx_host_launch {
+struct odx_host_launch {
 	void *const *buffers;        /* one pointer per buffer parameter, in signature order */
 	const size_t *buffer_sizes;  /* their sizes in bytes */
 	const odx_arg_kind *kinds;   /* per parameter, in signature order */
@@ -380,12 +388,26 @@ typedef struct odx_host_launch {
 	char *error;                 /* the kernel may write a failure message here ... */
 	size_t error_size;           /* ... of at most this many bytes; the last byte is read
 				      * as a NUL whatever the kernel wrote there */
-} odx_host_launch;
+
+	/* Added with backend ABI 1.6, set for every host variant; what a one-call variant
+	 * (ODX_FORMAT_HOST_CALL) uses to spread its work over the device. */
+	int threads;                 /* the device's compute threads (host.threads), >= 1 */
+	/* Fork-join: runs fn(arg, i, thread) once for every i in [0, n) on up to `threads` of the
+	 * device's own threads (the caller is one of them) and returns when all are done: 0, or
+	 * the first nonzero value fn returned (indices not yet started are then skipped). Called
+	 * from a work-group variant, or from inside fn, it runs the indices in order on the
+	 * calling thread (the device's threads are busy). Call it as l->run(l, n, fn, arg). */
+	int (*run)(const odx_host_launch *l, uint64_t n, odx_host_task_fn fn, void *arg);
+	void *run_state;             /* the backend's, for run; do not touch */
+};
 
 /**
- * A host (C) variant. Called once per chunk of work-groups, possibly from several threads of the
- * device at once with disjoint ranges. Returns 0, or a nonzero value to fail the task (ODX_EKERNEL
- * is reported, with the returned value as native code and the message written to l->error).
+ * A host (C) variant. ODX_FORMAT_HOST_FN: called once per chunk of work-groups, possibly from
+ * several threads of the device at once with disjoint ranges. ODX_FORMAT_HOST_CALL: called once
+ * per task, on one thread, with the whole grid (group_first 0, group_count all groups) and the
+ * device's threads free for it (l->threads, l->run). Returns 0, or a nonzero value to fail the
+ * task (ODX_EKERNEL is reported, with the returned value as native code and the message written
+ * to l->error).
  */
 typedef int (*odx_host_fn)(const odx_host_launch *l);
 
@@ -401,12 +423,17 @@ typedef enum odx_variant_format {
 	 * function in it; compiled by the CUDA backend through NVRTC for each device's
 	 * architecture, when libnvrtc can be opened (else the variant is skipped). */
 	ODX_FORMAT_CUDA_C = 7,
+	/* A one-call host variant: `host_fn` is set and runs once per task, with the device's
+	 * threads at its disposal (a threaded BLAS call, or its own split through l->run) instead
+	 * of once per chunk of work-groups. Backend ODX_BACKEND_HOST only. The grid and block of
+	 * the task reach it unchanged ({1}, {1} is usual). docs/kernels.md, "One-call kernels". */
+	ODX_FORMAT_HOST_CALL = 8,
 } odx_variant_format;
 
 typedef struct odx_kernel_variant {
 	odx_backend_kind backend;
 	odx_variant_format format;
-	odx_host_fn host_fn;   /* ODX_FORMAT_HOST_FN */
+	odx_host_fn host_fn;   /* ODX_FORMAT_HOST_FN and ODX_FORMAT_HOST_CALL */
 	const void *code;      /* other formats: the image or source (copied at registration) */
 	size_t code_size;
 	const char *entry;     /* entry point name (copied) */
