@@ -346,9 +346,10 @@ static void submit_std_gemm(const struct tiles *m, const struct kernels *k, size
 }
 
 /*
- * StarPU's submission order; the priority of a task is 2 NT - (its tile's row + column) - 2 k
- * style, as cholesky_implicit sets it: the panel of step k first, the tiles next to it before
- * those far away, so the next POTRF is ready as soon as possible.
+ * StarPU's submission order, and the priorities of cholesky_implicit's unbound mode: a task of
+ * step k on tile (m, n) gets 2 NT - 2 k - m - n (POTRF 2 NT - 2 k, TRSM 2 NT - 2 k - m): the
+ * panel of step k first, the tiles next to it before those far away, so the next POTRF is ready
+ * as soon as possible.
  */
 static void factorise(const struct tiles *m, const struct kernels *k, int std_gemm, int use_prio)
 {
