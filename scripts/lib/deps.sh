@@ -15,7 +15,8 @@
 ODX_DEPS_BUILD=(meson ninja-build pkg-config gcc libinih-dev libhwloc-dev hwloc libcmocka-dev liblua5.4-dev
 	libvulkan-dev libvulkan1 glslc spirv-tools mesa-vulkan-drivers vulkan-validationlayers
 	ocl-icd-opencl-dev ocl-icd-libopencl1 pocl-opencl-icd clang
-	libfabric-dev libfabric-bin libpmix-dev openmpi-bin liburing-dev iproute2 zlib1g-dev)
+	libfabric-dev libfabric-bin libpmix-dev openmpi-bin liburing-dev iproute2 zlib1g-dev
+	libopenblas-dev)
 # shellcheck disable=SC2034
 ODX_DEPS_BENCH=(libstarpu-dev starpu-examples)
 
