@@ -11,6 +11,8 @@
  *   2buf        reads one shared buffer, read-writes buffer i % 64 of a pool: real dependencies
  *               (64 chains), yet plenty of parallelism
  *   2buf-chain  read-writes the same two buffers: one chain, as StarPU's `-b 2` runs it
+ *   2buf-alt    the same chain, task i placed on device i % W: every dependency crosses
+ *               devices (with host.memnode=private, each one is a copy between them)
  *
  * One JSON object per measurement on stdout (BENCHMARKS.md); scripts/bench adds the anchors.
  *
@@ -30,9 +32,9 @@
 #define WARMUP_TASKS 10000
 #define MAX_LIST 16
 
-enum variant { VAR_0BUF, VAR_2BUF, VAR_2BUF_CHAIN, VAR_COUNT };
+enum variant { VAR_0BUF, VAR_2BUF, VAR_2BUF_CHAIN, VAR_2BUF_ALT, VAR_COUNT };
 
-static const char *const variant_names[VAR_COUNT] = {"0buf", "2buf", "2buf-chain"};
+static const char *const variant_names[VAR_COUNT] = {"0buf", "2buf", "2buf-chain", "2buf-alt"};
 
 struct bench {
 	odx_context *ctx;
@@ -141,6 +143,8 @@ static void bench_open(struct bench *b, int workers, long max_inflight)
 /* Submits n tasks of one variant and waits for them; returns the submit and total seconds. */
 static void run_tasks(struct bench *b, enum variant v, long n, double *submit_s, double *total_s)
 {
+	int ndev = odx_device_count(b->ctx);
+	odx_task_opts opts = {0};
 	odx_arg args[2];
 	odx_kernel *kernel;
 	int nargs = 0, rc;
@@ -166,7 +170,9 @@ static void run_tasks(struct bench *b, enum variant v, long n, double *submit_s,
 	for (long i = 0; i < n; i++) {
 		if (v == VAR_2BUF)
 			args[1] = ODX_BUF(b->pool[i % POOL_SIZE], ODX_RW);
-		rc = odx_submit(b->ctx, kernel, nargs ? args : NULL, nargs, NULL, NULL);
+		opts.device = (int)(i % ndev) + 1;
+		rc = odx_submit(b->ctx, kernel, nargs ? args : NULL, nargs,
+				v == VAR_2BUF_ALT ? &opts : NULL, NULL);
 		if (rc < 0)
 			die(b->ctx, rc, "odx_submit");
 	}
@@ -203,7 +209,7 @@ static void usage(FILE *out, const char *argv0)
 		"usage: %s [-n N]... [-w WORKERS] [-v VARIANT]... [-r REPEATS] [-m MAX_INFLIGHT]\n"
 		"  -n N             tasks per measurement (repeatable; default 100000, 1000000)\n"
 		"  -w WORKERS       host devices of one thread each (default 2)\n"
-		"  -v VARIANT       0buf, 2buf or 2buf-chain (repeatable; default all)\n"
+		"  -v VARIANT       0buf, 2buf, 2buf-chain or 2buf-alt (repeatable; default all)\n"
 		"  -r REPEATS       measurements of each (n, variant) in this process (default 1)\n"
 		"  -m MAX_INFLIGHT  sched.max_inflight (default: the largest n, so submission\n"
 		"                   never waits for execution, as in StarPU)\n",

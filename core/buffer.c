@@ -475,8 +475,9 @@ static int behind_node(const odx__task *t)
 	    (t->kind == ODX__TASK_READ && t->host_len > ODX__BEHIND_READ_MAX))
 		return -1;
 	dev = &ctx->devices[t->after_dev];
+	/* A host device sharing a host node: the access copies on this thread, so it waits. */
 	if (!ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, copy_sync_after) ||
-	    atomic_load(&dev->lost))
+	    atomic_load(&dev->lost) || odx__is_host_node(ctx, dev->memnode))
 		return -1;
 	r = &b->replicas[dev->memnode];
 	pthread_mutex_lock(&b->lock);

@@ -152,8 +152,17 @@ static const struct key_def keys[] = {
 		.name = "host.memory",
 		.type = KEY_SIZE,
 		.def = "0",
-		.help = "memory capacity of each host device (0: physical RAM / devices; "
-			"NN%: share of RAM)",
+		.help = "memory capacity of each host device with private memory (0: physical RAM "
+			"/ devices; NN%: share of RAM)",
+	},
+	{
+		.name = "host.memnode",
+		.type = KEY_ENUM,
+		.def = "shared",
+		.help = "host devices' memory: shared (they run on the host memory node of their "
+			"NUMA node, no copies between them) or private (a memory node of their own "
+			"each, copies between them, as between discrete devices)",
+		.words = (const char *const[]){"shared", "private", NULL},
 	},
 	{
 		.name = "host.async",

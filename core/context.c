@@ -195,6 +195,9 @@ static int device_near(odx_context *ctx, const odx__device *dev)
 
 static int open_devices(odx_context *ctx, char *err, size_t errlen)
 {
+	/* host.memnode=shared: host devices run on the host node of their NUMA node, as CPU
+	 * cores share RAM; private: each gets a node of its own, as a discrete device has. */
+	bool shared = strcmp(odx__config_str(ctx->config, "host.memnode"), "shared") == 0;
 	int total = 0, b, i, rc;
 
 	for (b = 0; b < ctx->nbackends; b++)
@@ -246,13 +249,19 @@ static int open_devices(odx_context *ctx, char *err, size_t errlen)
 			dev->props.name[sizeof(dev->props.name) - 1] = '\0';
 			dev->props.pci_bus_id[sizeof(dev->props.pci_bus_id) - 1] = '\0';
 			snprintf(dev->name, sizeof(dev->name), "%s", dev->props.name);
-			dev->memnode = ctx->nmemnodes;
-			ctx->memnodes[ctx->nmemnodes++] = (odx__memnode){
-				.kind = ODX_MEMNODE_DEVICE,
-				.device = dev,
-				.near = device_near(ctx, dev),
-				.capacity = dev->props.memory_bytes,
-			};
+			if (shared && dev->kind == ODX_BACKEND_HOST) {
+				/* Its replicas are the host node's: nothing to copy or keep twice
+				 * between host devices, one accounting of that RAM. */
+				dev->memnode = device_near(ctx, dev);
+			} else {
+				dev->memnode = ctx->nmemnodes;
+				ctx->memnodes[ctx->nmemnodes++] = (odx__memnode){
+					.kind = ODX_MEMNODE_DEVICE,
+					.device = dev,
+					.near = device_near(ctx, dev),
+					.capacity = dev->props.memory_bytes,
+				};
+			}
 			snprintf(lane, sizeof(lane), "device %d compute (%s)", dev->index,
 				 dev->name);
 			dev->compute_trace = odx__lane_trace_new(ctx, lane, 0, 2 * dev->index + 1);
@@ -551,7 +560,10 @@ ODX_API int odx_device_get_info(odx_context *ctx, int device, odx_device_info *o
 		.index = device,
 		.kind = dev->kind,
 		.name = dev->name,
-		.memory_bytes = dev->props.memory_bytes,
+		/* A host device sharing a host node has that node's memory. */
+		.memory_bytes = ctx->memnodes[dev->memnode].device == dev
+					? dev->props.memory_bytes
+					: ctx->memnodes[dev->memnode].capacity,
 		.memnode = dev->memnode,
 		.compute_lanes = dev->props.compute_lanes,
 		.copy_lanes = dev->props.copy_lanes,

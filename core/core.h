@@ -115,8 +115,10 @@ struct odx_buffer {
 	int home_rank;          /* owner rank (distributed execution); 0 on one process */
 	pthread_mutex_t lock;   /* replicas and dependency tracking */
 	/* The host memory node (NUMA node) that holds its host copy: -1 until one is first needed,
-	 * then fixed (odx__buffer_home). Only that node's replica is ever allocated of the host
-	 * nodes, so while unset none is, and odx__home() reads as node 0 (never allocated). */
+	 * then fixed (odx__buffer_home), always before a host replica is allocated, so while unset
+	 * none is, and odx__home() reads as node 0. Host devices sharing another NUMA node's memory
+	 * (host.memnode=shared) may hold a second host replica there; dirty, it is written back
+	 * home before it is freed (evict.c), and only the home one spills to disk. */
 	_Atomic int home;
 	/* dependency tracking, in submission order */
 	_Atomic uint64_t version; /* bumped by every writer at submission (under submit_lock);

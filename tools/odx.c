@@ -127,23 +127,33 @@ static void print_memnodes(odx_context *ctx)
 	if (count < 0)
 		die(ctx, count, "odx_memnode_count");
 
+	int ndev = odx_device_count(ctx);
+
 	printf("memory nodes: %d\n", count);
 	if (count > 0)
-		printf("  %3s  %-7s %6s %4s %11s %11s\n", "#", "kind", "device", "numa", "capacity",
-		       "used");
+		printf("  %3s  %-7s %-12s %4s %11s %11s\n", "#", "kind", "devices", "numa",
+		       "capacity", "used");
 	for (int m = 0; m < count; m++) {
 		odx_memnode_info info;
-		char cap[32], used[32], dev[16];
+		char cap[32], used[32], dev[64] = "";
+		size_t len = 0;
 		int rc = odx_memnode_get_info(ctx, m, &info);
 		if (rc < 0)
 			die(ctx, rc, "odx_memnode_get_info");
 
-		if (info.device < 0)
+		/* The devices that run on this node: a device's own memory, or host RAM that host
+		 * devices share (host.memnode=shared). */
+		for (int d = 0; d < ndev && len < sizeof(dev) - 8; d++) {
+			odx_device_info di;
+
+			if (odx_device_get_info(ctx, d, &di) == 0 && di.memnode == m)
+				len += (size_t)snprintf(dev + len, sizeof(dev) - len, "%s%d",
+							len ? "," : "", d);
+		}
+		if (len == 0)
 			snprintf(dev, sizeof(dev), "-");
-		else
-			snprintf(dev, sizeof(dev), "%d", info.device);
 		/* host RAM: its NUMA node; a device: the NUMA node nearest to it */
-		printf("  %3d  %-7s %6s %4d %11s %11s\n", info.index,
+		printf("  %3d  %-7s %-12s %4d %11s %11s\n", info.index,
 		       info.kind == ODX_MEMNODE_HOST ? "host" : "device", dev,
 		       odx_memnode_numa(ctx, m),
 		       fmt_bytes(info.capacity_bytes, cap, sizeof(cap)),

@@ -244,6 +244,13 @@ static void copy_start(odx_context *ctx, odx__copy_job *job)
 			rc = job->bounce ? odx__tier_reload(ctx, b, job->bounce, bounce_done, job)
 					 : ODX_ENOMEM;
 		}
+	} else if (!sdev && !ddev) {
+		/* Between two host nodes (a host device sharing another NUMA node's memory): the
+		 * bytes move on this thread, as a copy lane would have moved them. */
+		memcpy((char *)(uintptr_t)dst->mem + dst->off,
+		       (const char *)(uintptr_t)src->mem + src->off, b->size);
+		rc = 0;
+		copy_done(job, 0, NULL);
 	} else if (!sdev) {
 		job->lane = ddev;
 		rc = ddev->ops->copy_h2d(ddev->bdev, dst->mem, dst->off,

@@ -183,7 +183,7 @@ int odx__evict_below(odx_context *ctx, int m, uint64_t need, uint64_t limit, con
 	uint64_t lower_need = 0;
 	bool lower_full = false, lower_busy = false, disk_failed = false;
 	victim *v;
-	int n, i, rc;
+	int n, i, rc, home;
 
 	if (used + need <= limit)
 		return ODX__ROOM;
@@ -214,13 +214,22 @@ int odx__evict_below(odx_context *ctx, int m, uint64_t need, uint64_t limit, con
 			continue;
 		}
 		/* Dirty: written one tier down first, to its host node (the one nearest this device
-		 * when the buffer has none yet and that one has room). */
-		if (node->device) {
+		 * when the buffer has none yet and that one has room); a host node's copy of a
+		 * buffer homed on another one (a host device sharing this node wrote it) goes
+		 * home the same way, since only the home copy spills. */
+		home = odx__buffer_home(ctx, b, m);
+		if (node->device || home != m) {
 			odx__copy_job *job;
-			int home = odx__buffer_home(ctx, b, m);
 
 			pthread_mutex_unlock(&b->lock);
-			pthread_mutex_lock(&ctx->memnodes[home].lock);
+			/* Two host nodes are never locked one inside the other (mem.h): a home
+			 * that is busy now is tried on the next round. */
+			if (node->device) {
+				pthread_mutex_lock(&ctx->memnodes[home].lock);
+			} else if (pthread_mutex_trylock(&ctx->memnodes[home].lock) != 0) {
+				lower_busy = true;
+				continue;
+			}
 			pthread_mutex_lock(&b->lock);
 			/* The buffer lock was let go: everything may have changed, its state too (a
 			 * writer elsewhere makes this copy INVALID, and writing that back would
@@ -241,8 +250,15 @@ int odx__evict_below(odx_context *ctx, int m, uint64_t need, uint64_t limit, con
 					r0 = odx__tier_make_room(ctx, home, b->size, NULL, &more,
 								 sub, sizeof(sub));
 					pthread_mutex_lock(&b->lock);
-					if (more) /* host eviction never makes copies; defensive */
-						odx__copy_start_all(ctx, more);
+					/* Host eviction's write-backs between host nodes (copy.c
+					 * runs them at once): started by our caller, no lock held. */
+					while (more) {
+						odx__copy_job *next = more->next;
+
+						more->next = *jobs;
+						*jobs = more;
+						more = next;
+					}
 					lower_need += b->size;
 					if (r0 == ODX__ROOM && r->allocated && !r->pins &&
 					    !r->fetching && !r->evicting &&

@@ -29,7 +29,8 @@
  * odx__tier_reload) are the requester's own continuation, not calls up.
  *
  * Lock order, outermost first: ctx->pf_lock; a memory node's lock (device nodes before host
- * nodes, never two host nodes at once); ctx->objects_lock; a buffer's lock; the pool's and the
+ * nodes; a second host node only by trylock, in eviction's write-back of a host copy to its home
+ * node); ctx->objects_lock; a buffer's lock; the pool's and the
  * spill engine's own mutexes. ctx->submit_lock and a device's lock are never held with any of
  * these; the monitor's tier->lock only around its sleep.
  */

@@ -220,6 +220,10 @@ static int alloc_missing(odx__task *t, const odx__task *producer, int m, bool di
 		if (!stages_arg(t, i) || !first_use(t, i))
 			continue;
 		r = &b->replicas[m]; /* only now: a scalar argument's union holds no buffer */
+		/* A host device sharing host node m: the buffer's home is chosen before any host
+		 * replica exists (odx_buffer's `home`), near m when m has room. */
+		if (odx__is_host_node(ctx, m))
+			odx__buffer_home(ctx, b, m);
 		pthread_mutex_lock(&b->lock);
 		if (b->zero && r->allocated && !r->fetching &&
 		    atomic_load(&r->state) == ODX__INVALID && stage_fetches(t, producer, b))
@@ -319,7 +323,7 @@ int odx__stage(odx__task *t, const odx__task *producer)
 			 (unsigned long long)t->id, t->tag, odx__task_kind_name(t, true), (unsigned long long)ws.total,
 			 m, node->device ? ", " : "", node->device ? node->device->name : "",
 			 (unsigned long long)node->capacity,
-			 m ? "tier.device.limit" : "tier.host.limit");
+			 node->device ? "tier.device.limit" : "tier.host.limit");
 		stage_fail(t, ODX_ENOSPC, why);
 		t->staged = true;
 		return ODX__STAGE_READY;

@@ -330,7 +330,8 @@ static void test_defaults(void **state)
 				       "policy.model_dir=@default;"));
 	assert_non_null(strstr(l.text, "log=none@default;trace=@default;stats=false@default;"
 				    "host.devices=1@default;host.threads=0@default;"
-				    "host.memory=0@default;host.async=false@default;host.bind=true@default;"
+				    "host.memory=0@default;host.memnode=shared@default;"
+				    "host.async=false@default;host.bind=true@default;"
 				    "sched.max_inflight=65536@default;sched.caller_progress=true@default;"
 				    "sched.idle_spin_us=20@default;"
 				    "vulkan.allow_cpu=false@default;vulkan.force_staging=false@default;"
