@@ -2,9 +2,12 @@
 /*
  * bound.c - how long a policy call may run. The budget is CPU time of the calling thread,
  * watched by one thread per host: a call past its budget gets a count hook that raises a Lua
- * error (the soft bound); a call that still runs after HARD_CPU_BUDGETS budgets, or past its
- * wall-clock ceiling, is left by the escape signal and siglongjmp wherever it is, a C function
- * included, and its state is freed without touching Lua (the hard bound).
+ * error (the soft bound); a call that still runs HARD_CPU_BUDGETS more budgets after that hook
+ * was armed, or past its wall-clock ceiling, is left by the escape signal and siglongjmp wherever
+ * it is, a C function included, and its state is freed without touching Lua (the hard bound).
+ * Counting from the arming, not from the call's start, lets the hook end every call that runs
+ * Lua code, however late a loaded machine schedules the watchdog: only code the hook cannot
+ * reach (a C function, a hook-less handler) meets the hard bound.
  *
  * pol_run_op and pol_state_close are the only entries into a state: each sets an escape point
  * first. Kept apart from the host because the signal handler, the escape points and the unsafe
@@ -26,8 +29,10 @@
 #include "policy_internal.h"
 
 /* The hard bound (docs/policies.md, "What a policy cannot do"): a call still running after this
- * many budgets of its thread's CPU time, or past its wall-clock ceiling, is abandoned. */
-#define HARD_CPU_BUDGETS 5
+ * many budgets of its thread's CPU time since the soft bound's hook was armed (which happens
+ * after one to one and a half budgets), or past its wall-clock ceiling, is abandoned. A close
+ * (no hook to arm) counts from when the watchdog first saw it. */
+#define HARD_CPU_BUDGETS 4
 #define HOOK_COUNT_STEP 1000     /* instructions between budget hook calls once armed */
 #define HARD_WALL_BUDGETS 100    /* a hook call's wall-clock ceiling, in budgets ... */
 #define HARD_WALL_MIN_NS 2000000000ull /* ... but never under 2 s (a preempted call is not cut) */
@@ -131,6 +136,7 @@ static void *watchdog(void *arg)
 	odx__policy *h = arg;
 	uint64_t period = h->budget_ns / 2, last_seq = 0, quiet_since = odx__now_ns();
 	uint64_t seen_seq = 0, seen_cpu = 0; /* the running call, and its CPU time when first seen */
+	uint64_t armed_cpu = 0;              /* its CPU time when the soft hook was armed */
 
 	if (period < 100000)
 		period = 100000;
@@ -176,6 +182,7 @@ static void *watchdog(void *arg)
 			if (L && atomic_load(&h->seq) == s && now > start + budget && burnt &&
 			    atomic_load(&h->armed_seq) != s) {
 				atomic_store(&h->armed_seq, s);
+				armed_cpu = cpu;
 				lua_sethook(L, budget_hook, LUA_MASKCOUNT, HOOK_COUNT_STEP);
 			}
 			/* The hard bound: HARD_CPU_BUDGETS of the thread's CPU, or the ceiling, and
@@ -183,7 +190,9 @@ static void *watchdog(void *arg)
 			 * Re-sent every period until the call ends: a signal that found the thread
 			 * between the escape point and the call is ignored. */
 			if (atomic_load(&h->seq) == s && tid &&
-			    ((cpu && seen_cpu && cpu - seen_cpu >= HARD_CPU_BUDGETS * budget) ||
+			    ((cpu && L && atomic_load(&h->armed_seq) == s && armed_cpu &&
+			      cpu - armed_cpu >= HARD_CPU_BUDGETS * budget) ||
+			     (cpu && !L && seen_cpu && cpu - seen_cpu >= HARD_CPU_BUDGETS * budget) ||
 			     now - start >= ceiling)) {
 				atomic_store(&h->kill_seq, s);
 				syscall(SYS_tgkill, (int)getpid(), tid, ESCAPE_SIGNAL);
@@ -313,8 +322,8 @@ static void abandoned_msg(odx__policy *h, enum op op, uint64_t start, char *err,
 
 	snprintf(err, errlen,
 		 "policy %s (file %s): abandoned '%s': still running %llu ms after it started, past "
-		 "its hard deadline (%d times its CPU budget of %llu us, or a wall-clock ceiling of "
-		 "%llu ms); its Lua state is dropped%s",
+		 "its hard deadline (%d more times its CPU budget of %llu us after the budget ran "
+		 "out, or a wall-clock ceiling of %llu ms); its Lua state is dropped%s",
 		 h->spec, h->display, pol_op_names[op], (unsigned long long)((odx__now_ns() - start) / 1000000),
 		 HARD_CPU_BUDGETS, (unsigned long long)(atomic_load(&h->call_budget) / 1000),
 		 (unsigned long long)(atomic_load(&h->call_ceiling) / 1000000),
