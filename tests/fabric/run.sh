@@ -19,7 +19,10 @@ outer=$((150 * slow)) inner=$((140 * slow))
 
 shm_before=$(ls /dev/shm 2>/dev/null | sort)
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+# odx-run writes its ranks' pids here: only their segments are this test's business
+ODX_RUN_PIDFILE=$(mktemp)
+export ODX_RUN_PIDFILE
+trap 'rm -f "$out" "$ODX_RUN_PIDFILE"' EXIT
 
 case "$kind" in
 plain)
@@ -94,15 +97,19 @@ mpirun)
 	;;
 esac
 cat "$out"
-# ODX names its shm segments "odx-PID-START-N" (fabric/fab_shm.c); "PID:N:M" ones belong to other
-# programs using libfabric's shm provider (or an older ODX), whose jobs on this host are not this
-# test's business. Only new ODX segments of dead processes that stay for a second count as left
-# behind (other ODX jobs may hold theirs for a moment; the next ODX job would remove them).
+# ODX names its shm segments "odx-PID-START-N" (fabric/fab_shm.c). Only segments of this job's
+# ranks (the pids odx-run wrote; mpirun's ranks are not known, so there: any ODX segment of a dead
+# process) that stay for a second count as left behind: other jobs on the machine, ODX or not,
+# are not this test's business (the next ODX job removes what dead ODX processes left).
 dead_segments() {
 	comm -13 <(echo "$shm_before") <(ls /dev/shm 2>/dev/null | sort) | grep -E '^odx-[0-9]+-' |
 		while read -r seg; do
 			pid=${seg#odx-}
-			kill -0 "${pid%%-*}" 2>/dev/null || echo "$seg"
+			pid=${pid%%-*}
+			if [ -s "$ODX_RUN_PIDFILE" ] && ! grep -qx "$pid" "$ODX_RUN_PIDFILE"; then
+				continue
+			fi
+			kill -0 "$pid" 2>/dev/null || echo "$seg"
 		done
 }
 leftover=$(dead_segments)
