@@ -69,7 +69,7 @@ odx__lane_trace *odx__lane_trace_new(odx_context *ctx, const char *name, int pid
 
 odx__lane_trace *odx__trace_peer_lane(odx_context *ctx, int peer, bool send)
 {
-	odx__lane_trace *lt = NULL;
+	odx__lane_trace *lt = NULL, **lanes;
 	size_t slot = 2 * (size_t)peer + !send;
 	char name[64];
 
@@ -79,10 +79,11 @@ odx__lane_trace *odx__trace_peer_lane(odx_context *ctx, int peer, bool send)
 	pthread_mutex_lock(&ctx->trace->lock);
 	if (!ctx->trace->peer)
 		ctx->trace->peer = calloc(2 * (size_t)ctx->size, sizeof(*ctx->trace->peer));
-	if (ctx->trace->peer)
-		lt = ctx->trace->peer[slot];
+	lanes = ctx->trace->peer;
+	if (lanes)
+		lt = lanes[slot];
 	pthread_mutex_unlock(&ctx->trace->lock);
-	if (lt || !ctx->trace->peer)
+	if (lt || !lanes)
 		return lt;
 	/* Made outside the lock (odx__lane_trace_new takes it); a racing twin is kept in the list
 	 * (an empty lane costs a name in the file), the first one stored wins. */
@@ -91,10 +92,10 @@ odx__lane_trace *odx__trace_peer_lane(odx_context *ctx, int peer, bool send)
 	if (!lt)
 		return NULL;
 	pthread_mutex_lock(&ctx->trace->lock);
-	if (ctx->trace->peer[slot])
-		lt = ctx->trace->peer[slot];
+	if (lanes[slot])
+		lt = lanes[slot];
 	else
-		ctx->trace->peer[slot] = lt;
+		lanes[slot] = lt;
 	pthread_mutex_unlock(&ctx->trace->lock);
 	return lt;
 }

@@ -6,7 +6,17 @@
 # trace.rank1.json, never trace.json), each valid JSON with, on the lanes of the other rank, one
 # span per transfer the program says it made (EXPECT lines), named by buffer, the consumer's tag
 # and size; and per-peer ODX_STATS lines with those counts and bytes both ways.
+#
+# dist_trace.sh --aborts ODX_RUN PROG - runs PROG (test_dist_fail, a kernel failing on one rank)
+# the same way and checks the marks of the transfers that carried an abort instead of bytes:
+# every aborted send on one rank's trace has its aborted receive on the other's, there is at
+# least one, and each rank's stats line counts them as failed.
 set -u
+mode=ok
+if [ "${1:-}" = --aborts ]; then
+	mode=aborts
+	shift
+fi
 odx_run=$1
 prog=$2
 command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
@@ -19,14 +29,48 @@ rc=$?
 cat "$dir/out"
 [ "$rc" -eq 0 ] || { echo "FAIL: the ranks exited $rc"; exit 1; }
 
-python3 - "$dir" <<'PY'
+python3 - "$dir" "$mode" <<'PY'
 import json, os, re, sys
 
-d = sys.argv[1]
+d, mode = sys.argv[1], sys.argv[2]
 out = open(os.path.join(d, "out")).read()
 fail = []
 if os.path.exists(os.path.join(d, "trace.json")):
     fail.append("trace.json written: ranks must write trace.rankN.json")
+
+
+def lane_spans(r, name):
+    ev = json.load(open(os.path.join(d, "trace.rank%d.json" % r)))["traceEvents"]
+    tids = [x["tid"] for x in ev if x.get("name") == "thread_name" and x["args"]["name"] == name]
+    return [x for x in ev if x.get("ph") == "X" and x["tid"] in tids]
+
+
+if mode == "aborts":
+    failed = {0: 0, 1: 0}
+    for s, r in ((0, 1), (1, 0)):
+        sends = [x for x in lane_spans(s, "rank %d send" % r) if x["name"].endswith("(aborted)")]
+        recvs = [x for x in lane_spans(r, "rank %d receive" % s)
+                 if x["name"].endswith("(aborted)")]
+        print("rank %d -> rank %d: %d aborted sends, %d aborted receives" % (s, r, len(sends),
+                                                                            len(recvs)))
+        if len(sends) != len(recvs):
+            fail.append("rank %d -> %d: %d aborted sends, %d aborted receives" %
+                        (s, r, len(sends), len(recvs)))
+        if any(not re.match(r"buffer \d+ for .*\(aborted\)$", x["name"]) for x in sends + recvs):
+            fail.append("rank %d -> %d: badly named: %s" % (s, r, [x["name"] for x in sends]))
+        failed[s] += len(sends)
+        failed[r] += len(recvs)
+    if failed[0] + failed[1] == 0:
+        fail.append("no aborted transfer in either trace: the failure did not cross ranks")
+    for r in (0, 1):
+        m = re.search(r"^\[%d\]\s+rank %d <-> rank %d: .*, (\d+) failed;" % (r, r, 1 - r), out,
+                      re.M)
+        if not m or int(m.group(1)) != failed[r]:
+            fail.append("rank %d: stats say %s failed, the trace %d" %
+                        (r, m.group(1) if m else "nothing", failed[r]))
+    for f in fail:
+        print("FAIL:", f)
+    sys.exit(1 if fail else 0)
 expects = [dict(kv.split("=") for kv in m.group(1).split())
            for m in re.finditer(r"EXPECT (.*)", out)]
 if len(expects) != 2:
