@@ -480,6 +480,12 @@ typedef struct odx__backend_slot {
 odx__lane_trace *odx__lane_trace_new(odx_context *ctx, const char *name, int pid, int tid);
 void odx__trace_span(odx__lane_trace *lt, const char *name, const char *cat, uint64_t t0,
 		     uint64_t t1, uint64_t task_id);
+/* The same with the bytes it moved (written to the span's args when nonzero). */
+void odx__trace_span_sized(odx__lane_trace *lt, const char *name, const char *cat, uint64_t t0,
+			   uint64_t t1, uint64_t task_id, uint64_t bytes);
+/* The lane of transfers with rank `peer`, one per direction, made on first use; NULL when not
+ * tracing. Any thread. */
+odx__lane_trace *odx__trace_peer_lane(odx_context *ctx, int peer, bool send);
 int odx__trace_write(odx_context *ctx, const char *path);
 void odx__trace_free(odx_context *ctx);
 void odx__stats_print(odx_context *ctx);
@@ -669,6 +675,8 @@ struct odx_context {
 	struct odx_fab *fab;          /* NULL on a single rank */
 	int rank, size;
 	_Atomic uint64_t sent_bytes, recv_bytes, xfers;
+	struct odx__peer_stats *peers; /* ODX_STATS: per rank, under peers_lock; NULL without */
+	pthread_mutex_t peers_lock;
 	unsigned monitor_start, monitor_stop; /* watermarks, percent */
 };
 

@@ -30,6 +30,16 @@
 /* The environment wire-up's bound (fabric/fab_wireup.c); nothing here has a smaller one. */
 #define MAX_RANKS 65536
 
+/* ODX_STATS per peer rank, under ctx->peers_lock (one short critical section per transfer's
+ * start and end: nothing next to a transfer's cost). */
+struct odx__peer_stats {
+	uint64_t sent, sent_bytes, recvd, recvd_bytes, failed;
+	uint64_t busy_ns;   /* time with at least one transfer with this peer in flight */
+	uint64_t summed_ns; /* the transfers' times added up (> busy_ns when they overlap) */
+	uint64_t since;     /* when inflight last went from 0 to 1 */
+	int inflight;
+};
+
 /* Who holds a buffer's latest version. Every rank: a new buffer reads as zeros everywhere, a
  * registered one is each rank's own memory, a host write reached all. One rank: the last writer
  * (recorded in O(1) by every rank for every task). A set: the writer and the ranks it was copied
@@ -262,6 +272,17 @@ int odx__dist_open(odx_context *ctx, char *err, size_t errlen)
 		ctx->fab = NULL;
 		return 0;
 	}
+	if (ctx->stats) {
+		ctx->peers = calloc((size_t)ctx->size, sizeof(*ctx->peers));
+		if (!ctx->peers) {
+			snprintf(err, errlen, "out of memory for the statistics of %d ranks",
+				 ctx->size);
+			odx_fab_close(ctx->fab);
+			ctx->fab = NULL;
+			return ODX_ENOMEM;
+		}
+		pthread_mutex_init(&ctx->peers_lock, NULL);
+	}
 	odx_fab_set_handlers(ctx->fab, on_msg, on_peer, ctx);
 	odx__log(ctx, ODX_LOG_INFO, "rank %d of %d, fabric provider %s", ctx->rank, ctx->size,
 		 odx_fab_provider(ctx->fab));
@@ -281,12 +302,19 @@ void odx__dist_close(odx_context *ctx)
 			 odx_strerror(rc));
 	odx_fab_close(ctx->fab);
 	ctx->fab = NULL;
+	if (ctx->peers) {
+		pthread_mutex_destroy(&ctx->peers_lock);
+		free(ctx->peers);
+		ctx->peers = NULL;
+	}
 }
 
 /* ---- the replicated bookkeeping --------------------------------------------------------- */
 
-/* Submits this rank's side of one transfer of b from rank `src` to rank `dst`. */
-static int transfer(odx_context *ctx, odx_buffer *b, int src, int dst, int priority)
+/* Submits this rank's side of one transfer of b from rank `src` to rank `dst`, for a task tagged
+ * `why` (NULL: for a host read or write). */
+static int transfer(odx_context *ctx, odx_buffer *b, int src, int dst, int priority,
+		    const char *why)
 {
 	/* the transport's keys are 55 bits: 31 for the buffer, 24 for the count (transfers of one
 	 * buffer 16M apart are never in flight together) */
@@ -312,9 +340,16 @@ static int transfer(odx_context *ctx, odx_buffer *b, int src, int dst, int prior
 	/* Its consumer's priority, known alike on both sides: a user's priorities above 0 no
 	 * longer leave the transfers their tasks wait for behind every other kernel. */
 	t->priority = priority;
-	snprintf(t->tag, sizeof(t->tag), "%s rank %d, buffer %llu",
-		 t->kind == ODX__TASK_SEND ? "send to" : "receive from", t->peer,
-		 (unsigned long long)b->id);
+	/* "<direction> rank P, buffer N <for what>": the trace names the span by the part from
+	 * "buffer" on (trace_name). */
+	if (why && why[0])
+		snprintf(t->tag, sizeof(t->tag), "%s rank %d, buffer %llu for '%s'",
+			 t->kind == ODX__TASK_SEND ? "send to" : "receive from", t->peer,
+			 (unsigned long long)b->id, why);
+	else
+		snprintf(t->tag, sizeof(t->tag), "%s rank %d, buffer %llu%s",
+			 t->kind == ODX__TASK_SEND ? "send to" : "receive from", t->peer,
+			 (unsigned long long)b->id, why ? "" : " for a host read or write");
 	rc = odx__task_submit(ctx, t, ODX__ADMIT_FORCE);
 	return rc;
 }
@@ -433,7 +468,8 @@ int odx__dist_kernel(odx_context *ctx, const odx_arg *args, int nargs, const odx
 				raise_transfer(ctx, b, r, prio);
 			continue;
 		}
-		rc = transfer(ctx, b, source_rank(ctx, b), r, prio);
+		rc = transfer(ctx, b, source_rank(ctx, b), r, prio,
+			      opts && opts->tag ? opts->tag : "");
 		if (rc)
 			return rc;
 	}
@@ -462,7 +498,7 @@ int odx__dist_read(odx_buffer *b)
 		if (has(b, r))
 			continue;
 		/* The caller waits for these: before any kernel. */
-		rc = transfer(ctx, b, source_rank(ctx, b), r, INT_MAX);
+		rc = transfer(ctx, b, source_rank(ctx, b), r, INT_MAX, NULL);
 		if (rc)
 			return rc;
 	}
@@ -482,6 +518,71 @@ void odx__dist_write(odx_buffer *b, bool full)
 
 /* ---- running the transfers ------------------------------------------------------------- */
 
+/* A transfer was handed to the fabric at t->t_start. */
+static void peer_begin(odx__task *t)
+{
+	odx_context *ctx = t->ctx;
+	struct odx__peer_stats *p;
+
+	if (!ctx->peers)
+		return;
+	p = &ctx->peers[t->peer];
+	pthread_mutex_lock(&ctx->peers_lock);
+	if (p->inflight++ == 0)
+		p->since = t->t_start;
+	pthread_mutex_unlock(&ctx->peers_lock);
+}
+
+/* It ended at `now` (status 0: its bytes moved; counted: it was begun). */
+static void peer_end(odx__task *t, int status, uint64_t now)
+{
+	odx_context *ctx = t->ctx;
+	struct odx__peer_stats *p;
+	uint64_t n = t->args[0].v.buffer->size;
+
+	if (!ctx->peers)
+		return;
+	p = &ctx->peers[t->peer];
+	pthread_mutex_lock(&ctx->peers_lock);
+	if (--p->inflight == 0 && now > p->since)
+		p->busy_ns += now - p->since;
+	if (now > t->t_start)
+		p->summed_ns += now - t->t_start;
+	if (status)
+		p->failed++;
+	else if (t->kind == ODX__TASK_SEND)
+		p->sent++, p->sent_bytes += n;
+	else
+		p->recvd++, p->recvd_bytes += n;
+	pthread_mutex_unlock(&ctx->peers_lock);
+}
+
+/* The span of a transfer on its peer's lane: "buffer N for '<tag>', SIZE" and how it ended. */
+static void trace_xfer(odx__task *t, int status, uint64_t t0, uint64_t t1)
+{
+	odx_context *ctx = t->ctx;
+	const char *what = strstr(t->tag, "buffer ");
+	double size = (double)t->args[0].v.buffer->size;
+	const char *unit = "B", *end = "";
+	char name[80];
+
+	if (!ctx->tracing)
+		return;
+	if (size >= 1 << 20)
+		size /= 1 << 20, unit = "MiB";
+	else if (size >= 1 << 10)
+		size /= 1 << 10, unit = "KiB";
+	if (status == ODX_ECANCELED)
+		end = " (aborted)";
+	else if (status)
+		end = " (failed)";
+	snprintf(name, sizeof(name), "%s, %.*f %s%s", what ? what : t->tag, *unit == 'B' ? 0 : 1,
+		 size, unit, end);
+	odx__trace_span_sized(odx__trace_peer_lane(ctx, t->peer, t->kind == ODX__TASK_SEND), name,
+			      t->kind == ODX__TASK_SEND ? "send" : "receive", t0, t1, t->id,
+			      t->args[0].v.buffer->size);
+}
+
 static void xfer_done(void *arg, int status, const char *msg)
 {
 	odx__task *t = arg;
@@ -489,6 +590,13 @@ static void xfer_done(void *arg, int status, const char *msg)
 	char why[ODX__MSG_MAX];
 	uint64_t id = t->args[0].v.buffer->id;
 
+	/* Before the task finishes: a waiter woken by it may close the context. */
+	if (t->t_start) {
+		uint64_t now = odx__now_ns();
+
+		peer_end(t, status, now);
+		trace_xfer(t, status, t->t_start, now);
+	}
 	if (status == 0) {
 		size_t n = t->args[0].v.buffer->size;
 
@@ -522,21 +630,34 @@ int odx__dist_run(odx__task *t)
 	odx__replica *r0 = &b->replicas[odx__home(b)]; /* staged there (odx__task_memnode) */
 	void *host = (char *)(uintptr_t)r0->mem + r0->off;
 
+	int rc;
+
 	if (!ctx->fab)
 		return ODX_ECLOSED;
+	/* Timed from here (the trace's span, the per-peer statistics); set before the fabric
+	 * sees it: done may run on the progress thread before the call returns. */
+	if (ctx->tracing || ctx->peers) {
+		t->t_start = odx__now_ns();
+		peer_begin(t);
+	}
 	if (t->kind == ODX__TASK_SEND) {
-		int rc;
-
-		/* Set first: done may run on the progress thread before the call returns. A send
-		 * the fabric took fails by itself on both sides (a failed peer, a length
+		/* A send the fabric took fails by itself on both sides (a failed peer, a length
 		 * mismatch); only one it never took needs an abort. */
 		t->xfer_posted = true;
 		rc = odx_fab_send(ctx->fab, t->peer, t->xfer_key, host, b->size, xfer_done, t);
 		if (rc)
 			t->xfer_posted = false; /* done will not run */
-		return rc;
+	} else {
+		rc = odx_fab_recv(ctx->fab, t->peer, t->xfer_key, host, b->size, xfer_done, t);
 	}
-	return odx_fab_recv(ctx->fab, t->peer, t->xfer_key, host, b->size, xfer_done, t);
+	if (rc && t->t_start) {
+		/* Refused: done will not run; the span says so, and a send's abort adds none. */
+		uint64_t now = odx__now_ns();
+
+		peer_end(t, rc, now);
+		trace_xfer(t, rc, t->t_start, now);
+	}
+	return rc;
 }
 
 void odx__dist_send_failed(odx__task *t, const char *origin)
@@ -546,6 +667,17 @@ void odx__dist_send_failed(odx__task *t, const char *origin)
 
 	if (!ctx->fab)
 		return;
+	/* Never run (its input failed): an instant on the lane, as its receiver's will end. */
+	if (!t->t_start) {
+		uint64_t now = odx__now_ns();
+
+		trace_xfer(t, ODX_ECANCELED, now, now);
+		if (ctx->peers) {
+			pthread_mutex_lock(&ctx->peers_lock);
+			ctx->peers[t->peer].failed++;
+			pthread_mutex_unlock(&ctx->peers_lock);
+		}
+	}
 	/* One control message under the transfer's key instead of the bytes; a successful send
 	 * costs nothing more. The receive completes with ODX_ECANCELED and the origin. */
 	rc = odx_fab_send_abort(ctx->fab, t->peer, t->xfer_key, ODX_ECANCELED, origin);
@@ -561,6 +693,7 @@ void odx__dist_stats_print(odx_context *ctx, void (*emit)(odx_context *, const c
 {
 	char line[512];
 	odx_fab_stats st;
+	int r;
 
 	if (!ctx->fab)
 		return;
@@ -575,6 +708,26 @@ void odx__dist_stats_print(odx_context *ctx, void (*emit)(odx_context *, const c
 		 (unsigned long long)(st.msgs_sent + st.msgs_recv), (unsigned long long)st.bad_msgs,
 		 (unsigned long long)st.retries);
 	emit(ctx, line);
+	if (!ctx->peers)
+		return;
+	/* One line per peer this rank exchanged with; each transfer is counted on both sides. */
+	pthread_mutex_lock(&ctx->peers_lock);
+	for (r = 0; r < ctx->size; r++) {
+		const struct odx__peer_stats *p = &ctx->peers[r];
+
+		if (!p->sent && !p->recvd && !p->failed)
+			continue;
+		snprintf(line, sizeof(line),
+			 "  rank %d <-> rank %d: sent %llu transfers (%llu bytes), received %llu "
+			 "(%llu bytes), %llu failed; in flight %.3f s (%.3f s summed over "
+			 "transfers)",
+			 ctx->rank, r, (unsigned long long)p->sent, (unsigned long long)p->sent_bytes,
+			 (unsigned long long)p->recvd, (unsigned long long)p->recvd_bytes,
+			 (unsigned long long)p->failed, (double)p->busy_ns / 1e9,
+			 (double)p->summed_ns / 1e9);
+		emit(ctx, line);
+	}
+	pthread_mutex_unlock(&ctx->peers_lock);
 }
 
 /* ---- public API ------------------------------------------------------------------------- */

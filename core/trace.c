@@ -2,8 +2,10 @@
 /*
  * trace.c - the Chrome trace-event file (ODX_TRACE) and the run summary (ODX_STATS).
  *
- * Each lane (a device's compute lane, its copy lane) records spans into its own array, written by
- * one thread only, so recording takes no lock. The file is written once, at close.
+ * Each lane (a device's compute lane, its copy lane, the disk tier, the transfers with one peer rank
+ * in one direction) records spans into its own array, under the lane's own lock (uncontended but
+ * for completions arriving on other threads). The file is written once, at close; with several
+ * ranks each writes its own (ranked_path), named so that none overwrites another's.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -16,8 +18,9 @@
 
 typedef struct trace_event {
 	uint64_t t0, t1, id;
+	uint64_t bytes; /* moved by the span (args "bytes"), 0: none said */
 	const char *cat;
-	char name[48];
+	char name[80];  /* a transfer's "buffer N ('its consumer's tag'), SIZE (failed)" fits */
 } trace_event;
 
 struct odx__lane_trace {
@@ -33,6 +36,9 @@ struct odx__lane_trace {
 struct odx__trace {
 	pthread_mutex_t lock;
 	odx__lane_trace *lanes;
+	/* the transfer lanes, [2 * peer + (receive)], made on a peer's first transfer: a job of
+	 * many ranks where each talks to few does not get a lane per rank */
+	odx__lane_trace **peer;
 };
 
 odx__lane_trace *odx__lane_trace_new(odx_context *ctx, const char *name, int pid, int tid)
@@ -61,8 +67,47 @@ odx__lane_trace *odx__lane_trace_new(odx_context *ctx, const char *name, int pid
 	return lt;
 }
 
+odx__lane_trace *odx__trace_peer_lane(odx_context *ctx, int peer, bool send)
+{
+	odx__lane_trace *lt = NULL, **lanes;
+	size_t slot = 2 * (size_t)peer + !send;
+	char name[64];
+
+	/* ctx->trace exists once tracing: the devices' lanes made it at open. */
+	if (!ctx->tracing || !ctx->trace || peer < 0 || peer >= ctx->size)
+		return NULL;
+	pthread_mutex_lock(&ctx->trace->lock);
+	if (!ctx->trace->peer)
+		ctx->trace->peer = calloc(2 * (size_t)ctx->size, sizeof(*ctx->trace->peer));
+	lanes = ctx->trace->peer;
+	if (lanes)
+		lt = lanes[slot];
+	pthread_mutex_unlock(&ctx->trace->lock);
+	if (lt || !lanes)
+		return lt;
+	/* Made outside the lock (odx__lane_trace_new takes it); a racing twin is kept in the list
+	 * (an empty lane costs a name in the file), the first one stored wins. */
+	snprintf(name, sizeof(name), "rank %d %s", peer, send ? "send" : "receive");
+	lt = odx__lane_trace_new(ctx, name, 0, 2 * ctx->ndevices + 2 + (int)slot);
+	if (!lt)
+		return NULL;
+	pthread_mutex_lock(&ctx->trace->lock);
+	if (lanes[slot])
+		lt = lanes[slot];
+	else
+		lanes[slot] = lt;
+	pthread_mutex_unlock(&ctx->trace->lock);
+	return lt;
+}
+
 void odx__trace_span(odx__lane_trace *lt, const char *name, const char *cat, uint64_t t0,
 		     uint64_t t1, uint64_t task_id)
+{
+	odx__trace_span_sized(lt, name, cat, t0, t1, task_id, 0);
+}
+
+void odx__trace_span_sized(odx__lane_trace *lt, const char *name, const char *cat, uint64_t t0,
+			   uint64_t t1, uint64_t task_id, uint64_t bytes)
 {
 	trace_event *e;
 
@@ -85,6 +130,7 @@ void odx__trace_span(odx__lane_trace *lt, const char *name, const char *cat, uin
 	e->t0 = t0;
 	e->t1 = t1;
 	e->id = task_id;
+	e->bytes = bytes;
 	e->cat = cat;
 	snprintf(e->name, sizeof(e->name), "%s", name);
 	pthread_mutex_unlock(&lt->lock);
@@ -106,20 +152,50 @@ static void put_json_string(FILE *f, const char *s)
 	fputc('"', f);
 }
 
+/*
+ * With several ranks, rank R writes `path` with ".rankR" before the extension of its last
+ * component ("t/trace.json" -> "t/trace.rank1.json"), or after it when that has none ("trace" ->
+ * "trace.rank1"; a leading dot, as in ".trace", is no extension). One rank: `path` itself.
+ */
+static const char *ranked_path(const odx_context *ctx, const char *path, char *out, size_t n)
+{
+	const char *base = strrchr(path, '/'), *dot;
+
+	if (ctx->size <= 1)
+		return path;
+	base = base ? base + 1 : path;
+	dot = strrchr(base, '.');
+	if (!dot || dot == base)
+		dot = base + strlen(base);
+	snprintf(out, n, "%.*s.rank%d%s", (int)(dot - path), path, ctx->rank, dot);
+	return out;
+}
+
 int odx__trace_write(odx_context *ctx, const char *path)
 {
 	odx__lane_trace *lt;
+	char ranked[4096];
 	FILE *f;
 	size_t i;
 
 	if (!ctx->trace)
 		return 0;
+	if (strlen(path) + 16 > sizeof(ranked) && ctx->size > 1)
+		return odx__fail(ctx, ODX_EINVAL, "trace file name too long: '%s'", path);
+	path = ranked_path(ctx, path, ranked, sizeof(ranked));
 	f = fopen(path, "we");
 	if (!f)
 		return odx__fail(ctx, ODX_EIO, "cannot write trace file '%s': %s", path,
 				 strerror(errno));
 	fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n", f);
-	fprintf(f, "{\"ph\":\"M\",\"pid\":0,\"name\":\"process_name\",\"args\":{\"name\":\"odx\"}}");
+	/* Files of several ranks opened together (one view in Perfetto) stay apart by name. */
+	if (ctx->size > 1)
+		fprintf(f, "{\"ph\":\"M\",\"pid\":0,\"name\":\"process_name\","
+			   "\"args\":{\"name\":\"odx rank %d\"}}",
+			ctx->rank);
+	else
+		fprintf(f, "{\"ph\":\"M\",\"pid\":0,\"name\":\"process_name\","
+			   "\"args\":{\"name\":\"odx\"}}");
 	for (lt = ctx->trace->lanes; lt; lt = lt->next) {
 		fprintf(f, ",\n{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\","
 			   "\"args\":{\"name\":",
@@ -135,8 +211,11 @@ int odx__trace_write(odx_context *ctx, const char *path)
 			fprintf(f, ",\n{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"cat\":\"%s\",\"name\":",
 				lt->pid, lt->tid, e->cat);
 			put_json_string(f, e->name);
-			fprintf(f, ",\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"id\":%llu}}", t0 / 1e3,
+			fprintf(f, ",\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"id\":%llu", t0 / 1e3,
 				(e->t1 - e->t0) / 1e3, (unsigned long long)e->id);
+			if (e->bytes)
+				fprintf(f, ",\"bytes\":%llu", (unsigned long long)e->bytes);
+			fputs("}}", f);
 		}
 		if (lt->dropped)
 			odx__log(ctx, ODX_LOG_WARN, "trace: lane '%s' dropped %llu spans", lt->name,
@@ -162,6 +241,7 @@ void odx__trace_free(odx_context *ctx)
 		free(lt->ev);
 		free(lt);
 	}
+	free(ctx->trace->peer); /* its lanes are in the list */
 	pthread_mutex_destroy(&ctx->trace->lock);
 	free(ctx->trace);
 	ctx->trace = NULL;
