@@ -93,6 +93,21 @@ int odx__queue_peek_n(const odx__queue *q, odx__task **out, int n)
 	return k;
 }
 
+/* Level i of q gave up one task: counts it, and drops the level once empty unless it is the only
+ * one (keeps the common case warm). */
+static void level_taken(odx__queue *q, int i)
+{
+	odx__level *l = &q->levels[i];
+
+	l->n--;
+	q->n--;
+	if (l->n == 0 && q->nlevels > 1) {
+		free(l->ring);
+		memmove(l, l + 1, (size_t)(q->nlevels - i - 1) * sizeof(*l));
+		q->nlevels--;
+	}
+}
+
 static odx__task *queue_pop(odx__queue *q)
 {
 	int i;
@@ -105,14 +120,7 @@ static odx__task *queue_pop(odx__queue *q)
 			continue;
 		t = l->ring[l->head];
 		l->head = (l->head + 1) % l->cap;
-		l->n--;
-		q->n--;
-		/* Drop an emptied level unless it is the only one (keeps the common case warm). */
-		if (l->n == 0 && q->nlevels > 1) {
-			free(l->ring);
-			memmove(l, l + 1, (size_t)(q->nlevels - i - 1) * sizeof(*l));
-			q->nlevels--;
-		}
+		level_taken(q, i);
 		return t;
 	}
 	return NULL;
@@ -131,13 +139,7 @@ static bool queue_take(odx__queue *q, const odx__task *t)
 				continue;
 			for (; j + 1 < l->n; j++)
 				l->ring[(l->head + j) % l->cap] = l->ring[(l->head + j + 1) % l->cap];
-			l->n--;
-			q->n--;
-			if (l->n == 0 && q->nlevels > 1) {
-				free(l->ring);
-				memmove(l, l + 1, (size_t)(q->nlevels - i - 1) * sizeof(*l));
-				q->nlevels--;
-			}
+			level_taken(q, i);
 			return true;
 		}
 	}

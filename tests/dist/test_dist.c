@@ -22,15 +22,7 @@
 
 static int rank_ = -1;
 
-#define CHECK(ctx, expr)                                                                           \
-	do {                                                                                       \
-		int rc_ = (expr);                                                                  \
-		if (rc_) {                                                                         \
-			fprintf(stderr, "rank %d: %s:%d: %s: %s: %s\n", rank_, __FILE__, __LINE__, \
-				#expr, odx_err_name(rc_), odx_last_error(ctx));                    \
-			exit(1);                                                                   \
-		}                                                                                  \
-	} while (0)
+#include "dist_check.h"
 
 static uint64_t rnd(uint64_t *s)
 {

@@ -22,15 +22,7 @@
 
 static int rank_ = -1;
 
-#define CHECK(ctx, expr)                                                                           \
-	do {                                                                                       \
-		int rc_ = (expr);                                                                  \
-		if (rc_) {                                                                         \
-			fprintf(stderr, "rank %d: %s:%d: %s: %s: %s\n", rank_, __FILE__, __LINE__, \
-				#expr, odx_err_name(rc_), odx_last_error(ctx));                    \
-			exit(1);                                                                   \
-		}                                                                                  \
-	} while (0)
+#include "dist_check.h"
 
 /* The calling thread's affinity, as bits of CPUs 0..1023. */
 static int affinity_of_thread(const odx_host_launch *l)

@@ -31,15 +31,7 @@ static int rank_ = -1;
 static atomic_int gate_open;
 static atomic_int ran; /* kernels at priority 5 that ran so far (rank 1) */
 
-#define CHECK(ctx, expr)                                                                           \
-	do {                                                                                       \
-		int rc_ = (expr);                                                                  \
-		if (rc_) {                                                                         \
-			fprintf(stderr, "rank %d: %s:%d: %s: %s: %s\n", rank_, __FILE__, __LINE__, \
-				#expr, odx_err_name(rc_), odx_last_error(ctx));                    \
-			exit(1);                                                                   \
-		}                                                                                  \
-	} while (0)
+#include "dist_check.h"
 
 static void sleep_ms(long ms)
 {
