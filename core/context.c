@@ -547,6 +547,15 @@ ODX_API int odx_device_count(odx_context *ctx)
 	return ctx ? ctx->ndevices : ODX_EINVAL;
 }
 
+uint64_t odx__device_memory(const odx_context *ctx, int d)
+{
+	const odx__device *dev = &ctx->devices[d];
+
+	/* A host device sharing a host node has that node's memory. */
+	return ctx->memnodes[dev->memnode].device == dev ? dev->props.memory_bytes
+							 : ctx->memnodes[dev->memnode].capacity;
+}
+
 ODX_API int odx_device_get_info(odx_context *ctx, int device, odx_device_info *out)
 {
 	const odx__device *dev;
@@ -560,10 +569,7 @@ ODX_API int odx_device_get_info(odx_context *ctx, int device, odx_device_info *o
 		.index = device,
 		.kind = dev->kind,
 		.name = dev->name,
-		/* A host device sharing a host node has that node's memory. */
-		.memory_bytes = ctx->memnodes[dev->memnode].device == dev
-					? dev->props.memory_bytes
-					: ctx->memnodes[dev->memnode].capacity,
+		.memory_bytes = odx__device_memory(ctx, device),
 		.memnode = dev->memnode,
 		.compute_lanes = dev->props.compute_lanes,
 		.copy_lanes = dev->props.copy_lanes,

@@ -572,6 +572,10 @@ void odx__topo_free(odx__topo *t, void *p, size_t size);
 
 /* ---- the context (context.c) -------------------------------------------------------------- */
 
+/* Device d's memory in bytes as users and policies see it: its own memory node's, or, for a host
+ * device that shares its NUMA node's host memory node, that node's capacity. */
+uint64_t odx__device_memory(const odx_context *ctx, int d);
+
 struct odx_context {
 	odx__config *config;
 	odx_log_level log_level;

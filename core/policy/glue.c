@@ -201,7 +201,7 @@ int odx__policy_ctx_open(odx_context *ctx, char *err, size_t errlen)
 		devs[d] = (odx__policy_device){
 			.kind = odx_backend_kind_name(ctx->devices[d].kind),
 			.name = ctx->devices[d].name,
-			.memory = ctx->devices[d].props.memory_bytes,
+			.memory = odx__device_memory(ctx, d),
 		};
 	p = (odx__policy_params){
 		.spec = spec,
