@@ -9,7 +9,9 @@
  * how many of the N had run when it ran. Were the receive it waits for queued below the N (at
  * priority 0, as before), it could only run after all N had finished: the count would be N. At
  * its consumer's priority it runs right after the gate, and the consumer long before the last
- * of them: the test checks count < N, an order, not a time (every wait has a generous timeout).
+ * of them. How many ran first depends on when the sender's bytes arrive, so the program only
+ * prints the count; tests/dist/dist_prio.sh checks in rank 1's trace the order that does not
+ * depend on timing: the receive is posted before the first of the N starts.
  *
  * Phase 2 checks the raise: a first consumer at priority 0 makes the transfer, a second one at
  * priority 10 reads the same buffer while the receive is still queued: the receive is moved up.
@@ -162,11 +164,11 @@ int main(void)
 		printf("rank %d: %s: the priority-10 consumer ran after %lld of the %d priority-5 "
 		       "kernels\n",
 		       rank_, p ? "raised transfer" : "transfer", (long long)seen, N);
-		if (seen < 0 || seen >= N) {
-			fprintf(stderr,
-				"rank %d: the receive the consumer needed waited behind every "
-				"lower-priority kernel (%lld of %d ran first)\n",
-				rank_, (long long)seen, N);
+		/* When the consumer ran depends on when the sender's bytes arrived: a count, not
+		 * a check. The order that does not depend on timing (the receive is posted before
+		 * the first lower-priority kernel starts) is checked in the trace (dist_prio.sh). */
+		if (seen < 0) {
+			fprintf(stderr, "rank %d: the consumer did not see its input\n", rank_);
 			return 1;
 		}
 	}
