@@ -244,7 +244,7 @@ struct odx__task {
 	odx_arg *args;              /* inline_args or heap */
 	odx_arg inline_args[ODX__INLINE_ARGS];
 	uint32_t grid[3], block[3];
-	int priority;
+	_Atomic int priority;       /* atomic: a transfer's is raised while workers may read it */
 	int device_mask_only;       /* opts.device: 0 any, d+1 forced */
 	char tag[ODX__TAG_MAX];
 

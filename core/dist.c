@@ -339,7 +339,7 @@ static int transfer(odx_context *ctx, odx_buffer *b, int src, int dst, int prior
 	t->xfer_key = key;
 	/* Its consumer's priority, known alike on both sides: a user's priorities above 0 no
 	 * longer leave the transfers their tasks wait for behind every other kernel. */
-	t->priority = priority;
+	atomic_store_explicit(&t->priority, priority, memory_order_relaxed);
 	/* "<direction> rank P, buffer N <for what>": the trace names the span by the part from
 	 * "buffer" on (trace_name). */
 	if (why && why[0])

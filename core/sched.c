@@ -434,7 +434,7 @@ void odx__sched_raise(odx_context *ctx, odx__task *t, int priority)
 		return;
 	/* Written before the queues are searched under their locks: a push that comes after the
 	 * search reads the new priority, one before it is found and moved. */
-	t->priority = priority;
+	atomic_store(&t->priority, priority);
 	if (d >= 0 && d < ctx->ndevices) {
 		odx__device *dev = &ctx->devices[d];
 

@@ -76,7 +76,7 @@ odx__task *odx__task_new(odx_context *ctx)
 	t->args = t->inline_args;
 	t->grid[0] = t->grid[1] = t->grid[2] = 1;
 	t->block[0] = t->block[1] = t->block[2] = 1;
-	t->priority = 0;
+	atomic_store_explicit(&t->priority, 0, memory_order_relaxed);
 	t->device_mask_only = 0;
 	t->tag[0] = '\0';
 	atomic_init(&t->pending, 1);
@@ -886,7 +886,7 @@ ODX_API int odx_submit(odx_context *ctx, odx_kernel *kernel, const odx_arg *args
 			t->args[i].access = kernel->params[i].access;
 	t->nargs = nargs;
 	t->kernel = kernel;
-	t->priority = opts->priority;
+	atomic_store_explicit(&t->priority, opts->priority, memory_order_relaxed);
 	t->device_mask_only = opts->device;
 	for (i = 0; i < 3; i++) {
 		t->grid[i] = opts->grid[i] ? opts->grid[i] : 1;
