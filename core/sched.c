@@ -428,21 +428,26 @@ void odx__device_push_staged(odx__device *dev, odx__task *t)
  */
 void odx__sched_raise(odx_context *ctx, odx__task *t, int priority)
 {
-	int d = t->device, rc = 0;
+	bool found = false;
+	int d, rc = 0;
 
 	if (atomic_load(&t->done) || t->priority >= priority)
 		return;
 	/* Written before the queues are searched under their locks: a push that comes after the
-	 * search reads the new priority, one before it is found and moved. */
+	 * search reads the new priority, one before it is found and moved. Every device's queue is
+	 * searched (t->device is written by the pushing thread without a lock this thread holds;
+	 * a raise is rare, devices few). */
 	atomic_store(&t->priority, priority);
-	if (d >= 0 && d < ctx->ndevices) {
+	for (d = 0; d < ctx->ndevices && !found; d++) {
 		odx__device *dev = &ctx->devices[d];
 
 		pthread_mutex_lock(&dev->lock);
-		rc = queue_requeue(&dev->ready, t);
+		found = queue_take(&dev->ready, t);
+		if (found)
+			rc = queue_push(&dev->ready, t);
 		pthread_mutex_unlock(&dev->lock);
 	}
-	if (rc == 0 && ctx->use_shared) {
+	if (!found && ctx->use_shared) {
 		pthread_mutex_lock(&ctx->shared_lock);
 		rc = queue_requeue(&ctx->shared, t);
 		if (rc)
