@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "odx/odx.h"
+#include "policy.h" /* odx__policy_set_bandwidth: the dump test's release of its stuck call */
 #include "test_util.h"
 
 #define WORDS 64
@@ -33,8 +34,13 @@ static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static char log_text[1 << 16];
 static _Atomic int ran_on[2];
 
+/* test_dump_names_policy: the context whose no-progress dump ends its stuck policy call */
+static odx_context *_Atomic dump_ctx;
+#define DUMP_SIGNAL 7.0 /* bytes/s of link 1 -> 2 that tells the stuck policy to return */
+
 static void capture_log(void *user, odx_log_level level, const char *msg)
 {
+	odx_context *ctx = atomic_load(&dump_ctx);
 	size_t n;
 
 	(void)user;
@@ -43,6 +49,9 @@ static void capture_log(void *user, odx_log_level level, const char *msg)
 	n = strlen(log_text);
 	snprintf(log_text + n, sizeof(log_text) - n, "%s\n", msg);
 	pthread_mutex_unlock(&log_lock);
+	/* The dump named the running hook: release the policy (it reads the link's bandwidth). */
+	if (ctx && strstr(msg, "in 'place' for "))
+		odx__policy_set_bandwidth(ctx, 0, 1, DUMP_SIGNAL);
 }
 
 static int inc_kernel(const odx_host_launch *l)
@@ -330,8 +339,9 @@ static void test_reload_after_abandon(void **state)
 }
 
 /* The context's no-progress dump names the policy and the hook it is stuck in. The place call
- * spins for its whole soft budget (5 s of CPU), far longer than the 100 ms after which the
- * monitor dumps; the run then goes on (the call fails, the built-in decides). */
+ * spins until the dump has named it (the log callback then sets a link bandwidth the loop
+ * reads), so the test waits for the event, not for a time; the soft budget (10 s of CPU, the
+ * most policy.budget allows) is only a hang guard. The run then goes on normally. */
 static void test_dump_names_policy(void **state)
 {
 	char path[512], want[700];
@@ -340,18 +350,22 @@ static void test_dump_names_policy(void **state)
 
 	(void)state;
 	snprintf(path, sizeof(path), "%s/stuck.lua", dir);
-	write_file(path, PLACE("	while true do end"));
+	write_file(path, PLACE("	while odx.bandwidth(1, 2) ~= 7 do end"));
 	assert_ok(odx_config_create(&cfg));
 	assert_ok(odx_config_set(cfg, "host.devices", "2"));
 	assert_ok(odx_config_set(cfg, "host.bind", "false"));
 	assert_ok(odx_config_set(cfg, "policy", path));
-	assert_ok(odx_config_set(cfg, "policy.budget", "5000000"));
+	assert_ok(odx_config_set(cfg, "policy.budget", "10000000"));
+	/* private: nodes 1 (host RAM) and 2 (device 0) exist for the signal's link */
+	assert_ok(odx_config_set(cfg, "host.memnode", "private"));
 	assert_ok(odx_config_set(cfg, "tier.watchdog_ms", "100"));
 	assert_ok(odx_config_set(cfg, "log", "warn"));
 	assert_ok(odx_config_set_log(cfg, capture_log, NULL));
 	log_text[0] = '\0';
 	assert_ok(odx_open(&ctx, cfg));
+	atomic_store(&dump_ctx, ctx);
 	run_graph(ctx);
+	atomic_store(&dump_ctx, NULL);
 	snprintf(want, sizeof(want), "  policy %s (file %s): in 'place' for ", path, path);
 	pthread_mutex_lock(&log_lock);
 	if (!strstr(log_text, want))
