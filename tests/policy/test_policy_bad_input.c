@@ -22,104 +22,7 @@
 #include "odx/odx.h"
 #include "test_util.h"
 
-#define WORDS 64
-#define CHAIN 12
-#define SIDE 8
-
-static char dir[256];
-static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
-static char log_text[1 << 16];
-static _Atomic int ran_on[2];
-
-static void capture_log(void *user, odx_log_level level, const char *msg)
-{
-	size_t n;
-
-	(void)user;
-	(void)level;
-	pthread_mutex_lock(&log_lock);
-	n = strlen(log_text);
-	snprintf(log_text + n, sizeof(log_text) - n, "%s\n", msg);
-	pthread_mutex_unlock(&log_lock);
-}
-
-/* inc(RW a): adds 1 to every word; counts the device it ran on. */
-static int inc_kernel(const odx_host_launch *l)
-{
-	uint32_t *a = l->buffers[0];
-
-	for (size_t i = 0; i < l->buffer_sizes[0] / 4; i++)
-		a[i]++;
-	if (l->device >= 0 && l->device < 2)
-		atomic_fetch_add(&ran_on[l->device], 1);
-	return 0;
-}
-
-static const odx_param inc_params[] = {{ODX_ARG_BUFFER, ODX_RW, "a"}};
-
-static void write_file(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "w");
-
-	assert_non_null(f);
-	fputs(text, f);
-	assert_int_equal(fclose(f), 0);
-}
-
-static odx_context *open_with(const char *policy, odx_config **cfgp)
-{
-	odx_config *cfg = NULL;
-	odx_context *ctx = NULL;
-	int rc;
-
-	assert_ok(odx_config_create(&cfg));
-	assert_ok(odx_config_set(cfg, "host.devices", "2"));
-	assert_ok(odx_config_set(cfg, "host.bind", "false"));
-	assert_ok(odx_config_set(cfg, "policy", policy));
-	assert_ok(odx_config_set(cfg, "policy.budget", "2000"));
-	assert_ok(odx_config_set(cfg, "log", "warn"));
-	assert_ok(odx_config_set_log(cfg, capture_log, NULL));
-	log_text[0] = '\0';
-	rc = odx_open(&ctx, cfg);
-	if (rc)
-		fail_msg("odx_open(policy = %s): %s: %s", policy, odx_err_name(rc),
-			 odx_config_error(cfg));
-	*cfgp = cfg;
-	return ctx;
-}
-
-/* A chain of CHAIN increments on one buffer and SIDE independent ones: outputs are exact. */
-static void run_graph(odx_context *ctx)
-{
-	odx_kernel *k = test_host_kernel(ctx, "inc", inc_params, 1, inc_kernel);
-	odx_buffer *chain, *side[SIDE];
-	uint32_t got[WORDS];
-	int i, j;
-
-	assert_ok(odx_buffer_create(ctx, sizeof(got), 0, &chain));
-	for (j = 0; j < SIDE; j++)
-		assert_ok(odx_buffer_create(ctx, sizeof(got), 0, &side[j]));
-	for (i = 0; i < CHAIN; i++) {
-		odx_arg arg = ODX_BUF(chain, ODX_RW);
-
-		assert_ok(odx_submit(ctx, k, &arg, 1, NULL, NULL));
-		if (i < SIDE) {
-			arg = ODX_BUF(side[i], ODX_RW);
-			assert_ok(odx_submit(ctx, k, &arg, 1, NULL, NULL));
-		}
-	}
-	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
-	assert_ok(odx_buffer_read(chain, 0, got, sizeof(got), TEST_TIMEOUT_MS));
-	for (i = 0; i < WORDS; i++)
-		assert_int_equal(got[i], CHAIN);
-	for (j = 0; j < SIDE; j++) {
-		assert_ok(odx_buffer_read(side[j], 0, got, sizeof(got), TEST_TIMEOUT_MS));
-		for (i = 0; i < WORDS; i++)
-			assert_int_equal(got[i], 1);
-		assert_ok(odx_buffer_destroy(side[j]));
-	}
-	assert_ok(odx_buffer_destroy(chain));
-}
+#include "policy_graph.h"
 
 struct bad_case {
 	const char *name;
@@ -180,7 +83,7 @@ static void test_bad_policies(void **state)
 
 		snprintf(path, sizeof(path), "%s/%s.lua", dir, cases[c].name);
 		write_file(path, cases[c].source);
-		ctx = open_with(path, &cfg);
+		ctx = open_with(path, "2000", &cfg);
 		run_graph(ctx);
 		snprintf(err, sizeof(err), "%s", odx_last_error(ctx));
 		snprintf(want, sizeof(want), "%s:%s", path, cases[c].expect);
@@ -200,7 +103,7 @@ static void test_shipped_policies(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		odx_config *cfg;
-		odx_context *ctx = open_with(names[i], &cfg);
+		odx_context *ctx = open_with(names[i], "2000", &cfg);
 
 		atomic_store(&ran_on[0], 0);
 		atomic_store(&ran_on[1], 0);
@@ -237,7 +140,7 @@ static void test_reload(void **state)
 	(void)state;
 	snprintf(path, sizeof(path), "%s/reload.lua", dir);
 	write_file(path, ALWAYS(1));
-	ctx = open_with(path, &cfg);
+	ctx = open_with(path, "2000", &cfg);
 	atomic_store(&ran_on[0], 0);
 	atomic_store(&ran_on[1], 0);
 	run_graph(ctx);

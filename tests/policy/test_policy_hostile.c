@@ -25,112 +25,19 @@
 #include "policy.h" /* odx__policy_set_bandwidth: the dump test's release of its stuck call */
 #include "test_util.h"
 
-#define WORDS 64
-#define CHAIN 12
-#define SIDE 8
-
-static char dir[256];
-static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
-static char log_text[1 << 16];
-static _Atomic int ran_on[2];
+#include "policy_graph.h"
 
 /* test_dump_names_policy: the context whose no-progress dump ends its stuck policy call */
 static odx_context *_Atomic dump_ctx;
 #define DUMP_SIGNAL 7.0 /* bytes/s of link 1 -> 2 that tells the stuck policy to return */
 
-static void capture_log(void *user, odx_log_level level, const char *msg)
+/* The dump named the running hook: release the policy (it reads the link's bandwidth). */
+static void release_on_dump(const char *msg)
 {
 	odx_context *ctx = atomic_load(&dump_ctx);
-	size_t n;
 
-	(void)user;
-	(void)level;
-	pthread_mutex_lock(&log_lock);
-	n = strlen(log_text);
-	snprintf(log_text + n, sizeof(log_text) - n, "%s\n", msg);
-	pthread_mutex_unlock(&log_lock);
-	/* The dump named the running hook: release the policy (it reads the link's bandwidth). */
 	if (ctx && strstr(msg, "in 'place' for "))
 		odx__policy_set_bandwidth(ctx, 0, 1, DUMP_SIGNAL);
-}
-
-static int inc_kernel(const odx_host_launch *l)
-{
-	uint32_t *a = l->buffers[0];
-
-	for (size_t i = 0; i < l->buffer_sizes[0] / 4; i++)
-		a[i]++;
-	if (l->device >= 0 && l->device < 2)
-		atomic_fetch_add(&ran_on[l->device], 1);
-	return 0;
-}
-
-static const odx_param inc_params[] = {{ODX_ARG_BUFFER, ODX_RW, "a"}};
-
-static void write_file(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "w");
-
-	assert_non_null(f);
-	fputs(text, f);
-	assert_int_equal(fclose(f), 0);
-}
-
-static odx_context *open_with(const char *policy, odx_config **cfgp)
-{
-	odx_config *cfg = NULL;
-	odx_context *ctx = NULL;
-	int rc;
-
-	assert_ok(odx_config_create(&cfg));
-	assert_ok(odx_config_set(cfg, "host.devices", "2"));
-	assert_ok(odx_config_set(cfg, "host.bind", "false"));
-	assert_ok(odx_config_set(cfg, "policy", policy));
-	assert_ok(odx_config_set(cfg, "policy.budget", "5000"));
-	assert_ok(odx_config_set(cfg, "log", "warn"));
-	assert_ok(odx_config_set_log(cfg, capture_log, NULL));
-	pthread_mutex_lock(&log_lock);
-	log_text[0] = '\0';
-	pthread_mutex_unlock(&log_lock);
-	rc = odx_open(&ctx, cfg);
-	if (rc)
-		fail_msg("odx_open(policy = %s): %s: %s", policy, odx_err_name(rc),
-			 odx_config_error(cfg));
-	*cfgp = cfg;
-	return ctx;
-}
-
-/* A chain of CHAIN increments on one buffer and SIDE independent ones: outputs are exact. */
-static void run_graph(odx_context *ctx)
-{
-	odx_kernel *k = test_host_kernel(ctx, "inc", inc_params, 1, inc_kernel);
-	odx_buffer *chain, *side[SIDE];
-	uint32_t got[WORDS];
-	int i, j;
-
-	assert_ok(odx_buffer_create(ctx, sizeof(got), 0, &chain));
-	for (j = 0; j < SIDE; j++)
-		assert_ok(odx_buffer_create(ctx, sizeof(got), 0, &side[j]));
-	for (i = 0; i < CHAIN; i++) {
-		odx_arg arg = ODX_BUF(chain, ODX_RW);
-
-		assert_ok(odx_submit(ctx, k, &arg, 1, NULL, NULL));
-		if (i < SIDE) {
-			arg = ODX_BUF(side[i], ODX_RW);
-			assert_ok(odx_submit(ctx, k, &arg, 1, NULL, NULL));
-		}
-	}
-	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
-	assert_ok(odx_buffer_read(chain, 0, got, sizeof(got), TEST_TIMEOUT_MS));
-	for (i = 0; i < WORDS; i++)
-		assert_int_equal(got[i], CHAIN);
-	for (j = 0; j < SIDE; j++) {
-		assert_ok(odx_buffer_read(side[j], 0, got, sizeof(got), TEST_TIMEOUT_MS));
-		for (i = 0; i < WORDS; i++)
-			assert_int_equal(got[i], 1);
-		assert_ok(odx_buffer_destroy(side[j]));
-	}
-	assert_ok(odx_buffer_destroy(chain));
 }
 
 enum outcome {
@@ -288,7 +195,7 @@ static void test_hostile(void **state)
 		snprintf(path, sizeof(path), "%s/%s.lua", dir, cases[c].name);
 		write_file(path, cases[c].source);
 		print_message("case %s\n", cases[c].name);
-		ctx = open_with(path, &cfg);
+		ctx = open_with(path, "5000", &cfg);
 		run_graph(ctx);
 		run_graph(ctx); /* the calls after a failure or an abandon are correct too */
 		check_case(&cases[c], path, ctx);
@@ -320,7 +227,7 @@ static void test_reload_after_abandon(void **state)
 	write_file(path, "local P = { api = 1 }\nlocal calls = 0\nfunction P.place(batch, out)\n"
 			 "\tcalls = calls + 1\n\tif calls == 2 then " SLOW_FIND " end\n"
 			 "\tfor i = 1, batch.n do out.device[i] = 1 end\nend\nreturn P\n");
-	ctx = open_with(path, &cfg);
+	ctx = open_with(path, "5000", &cfg);
 	run_graph(ctx);
 	assert_contains(odx_last_error(ctx), "abandoned 'place'");
 	write_file(path, "local P = { api = 1 }\nfunction P.place(batch, out)\n"
@@ -361,7 +268,10 @@ static void test_dump_names_policy(void **state)
 	assert_ok(odx_config_set(cfg, "tier.watchdog_ms", "100"));
 	assert_ok(odx_config_set(cfg, "log", "warn"));
 	assert_ok(odx_config_set_log(cfg, capture_log, NULL));
+	pthread_mutex_lock(&log_lock);
 	log_text[0] = '\0';
+	pthread_mutex_unlock(&log_lock);
+	policy_log_hook = release_on_dump; /* set before the context's threads exist */
 	assert_ok(odx_open(&ctx, cfg));
 	atomic_store(&dump_ctx, ctx);
 	run_graph(ctx);
@@ -372,6 +282,7 @@ static void test_dump_names_policy(void **state)
 		fail_msg("the no-progress dump does not name the policy: '%s'", log_text);
 	pthread_mutex_unlock(&log_lock);
 	assert_ok(odx_close(ctx));
+	policy_log_hook = NULL;
 	odx_config_destroy(cfg);
 	unlink(path);
 }
