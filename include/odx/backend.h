@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define ODX_BACKEND_ABI_MAJOR 1
-#define ODX_BACKEND_ABI_MINOR 6
+#define ODX_BACKEND_ABI_MINOR 7
 #define ODX_BACKEND_ABI_VERSION ((ODX_BACKEND_ABI_MAJOR << 16) | ODX_BACKEND_ABI_MINOR)
 
 /** True if table `t` (whose first member is its size) was built with member `op` in it. */
@@ -142,7 +142,35 @@ typedef struct odx_backend_launch {
 	char *error;             /* a failure message goes here ... */
 	size_t error_size;       /* ... NUL-terminated, at most this many bytes */
 	int native;              /* out: native code of a failure (kernel return, vendor code) */
+	/* ABI 1.7: per argument, the layout of a buffer argument's bytes where it is passed
+	 * (odx_shape; scalars {0}). A 2D tile of a partitioned buffer (odx_buffer_partition) is
+	 * packed in device memory ({w, n, w}), but in host memory it stays inside its parent
+	 * ({w, n, parent pitch}): a host backend hands these to odx_host_launch.buffer_shapes.
+	 * NULL for a backend that declares an older minor. */
+	const odx_shape *shapes;
 } odx_backend_launch;
+
+/**
+ * A strided copy (ABI 1.7, odx_backend_ops.copy_2d): `rows` runs of `width` bytes; run r starts at
+ * byte off + r * pitch on each side (pitch >= width; rows >= 1). Exactly one of dst_host and a
+ * device destination: host memory at `dst_host` (pitch dst_pitch; dst and dst_off unused) or the
+ * device memory `dst` at byte dst_off. Likewise for the source: host memory at `src_host`, or
+ * device memory `src` at src_off, of `src_dev` (a device of the same backend; NULL: `dev`).
+ * Host to host never reaches a backend.
+ */
+typedef struct odx_backend_copy2d {
+	size_t width;            /* bytes per run */
+	size_t rows;             /* runs */
+	void *dst_host;          /* host destination, or NULL */
+	uint64_t dst;            /* device destination (dst_host NULL) ... */
+	size_t dst_off;          /* ... at this byte offset (a multiple of mem_align) */
+	size_t dst_pitch;        /* bytes between the starts of two runs at the destination */
+	const void *src_host;    /* host source, or NULL */
+	void *src_dev;           /* device of the source memory (NULL: the `dev` argument) */
+	uint64_t src;            /* device source (src_host NULL) ... */
+	size_t src_off;          /* ... at this byte offset */
+	size_t src_pitch;        /* bytes between the starts of two runs at the source */
+} odx_backend_copy2d;
 
 /** "buffer", "i32", "i64", "f32", "f64" (or "?"): for a backend's argument-check messages. */
 static inline const char *odx_backend_arg_kind_name(odx_arg_kind kind)
@@ -296,6 +324,18 @@ typedef struct odx_backend_ops {
 	 * grid, and fills the odx_host_launch members added in 1.6 (threads, run, run_state) for
 	 * every host variant. The core hands one-call variants only to host backends that declare
 	 * 1.6 or later; an older one never sees them (it would split them into chunks). */
+
+	/* ---- ABI 1.7 ------------------------------------------------------------------------ */
+
+	/** Optional (1.7): one strided copy (odx_backend_copy2d) on the device's copy lane, for the
+	 * tiles of partitioned buffers: `rows` runs of `width` bytes each, one pitch apart on
+	 * each side. `dev` is the device whose memory is involved (for a copy between two devices
+	 * of this backend, the destination). 0: queued, `done` is called later; negative: nothing
+	 * was queued and `done` is not called (ODX_ENOSYS for a direction the backend cannot do:
+	 * the core then copies row by row with the 1D operations). Host memory given to it stays
+	 * valid and untouched until `done`. Map it to the hardware's 2D copy (cuMemcpy2DAsync,
+	 * hipMemcpy2DAsync, clEnqueue{Read,Write,Copy}BufferRect, one VkBufferCopy per row). */
+	int (*copy_2d)(void *dev, const odx_backend_copy2d *c, odx_backend_done_fn done, void *arg);
 } odx_backend_ops;
 
 /** What a backend module describes itself with. Static storage in the module. */

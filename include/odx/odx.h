@@ -363,6 +363,19 @@ typedef struct odx_param {
 	const char *name;  /* for messages; may be NULL */
 } odx_param;
 
+/**
+ * The layout of a buffer's bytes as a kernel sees them: `count` runs of `width` bytes, the starts
+ * of two consecutive runs `pitch` bytes apart (pitch >= width). A plain buffer is one run
+ * ({size, 1, size}); a 2D tile of a column-major matrix is one run per column, its pitch the
+ * parent's leading dimension in bytes where the tile stays inside its parent, or `width` where it
+ * is packed (docs/partitions.md).
+ */
+typedef struct odx_shape {
+	size_t width;
+	size_t count;
+	size_t pitch;
+} odx_shape;
+
 typedef struct odx_host_launch odx_host_launch;
 
 /**
@@ -399,6 +412,11 @@ struct odx_host_launch {
 	 * calling thread (the device's threads are busy). Call it as l->run(l, n, fn, arg). */
 	int (*run)(const odx_host_launch *l, uint64_t n, odx_host_task_fn fn, void *arg);
 	void *run_state;             /* the backend's, for run; do not touch */
+
+	/* Added with backend ABI 1.7: per buffer parameter, the layout of its bytes (odx_shape).
+	 * A tile of a partitioned matrix on a CPU device is reached in place, inside its parent:
+	 * buffers[i] is its first byte, buffer_sizes[i] its span (pitch * (count - 1) + width). */
+	const odx_shape *buffer_shapes;
 };
 
 /**
