@@ -650,6 +650,8 @@ int odx__dist_run(odx__task *t)
 	} else {
 		rc = odx_fab_recv(ctx->fab, t->peer, t->xfer_key, host, b->size, xfer_done, t);
 	}
+	if (!rc)
+		odx_fab_kick(ctx->fab); /* nobody waits on the fabric for it: start it now */
 	if (rc && t->t_start) {
 		/* Refused: done will not run; the span says so, and a send's abort adds none. */
 		uint64_t now = odx__now_ns();

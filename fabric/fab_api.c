@@ -192,6 +192,17 @@ static bool barrier_done(void *arg)
 	return done;
 }
 
+void odx_fab_kick(odx_fab *f)
+{
+	if (!f || atomic_load(&f->drivers) > 0)
+		return;
+	/* parked through a linger, or for FAB_PARK_NS while a caller drove (it may have left
+	 * since): submissions alone do not wake it */
+	atomic_store(&f->linger_until, 0);
+	if (atomic_load(&f->parked) || atomic_load(&f->sleeping))
+		wake_fd_signal(f);
+}
+
 int odx_fab_barrier(odx_fab *f, int timeout_ms)
 {
 	return odx_fab_barrier_status(f, timeout_ms, 0, NULL, NULL);
@@ -220,6 +231,8 @@ int odx_fab_barrier_status(odx_fab *f, int timeout_ms, int status, const char *m
 		}
 		return 0;
 	}
+	/* forever: until every rank arrives or one fails (peers' liveness is the heartbeats' job) */
+	bool forever = timeout_ms < 0;
 	if (timeout_ms <= 0)
 		timeout_ms = f->peer_timeout_ms;
 	pthread_mutex_lock(&f->lock);
@@ -249,7 +262,10 @@ int odx_fab_barrier_status(odx_fab *f, int timeout_ms, int status, const char *m
 	 * which would otherwise go on polling for a while after the release, on cores the ranks'
 	 * next work needs. */
 	struct bar_wait w = {f, epoch};
-	int ret = odx_fab_wait(f, barrier_done, &w, timeout_ms);
+	int ret;
+	do
+		ret = odx_fab_wait(f, barrier_done, &w, timeout_ms);
+	while (forever && ret == ODX_ETIMEDOUT);
 	pthread_mutex_lock(&f->lock);
 	bool released = f->bar_released >= epoch;
 	bool failed = f->failed_peer >= 0;

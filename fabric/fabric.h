@@ -117,9 +117,16 @@ int odx_fab_recv(odx_fab *f, int src, uint64_t key, void *dst, size_t len, odx_f
  * (at most 2048 bytes travel) instead of waiting. One control message, no data; the key is then
  * used up as if the transfer had happened. ODX_EINVAL for dst == this rank. */
 int odx_fab_send_abort(odx_fab *f, int dst, uint64_t key, int status, const char *msg);
+/* The caller will not wait in odx_fab_wait for what it just submitted (a runtime posting transfers
+ * for its tasks): the progress thread starts it now. A thread that a caller's odx_fab_wait left
+ * parked (FAB_LINGER_NS, or FAB_PARK_NS when it parked while the caller drove) is not woken by
+ * submissions, which suits a caller that posts and waits in a loop, and stalls one that never
+ * waits (up to 100 ms after a barrier, before this call existed). */
+void odx_fab_kick(odx_fab *f);
 /* Every rank; returns 0, ODX_ETIMEDOUT, ODX_EPEER (a peer failed), ODX_ECLOSED or ODX_EBUSY (from
- * a callback). timeout_ms <= 0 waits up to peer_timeout_ms. The caller drives progress meanwhile,
- * as in odx_fab_wait. */
+ * a callback). timeout_ms 0 waits up to peer_timeout_ms, a negative one until every rank arrived
+ * or one failed (heartbeats tell a rank that computes elsewhere from a dead one). The caller
+ * drives progress meanwhile, as in odx_fab_wait. */
 int odx_fab_barrier(odx_fab *f, int timeout_ms);
 
 /* What a barrier brought back: the worst status the ranks brought (0 if none failed) and the

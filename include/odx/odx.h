@@ -612,7 +612,11 @@ static inline int odx_owner_cyclic(long index, int nranks)
 /**
  * odx_wait_all on this rank, then a barrier with every rank of the job: when it returns 0, every
  * task of every rank has finished. ODX_EPEER when a rank failed (the message names it),
- * ODX_ETIMEDOUT, or the first local task error.
+ * ODX_ETIMEDOUT, or the first local task error. `timeout_ms` bounds each of the two waits; -1
+ * waits forever: for as long as the other ranks take to arrive (computing outside ODX, say),
+ * however much longer than fabric.peer_timeout_ms that is. Only a rank that dies or stops
+ * answering the fabric's heartbeats (sent by ODX's progress thread, whatever the application
+ * does) for fabric.peer_timeout_ms ends it, with ODX_EPEER.
  */
 ODX_API int odx_wait_all_ranks(odx_context *ctx, int timeout_ms);
 
