@@ -423,9 +423,9 @@ static int direct_access(odx__task *t, bool after)
 		atomic_fetch_add(&ctx->copies, 1);
 		odx__tier_progress(ctx);
 		if (ctx->tracing)
-			odx__trace_span(dev->copy_trace,
-					t->kind == ODX__TASK_READ ? "read" : "write", "copy", t0,
-					odx__now_ns(), b->id);
+			odx__trace_span_buf(dev->copy_trace,
+					    t->kind == ODX__TASK_READ ? "read" : "write", "copy", t0,
+					    odx__now_ns(), t->id, b);
 	} else {
 		char why[ODX__MSG_MAX];
 		bool other = false;
@@ -724,6 +724,38 @@ ODX_API int odx_buffer_wont_use(odx_buffer *buf)
 	return 0;
 }
 
+ODX_API int odx_buffer_set_label(odx_buffer *buf, const char *label)
+{
+	int rc = odx__buffer_check(buf, "odx_buffer_set_label");
+	size_t n;
+	odx__label *l;
+
+	if (rc)
+		return rc;
+	ODX__CHECK_ARG(buf->ctx, label != NULL, "label");
+	n = strnlen(label, ODX_LABEL_MAX);
+	l = malloc(sizeof(*l) + n + 1);
+	if (!l)
+		return odx__fail(buf->ctx, ODX_ENOMEM, "odx_buffer_set_label: out of memory");
+	memcpy(l->text, label, n);
+	l->text[n] = '\0';
+	/* the old one stays readable (linked) until the buffer's memory goes */
+	l->older = atomic_load(&buf->label);
+	while (!atomic_compare_exchange_weak(&buf->label, &l->older, l))
+		;
+	return 0;
+}
+
+void odx__buffer_name(const odx_buffer *buf, char *out, size_t n)
+{
+	const odx__label *l = atomic_load(&((odx_buffer *)buf)->label);
+
+	if (l)
+		snprintf(out, n, "'%s'", l->text);
+	else
+		snprintf(out, n, "buffer %llu", (unsigned long long)buf->id);
+}
+
 /* Copies the runtime made on its own (write-backs, prefetches, spills, reloads) are not tasks, so
  * the dependency rules do not order them before a buffer's release: wait for them here. */
 static bool transfers_idle(void *arg)
@@ -764,6 +796,10 @@ int odx__buffer_release_memory(odx_buffer *b)
 	if (b->last_writer)
 		odx__task_put(b->last_writer);
 	free(b->valid_set);
+	for (odx__label *l = atomic_exchange(&b->label, NULL), *older; l; l = older) {
+		older = l->older;
+		free(l);
+	}
 	pthread_mutex_destroy(&b->lock);
 	buffer_slot_put(b);
 	return 0;

@@ -154,10 +154,21 @@ struct odx_buffer {
 	uint64_t *valid_set;
 	uint32_t xfer_seq;      /* transfers of it so far: part of each transfer's key */
 	void *user_ptr;
+	/* odx_buffer_set_label: read without a lock by whoever names the buffer (traces); a new
+	 * label links the old one, all freed with the buffer's memory, so a reader's is never freed
+	 * under it */
+	_Atomic(struct odx__label *) label;
 	uint64_t host_registered; /* registered buffers: devices (bit d) that page-locked user_ptr */
 	struct odx_buffer *prev, *next; /* ctx->buffers (live buffers); next: the quarantine */
 	odx__replica replicas[]; /* one per memory node */
 };
+
+typedef struct odx__label {
+	struct odx__label *older;
+	char text[];
+} odx__label;
+/* "'label'" when the buffer has one, else "buffer N": for traces and messages. */
+void odx__buffer_name(const odx_buffer *buf, char *out, size_t n);
 
 int odx__buffer_release_memory(odx_buffer *buf); /* frees replicas; the struct is quarantined */
 /* Handle check at a public entry: 0 for a live buffer of any context, else ODX_EINVAL with a
@@ -480,11 +491,16 @@ typedef struct odx__backend_slot {
 odx__lane_trace *odx__lane_trace_new(odx_context *ctx, const char *name, int pid, int tid);
 void odx__trace_span(odx__lane_trace *lt, const char *name, const char *cat, uint64_t t0,
 		     uint64_t t1, uint64_t task_id);
-/* The same with the bytes it moved (written to the span's args when nonzero). */
+/* The same with the bytes it moved and the buffer (its id; both written to the span's args when
+ * nonzero). */
 void odx__trace_span_sized(odx__lane_trace *lt, const char *name, const char *cat, uint64_t t0,
-			   uint64_t t1, uint64_t task_id, uint64_t bytes);
+			   uint64_t t1, uint64_t task_id, uint64_t bytes, uint64_t buf);
 /* The lane of transfers with rank `peer`, one per direction, made on first use; NULL when not
  * tracing. Any thread. */
+/* A span that moved buffer b: named "what 'label'" (or "what buffer N"), with its size and id in
+ * the args. */
+void odx__trace_span_buf(odx__lane_trace *lt, const char *what, const char *cat, uint64_t t0,
+			 uint64_t t1, uint64_t task_id, const odx_buffer *b);
 odx__lane_trace *odx__trace_peer_lane(odx_context *ctx, int peer, bool send);
 int odx__trace_write(odx_context *ctx, const char *path);
 void odx__trace_free(odx_context *ctx);

@@ -340,16 +340,17 @@ static int transfer(odx_context *ctx, odx_buffer *b, int src, int dst, int prior
 	/* Its consumer's priority, known alike on both sides: a user's priorities above 0 no
 	 * longer leave the transfers their tasks wait for behind every other kernel. */
 	atomic_store_explicit(&t->priority, priority, memory_order_relaxed);
-	/* "<direction> rank P, buffer N <for what>": the trace names the span by the part from
-	 * "buffer" on (trace_name). */
+	/* "<direction> rank P, <buffer N or 'label'> <for what>": the trace names the span by the
+	 * part after the comma (trace_xfer). */
+	char who[ODX_LABEL_MAX + 24];
+	odx__buffer_name(b, who, sizeof(who));
 	if (why && why[0])
-		snprintf(t->tag, sizeof(t->tag), "%s rank %d, buffer %llu for '%s'",
-			 t->kind == ODX__TASK_SEND ? "send to" : "receive from", t->peer,
-			 (unsigned long long)b->id, why);
+		snprintf(t->tag, sizeof(t->tag), "%s rank %d, %s for '%s'",
+			 t->kind == ODX__TASK_SEND ? "send to" : "receive from", t->peer, who, why);
 	else
-		snprintf(t->tag, sizeof(t->tag), "%s rank %d, buffer %llu%s",
-			 t->kind == ODX__TASK_SEND ? "send to" : "receive from", t->peer,
-			 (unsigned long long)b->id, why ? "" : " for a host read or write");
+		snprintf(t->tag, sizeof(t->tag), "%s rank %d, %s%s",
+			 t->kind == ODX__TASK_SEND ? "send to" : "receive from", t->peer, who,
+			 why ? "" : " for a host read or write");
 	rc = odx__task_submit(ctx, t, ODX__ADMIT_FORCE);
 	return rc;
 }
@@ -557,14 +558,15 @@ static void peer_end(odx__task *t, int status, uint64_t now)
 	pthread_mutex_unlock(&ctx->peers_lock);
 }
 
-/* The span of a transfer on its peer's lane: "buffer N for '<tag>', SIZE" and how it ended. */
+/* The span of a transfer on its peer's lane: "buffer N for '<tag>', SIZE" ("'label' for ...") and
+ * how it ended. */
 static void trace_xfer(odx__task *t, int status, uint64_t t0, uint64_t t1)
 {
 	odx_context *ctx = t->ctx;
-	const char *what = strstr(t->tag, "buffer ");
+	const char *what = strstr(t->tag, ", ");
 	double size = (double)t->args[0].v.buffer->size;
 	const char *unit = "B", *end = "";
-	char name[80];
+	char name[112];
 
 	if (!ctx->tracing)
 		return;
@@ -576,11 +578,12 @@ static void trace_xfer(odx__task *t, int status, uint64_t t0, uint64_t t1)
 		end = " (aborted)";
 	else if (status)
 		end = " (failed)";
-	snprintf(name, sizeof(name), "%s, %.*f %s%s", what ? what : t->tag, *unit == 'B' ? 0 : 1,
+	snprintf(name, sizeof(name), "%s, %.*f %s%s", what ? what + 2 : t->tag, *unit == 'B' ? 0 : 1,
 		 size, unit, end);
 	odx__trace_span_sized(odx__trace_peer_lane(ctx, t->peer, t->kind == ODX__TASK_SEND), name,
 			      t->kind == ODX__TASK_SEND ? "send" : "receive", t0, t1, t->id,
-			      t->args[0].v.buffer->size);
+			      t->args[0].v.buffer->size,
+			      t->args[0].v.buffer->id);
 }
 
 static void xfer_done(void *arg, int status, const char *msg)

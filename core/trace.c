@@ -19,8 +19,10 @@
 typedef struct trace_event {
 	uint64_t t0, t1, id;
 	uint64_t bytes; /* moved by the span (args "bytes"), 0: none said */
+	uint64_t buf;   /* the buffer it moved (args "buffer"), 0: none */
 	const char *cat;
-	char name[80];  /* a transfer's "buffer N ('its consumer's tag'), SIZE (failed)" fits */
+	char name[112]; /* "write-back 'a label of ODX_LABEL_MAX bytes'" and a transfer's
+			 * "'label' ('its consumer's tag'), SIZE (failed)" fit */
 } trace_event;
 
 struct odx__lane_trace {
@@ -100,14 +102,35 @@ odx__lane_trace *odx__trace_peer_lane(odx_context *ctx, int peer, bool send)
 	return lt;
 }
 
+static void record(odx__lane_trace *lt, const char *name, const char *cat, uint64_t t0, uint64_t t1,
+		   uint64_t task_id, uint64_t bytes, uint64_t buf);
+
 void odx__trace_span(odx__lane_trace *lt, const char *name, const char *cat, uint64_t t0,
 		     uint64_t t1, uint64_t task_id)
 {
-	odx__trace_span_sized(lt, name, cat, t0, t1, task_id, 0);
+	record(lt, name, cat, t0, t1, task_id, 0, 0);
 }
 
 void odx__trace_span_sized(odx__lane_trace *lt, const char *name, const char *cat, uint64_t t0,
-			   uint64_t t1, uint64_t task_id, uint64_t bytes)
+			   uint64_t t1, uint64_t task_id, uint64_t bytes, uint64_t buf)
+{
+	record(lt, name, cat, t0, t1, task_id, bytes, buf);
+}
+
+void odx__trace_span_buf(odx__lane_trace *lt, const char *what, const char *cat, uint64_t t0,
+			 uint64_t t1, uint64_t task_id, const odx_buffer *b)
+{
+	char who[ODX_LABEL_MAX + 24], name[sizeof(((trace_event *)0)->name)];
+
+	if (!lt)
+		return;
+	odx__buffer_name(b, who, sizeof(who));
+	snprintf(name, sizeof(name), "%s %s", what, who);
+	record(lt, name, cat, t0, t1, task_id, b->size, b->id);
+}
+
+static void record(odx__lane_trace *lt, const char *name, const char *cat, uint64_t t0, uint64_t t1,
+		   uint64_t task_id, uint64_t bytes, uint64_t buf)
 {
 	trace_event *e;
 
@@ -131,6 +154,7 @@ void odx__trace_span_sized(odx__lane_trace *lt, const char *name, const char *ca
 	e->t1 = t1;
 	e->id = task_id;
 	e->bytes = bytes;
+	e->buf = buf;
 	e->cat = cat;
 	snprintf(e->name, sizeof(e->name), "%s", name);
 	pthread_mutex_unlock(&lt->lock);
@@ -215,6 +239,8 @@ int odx__trace_write(odx_context *ctx, const char *path)
 				(e->t1 - e->t0) / 1e3, (unsigned long long)e->id);
 			if (e->bytes)
 				fprintf(f, ",\"bytes\":%llu", (unsigned long long)e->bytes);
+			if (e->buf)
+				fprintf(f, ",\"buffer\":%llu", (unsigned long long)e->buf);
 			fputs("}}", f);
 		}
 		if (lt->dropped)

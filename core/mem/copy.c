@@ -162,12 +162,12 @@ static void copy_done(void *arg, int status, const char *msg)
 				      ? job->t_issue
 				      : job->lane->copy_lane_free_ns;
 
-		odx__trace_span(job->lane->copy_trace,
-				job->kind == ODX__COPY_WRITEBACK ? "write-back"
-				: job->src == ODX__SRC_DISK	 ? "reload"
-				: job->src == ODX__SRC_ZERO	 ? "zero-fill"
-								 : "copy",
-				"copy", t0, now, b->id);
+		odx__trace_span_buf(job->lane->copy_trace,
+				    job->kind == ODX__COPY_WRITEBACK ? "write-back"
+				    : job->src == ODX__SRC_DISK	     ? "reload"
+				    : job->src == ODX__SRC_ZERO	     ? "zero-fill"
+								     : "copy",
+				    "copy", t0, now, 0, b);
 		job->lane->copy_lane_free_ns = now;
 	}
 	/* What the tasks waiting for the destination are told when it failed. */

@@ -80,8 +80,8 @@ static void spill_done(void *arg, int status, const char *msg)
 	pthread_mutex_unlock(&b->lock);
 	pthread_mutex_unlock(&host->lock);
 	if (ctx->tracing && tier->disk_trace)
-		odx__trace_span(tier->disk_trace, status ? "spill (failed)" : "spill", "spill",
-				job->t0, odx__now_ns(), b->id);
+		odx__trace_span_buf(tier->disk_trace, status ? "spill (failed)" : "spill", "spill",
+				    job->t0, odx__now_ns(), 0, b);
 	free(job);
 	/* Up through the door: the watchdog's progress, and room on the host node. */
 	odx__mem_done(ctx, &(odx__mem_event){.kind = ODX__MEM_SPILL,
@@ -165,8 +165,8 @@ static void reload_done(void *arg, int status, const char *msg)
 		atomic_fetch_add(&tier->reload_errors, 1);
 	}
 	if (ctx->tracing && tier->disk_trace)
-		odx__trace_span(tier->disk_trace, status ? "reload (failed)" : "reload", "spill",
-				job->t0, odx__now_ns(), job->b->id);
+		odx__trace_span_buf(tier->disk_trace, status ? "reload (failed)" : "reload", "spill",
+				    job->t0, odx__now_ns(), 0, job->b);
 	/* A corrupted block is reported (ODX_ECORRUPT) and never published as data: the copy
 	 * fails, and so do the tasks waiting for it. */
 	job->done(job->arg, status, msg);

@@ -321,6 +321,17 @@ typedef enum odx_prefetch_level {
  */
 ODX_API int odx_buffer_prefetch(odx_buffer *buf, int device, odx_prefetch_level level);
 
+/** Longest label kept by odx_buffer_set_label (bytes; longer ones are cut). */
+#define ODX_LABEL_MAX 47
+
+/**
+ * Names the buffer in traces (ODX_TRACE: copies, write-backs, spills, reloads, sends and receives
+ * show "'label'" instead of "buffer N", with its size in bytes) and in the messages that name it.
+ * The text is copied (up to ODX_LABEL_MAX bytes); it may be changed at any time. ODX_EINVAL for a
+ * NULL label or a stale handle.
+ */
+ODX_API int odx_buffer_set_label(odx_buffer *buf, const char *label);
+
 /**
  * Hint: the program will not use `buf` again soon. Its copies become the first candidates when a
  * memory tier needs room (clean ones are dropped, dirty ones written one tier down), until a task

@@ -96,9 +96,12 @@ for e in expects:
         spans = [x for x in ev if x.get("ph") == "X" and x["tid"] == tids[0]]
         tag = "for '%s'" % e[way + "_tag"]
         tagged = [x for x in spans if tag in x["name"]]
+        # buffer a (labelled 'ping-a') moves from rank 0 to rank 1, b (no label) back
+        named = r"'ping-a'" if e["labelled"] == way else r"buffer \d+"
         bad = [x["name"] for x in spans
                if x["cat"] != cat or x["args"].get("bytes") != size
-               or not re.match(r"buffer \d+ for .*, 32\.0 KiB$", x["name"]) or x["dur"] < 0]
+               or not x["args"].get("buffer")
+               or not re.match(named + r" for .*, 32\.0 KiB$", x["name"]) or x["dur"] < 0]
         print("rank %d, lane 'rank %d %s': %d spans, %d %s" % (r, p, cat, len(spans),
                                                                 len(tagged), tag))
         if len(spans) != int(e[way]) or len(tagged) != int(e[way + "_tagged"]) or bad:

@@ -68,6 +68,9 @@ int main(void)
 	CHECK(ctx, odx_buffer_create(ctx, sizeof(out), 0, &a));
 	CHECK(ctx, odx_buffer_create(ctx, sizeof(out), 0, &b));
 	CHECK(ctx, odx_buffer_set_owner(b, 1));
+	/* a's transfers are named by its label, b's by number */
+	CHECK(ctx, odx_buffer_set_label(a, "first label"));
+	CHECK(ctx, odx_buffer_set_label(a, "ping-a"));
 	run(ctx, k, z, a, "start");
 	for (i = 0; i < ROUNDS; i++) {
 		run(ctx, k, a, b, "ping");
@@ -83,10 +86,10 @@ int main(void)
 	/* Rank 0 sends a for every ping and the read, receives b for every pong; rank 1 the
 	 * mirror image. */
 	printf("EXPECT rank=%d peer=%d sent=%d sent_tag=%s sent_tagged=%d recv=%d recv_tag=%s "
-	       "recv_tagged=%d bytes=%zu\n",
+	       "recv_tagged=%d bytes=%zu labelled=%s\n",
 	       rank_, 1 - rank_, rank_ == 0 ? ROUNDS + 1 : ROUNDS, rank_ == 0 ? "ping" : "pong",
 	       ROUNDS, rank_ == 0 ? ROUNDS : ROUNDS + 1, rank_ == 0 ? "pong" : "ping", ROUNDS,
-	       sizeof(out));
+	       sizeof(out), rank_ == 0 ? "sent" : "recv");
 	odx_buffer_destroy(z);
 	odx_buffer_destroy(a);
 	odx_buffer_destroy(b);
