@@ -39,6 +39,7 @@ static void assert_buffer_refused(odx_context *ctx, odx_buffer *b, odx_kernel *f
 	assert_int_equal(odx_buffer_size(b), 0);
 	assert_rc(odx_buffer_prefetch(b, 0, ODX_PREFETCH_NOW), ODX_EINVAL);
 	assert_rc(odx_buffer_wont_use(b), ODX_EINVAL);
+	assert_rc(odx_buffer_set_label(b, "x"), ODX_EINVAL);
 	assert_rc(odx_buffer_set_owner(b, 0), ODX_EINVAL);
 	assert_rc(odx_buffer_owner(b), ODX_EINVAL);
 	assert_rc(odx_submit(ctx, fill, args, 3, NULL, NULL), ODX_EINVAL);
@@ -130,6 +131,37 @@ static int noop(const odx_host_launch *l)
 {
 	(void)l;
 	return 0;
+}
+
+/* Labels: NULL refused; long ones cut; relabelling while tasks use the buffer keeps every old
+ * label alive until the buffer goes (ASan's leak check sees them freed then). */
+static void test_buffer_label(void **state)
+{
+	odx_context *ctx = open_host("1");
+	odx_kernel *fill = NULL;
+	odx_buffer *b;
+	char longer[3 * ODX_LABEL_MAX];
+	odx_task_opts o = {.grid = {1, 1, 1}, .block = {16, 1, 1}};
+
+	(void)state;
+	assert_ok(odx_kernel_builtin(ctx, "fill_u32", &fill));
+	assert_ok(odx_buffer_create(ctx, 64, 0, &b));
+	assert_rc(odx_buffer_set_label(b, NULL), ODX_EINVAL);
+	memset(longer, 'x', sizeof(longer) - 1);
+	longer[sizeof(longer) - 1] = '\0';
+	assert_ok(odx_buffer_set_label(b, longer));
+	for (int i = 0; i < 200; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "tile %d", i);
+		assert_ok(odx_buffer_set_label(b, name));
+		assert_ok(odx_submit(ctx, fill,
+				     (odx_arg[]){ODX_BUF(b, ODX_W), ODX_I32(i), ODX_I32(16)}, 3, &o,
+				     NULL));
+	}
+	assert_ok(odx_buffer_destroy(b));
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	odx_close(ctx);
 }
 
 static void test_kernel_destroyed(void **state)
@@ -301,6 +333,7 @@ int main(void)
 		cmocka_unit_test(test_buffer_destroyed_idle),
 		cmocka_unit_test(test_buffer_destroyed_pending),
 		cmocka_unit_test(test_buffer_churn),
+		cmocka_unit_test(test_buffer_label),
 		cmocka_unit_test(test_kernel_destroyed),
 		cmocka_unit_test(test_event_released),
 		cmocka_unit_test(test_grid_overflow),
