@@ -315,6 +315,7 @@ struct odx__task {
 	 * Such a task, once freed, waits in the context's event quarantine before reuse, so a
 	 * released event is refused (user_ref false) rather than aliasing a new task at once. */
 	_Atomic bool user_ref;
+	_Atomic bool waited;        /* a thread waits for its completion (odx__task_wait) */
 	bool has_event;
 };
 
@@ -641,6 +642,12 @@ struct odx_context {
 	uint64_t idle_spin_ns;        /* polling before a worker sleeps */
 	_Atomic int shared_count;     /* tasks in the shared queue, for polling without its lock */
 	_Atomic int waiters;          /* threads in odx_event_wait / odx_wait_all / back-pressure */
+	/* Among them, those a task's completion wakes only when their condition holds: a thread
+	 * waiting for one task (its `waited` flag), for nothing in flight (waiters_all), for room
+	 * under max_inflight (waiters_room). A completion wakes everyone only while some other
+	 * waiter is in (reads, writes: their conditions are not the completion's business). */
+	_Atomic int waiters_targeted, waiters_all, waiters_room;
+	_Atomic uint64_t wakeups;     /* waits woken (a thread back from its condition variable) */
 	_Atomic int first_error;      /* first failure since the last odx_wait_all */
 	char first_error_msg[ODX__MSG_MAX];
 

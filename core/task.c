@@ -114,6 +114,7 @@ odx__task *odx__task_new(odx_context *ctx)
 	t->after_dev = ODX__AFTER_UNSEEN;
 	t->after_producer = NULL;
 	atomic_init(&t->user_ref, false);
+	atomic_init(&t->waited, false);
 	t->has_event = false;
 	return t;
 }
@@ -314,6 +315,25 @@ void odx__wake_waiters(odx_context *ctx)
 	}
 }
 
+static bool has_room(odx_context *ctx);
+
+/* After t completed (done set, counted): wakes the waiters whose condition may now hold, not
+ * every waiter per completion (a thread in odx_wait_all woken a thousand times for a thousand
+ * tasks takes a core from the workers). The waiter raises its counters before it checks its
+ * condition, and t's completion was published before they are read here: one of the two sees
+ * the other (sequentially consistent atomics on both sides). */
+static void wake_for_completion(odx_context *ctx, odx__task *t)
+{
+	int w = atomic_load(&ctx->waiters);
+
+	if (w == 0)
+		return;
+	if (atomic_load(&t->waited) || w > atomic_load(&ctx->waiters_targeted) ||
+	    (atomic_load(&ctx->waiters_room) > 0 && has_room(ctx)) ||
+	    (atomic_load(&ctx->waiters_all) > 0 && odx__inflight(ctx) == 0))
+		odx__wake_waiters(ctx);
+}
+
 void odx__task_ready(odx__task *t)
 {
 	int expected = ODX__CHAIN_FREE;
@@ -402,7 +422,7 @@ void odx__task_complete(odx__task *t, int status, const char *msg)
 	atomic_fetch_add(t->device >= 0 ? &ctx->devices[t->device].completed
 					: &ctx->completed_other,
 			 1);
-	odx__wake_waiters(ctx);
+	wake_for_completion(ctx, t);
 	odx__task_put(t);
 }
 
@@ -573,12 +593,18 @@ static int admit(odx_context *ctx, int mode)
 		return odx__fail(ctx, ODX_EAGAIN,
 				 "odx_submit: %ld tasks in flight (sched.max_inflight)",
 				 ctx->max_inflight);
+	atomic_fetch_add(&ctx->waiters_targeted, 1);
+	atomic_fetch_add(&ctx->waiters_room, 1);
 	atomic_fetch_add(&ctx->waiters, 1);
 	pthread_mutex_lock(&ctx->wait_lock);
-	while (!has_room(ctx))
+	while (!has_room(ctx)) {
 		pthread_cond_wait(&ctx->wait_cond, &ctx->wait_lock);
+		atomic_fetch_add_explicit(&ctx->wakeups, 1, memory_order_relaxed);
+	}
 	pthread_mutex_unlock(&ctx->wait_lock);
 	atomic_fetch_sub(&ctx->waiters, 1);
+	atomic_fetch_sub(&ctx->waiters_room, 1);
+	atomic_fetch_sub(&ctx->waiters_targeted, 1);
 out_admit:
 	atomic_fetch_add(&ctx->submitted, 1);
 	return 0;
@@ -651,6 +677,7 @@ int odx__wait_until(odx_context *ctx, bool (*cond)(void *), void *arg, int timeo
 				rc = ODX_ETIMEDOUT;
 			break;
 		}
+		atomic_fetch_add_explicit(&ctx->wakeups, 1, memory_order_relaxed);
 	}
 	pthread_mutex_unlock(&ctx->wait_lock);
 	atomic_fetch_sub(&ctx->waiters, 1);
@@ -701,10 +728,31 @@ static bool all_done(void *arg)
 	return odx__inflight(arg) == 0;
 }
 
+/* odx__wait_app for a condition that only completions change, counted as a targeted waiter
+ * (wake_for_completion); `kind` (may be NULL) the counter of its condition. */
+static int wait_targeted(odx_context *ctx, bool (*cond)(void *), void *arg, int timeout_ms,
+			 _Atomic int *kind)
+{
+	int rc;
+
+	/* raised before odx__wait_until raises `waiters`: a completion in between sees at worst
+	 * more targeted waiters than waiters, and then checks the conditions */
+	atomic_fetch_add(&ctx->waiters_targeted, 1);
+	if (kind)
+		atomic_fetch_add(kind, 1);
+	rc = odx__wait_app(ctx, cond, arg, timeout_ms);
+	if (kind)
+		atomic_fetch_sub(kind, 1);
+	atomic_fetch_sub(&ctx->waiters_targeted, 1);
+	return rc;
+}
+
 int odx__task_wait(odx__task *t, int timeout_ms)
 {
-	int rc = odx__wait_app(t->ctx, task_done, t, timeout_ms);
+	int rc;
 
+	atomic_store(&t->waited, true);
+	rc = wait_targeted(t->ctx, task_done, t, timeout_ms, NULL);
 	return rc ? rc : t->status;
 }
 
@@ -979,7 +1027,7 @@ ODX_API int odx_wait_all(odx_context *ctx, int timeout_ms)
 
 	if (!ctx)
 		return ODX_EINVAL;
-	rc = odx__wait_app(ctx, all_done, ctx, timeout_ms);
+	rc = wait_targeted(ctx, all_done, ctx, timeout_ms, &ctx->waiters_all);
 	if (rc)
 		return odx__fail(ctx, rc, "odx_wait_all: %ld tasks still unfinished after %d ms",
 				 odx__inflight(ctx), timeout_ms);
