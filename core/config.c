@@ -186,6 +186,13 @@ static const struct key_def keys[] = {
 		.max = 16777216,
 	},
 	{
+		.name = "sched.steal",
+		.type = KEY_BOOL,
+		.def = "true",
+		.help = "an idle worker takes ready tasks queued on another device that shares its "
+			"memory (CPU devices of one NUMA node): no copy, no idle core",
+	},
+	{
 		.name = "sched.caller_progress",
 		.type = KEY_BOOL,
 		.def = "true",

@@ -296,6 +296,7 @@ static int apply_settings(odx_context *ctx, char *err, size_t errlen)
 	ctx->bind = odx__config_bool(ctx->config, "host.bind");
 	ctx->max_inflight = (long)odx__config_int(ctx->config, "sched.max_inflight");
 	ctx->idle_spin_ns = 1000u * (uint64_t)odx__config_int(ctx->config, "sched.idle_spin_us");
+	ctx->steal = odx__config_bool(ctx->config, "sched.steal");
 	if (trace[0]) {
 		ctx->tracing = true;
 		ctx->trace_path = strdup(trace);

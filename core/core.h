@@ -408,6 +408,9 @@ struct odx__device {
 	/* stats */
 	_Atomic uint64_t tasks_run;
 	_Atomic uint64_t chained;   /* tasks launched behind an unfinished predecessor */
+	_Atomic uint64_t stolen;    /* ready tasks taken from devices sharing its memory */
+	bool steal_peers;           /* sched.steal and another device shares its memory */
+	bool kicked;                /* a wake_thief came while it was about to sleep (under lock) */
 	_Atomic uint64_t copied_behind; /* reads and writes copied behind their predecessors */
 	_Atomic uint64_t busy_ns;
 	odx__lane_trace *compute_trace;
@@ -448,11 +451,20 @@ int odx__queue_peek_n(const odx__queue *q, odx__task **out, int n);
 void odx__device_push_staged(odx__device *d, odx__task *t);
 /* Next task for a device's worker; called with d->lock held. */
 odx__task *odx__sched_next(odx_context *ctx, odx__device *d);
+/* Work stealing (sched.steal): a ready task queued behind a busy device that shares d's memory,
+ * taken for d (NULL if none); with d->lock held. odx__sched_stealable: whether d has such peers
+ * (`any`), or whether one may have a task to take; without locks. */
+odx__task *odx__sched_steal(odx_context *ctx, odx__device *d);
+bool odx__sched_stealable(odx_context *ctx, const odx__device *d, bool any);
+void odx__sched_wake_thief(odx_context *ctx, odx__device *d);
 /* Ends a placed task: updates and unpins its replicas, accounts, completes it (worker.c). */
 void odx__task_finish(odx__task *t, int status, const char *msg);
 /* Set while this thread is inside odx_submit: a task that becomes ready there may be launched
  * by this thread itself when its device is idle (sched.c, odx__run_inline). */
 extern _Thread_local bool odx__submitting;
+/* The device whose worker this thread is, -1 on other threads: placement prefers it on a tie,
+ * so a worker runs the successor its own completion made ready, with no hand-off. */
+extern _Thread_local int odx__worker_device;
 /* Stages and launches t on dev from the submitting thread; dev->inline_running was set (and
  * dev->load counted) under dev->lock by the caller. */
 void odx__run_inline(odx__device *dev, odx__task *t);
@@ -659,6 +671,7 @@ struct odx_context {
 	odx_buffer *buffers;
 	odx_kernel *kernels;
 	_Atomic int nsleeping;        /* workers asleep, for the eager queue's wake-up */
+	bool steal;                   /* sched.steal: idle workers take from devices sharing memory */
 	_Atomic uint64_t next_buffer_id;
 	/* buffer structs (buffer.c, under objects_lock): slabs kept until close, carved in order,
 	 * and a FIFO quarantine of released ones, reused once it holds ODX__BUF_QUARANTINE */

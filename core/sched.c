@@ -217,6 +217,9 @@ static int place_least_loaded(odx_context *ctx, odx__task *t)
 		cost = 2L * atomic_load_explicit(&dev->load, memory_order_relaxed);
 		if (missing_bytes(t, dev) > 0)
 			cost += 2;
+		/* on a tie, the worker whose completion made it ready keeps it: no hand-off */
+		if (d == odx__worker_device)
+			cost -= 1;
 		if (best < 0 || cost < best_cost) {
 			best = d;
 			best_cost = cost;
@@ -355,14 +358,117 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 		return;
 	}
 	rc = queue_push(&dev->ready, t);
+	bool busy = false;
 	if (rc == 0) {
 		atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
 		if (dev->sleeping)
 			pthread_cond_signal(&dev->cond);
+		else
+			busy = true;
 	}
 	pthread_mutex_unlock(&dev->lock);
 	if (rc)
 		push_failed(t);
+	/* Not for dev's own worker: it takes the task as soon as its current one ends. */
+	else if (busy && ctx->steal && odx__worker_device != d && atomic_load(&ctx->nsleeping) > 0)
+		odx__sched_wake_thief(ctx, dev);
+}
+
+/* ---- work stealing between devices that share a memory --------------------------------------- */
+
+/* Devices whose queues `dev` may take from: others on its memory node (CPU devices sharing a
+ * NUMA node's memory), where a task runs with no copy whichever of them takes it. */
+static bool steal_peer(const odx_context *ctx, const odx__device *dev, const odx__device *v)
+{
+	return v != dev && v->memnode == dev->memnode && ctx->steal &&
+	       !atomic_load_explicit(&v->lost, memory_order_relaxed);
+}
+
+/* `any`: is there a peer at all; else: may a peer have a task to take (a load of 2: one task
+ * running there and one waiting behind it). */
+bool odx__sched_stealable(odx_context *ctx, const odx__device *dev, bool any)
+{
+	int d;
+
+	if (!ctx->steal)
+		return false;
+	for (d = 0; d < ctx->ndevices; d++)
+		if (steal_peer(ctx, dev, &ctx->devices[d]) &&
+		    (any || atomic_load_explicit(&ctx->devices[d].load, memory_order_relaxed) >= 2))
+			return true;
+	return false;
+}
+
+/* How far down a victim's queue a thief looks past tasks forced onto the victim. */
+#define STEAL_LOOK 8
+
+/* The most urgent ready task of a busy device sharing dev's memory that dev can run, or NULL.
+ * Called with dev->lock held, which it drops while it looks at the others (no thread ever holds
+ * two device locks: two thieves never wait on each other) and takes again before it returns: the
+ * caller looks at dev's own queues again then. Staged and chained tasks stay where their inputs
+ * were prepared. A wake_thief meanwhile sets dev->kicked. */
+odx__task *odx__sched_steal(odx_context *ctx, odx__device *dev)
+{
+	odx__task *t = NULL;
+	int i;
+
+	dev->kicked = false;
+	pthread_mutex_unlock(&dev->lock);
+	for (i = 1; i < ctx->ndevices && !t; i++) {
+		odx__device *v = &ctx->devices[(dev->index + i) % ctx->ndevices];
+
+		if (!steal_peer(ctx, dev, v) ||
+		    atomic_load_explicit(&v->load, memory_order_relaxed) < 2)
+			continue;
+		pthread_mutex_lock(&v->lock);
+		/* the victim's worker runs its own next task; take the most urgent of those waiting
+		 * behind it that dev may run (not one forced there) */
+		if (v->ready.n > (v->sleeping ? 1 : 0)) {
+			odx__task *head[STEAL_LOOK];
+			int k, n = odx__queue_peek_n(&v->ready, head, STEAL_LOOK);
+
+			for (k = v->sleeping ? 1 : 0; k < n && !t; k++)
+				if (!head[k]->device_mask_only && odx__device_can_run(ctx, dev, head[k]))
+					t = head[k];
+			if (t)
+				queue_take(&v->ready, t);
+		}
+		if (t) {
+			atomic_fetch_sub_explicit(&v->load, 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&dev->stolen, 1, memory_order_relaxed);
+			t->device = dev->index;
+		}
+		pthread_mutex_unlock(&v->lock);
+	}
+	pthread_mutex_lock(&dev->lock);
+	return t;
+}
+
+/* Tasks wait on busy `dev` (queued there by another thread than its worker, or left behind the
+ * one its worker just took): a sleeping worker that shares its memory may take them (steal) rather
+ * than let them wait for dev's current task. */
+void odx__sched_wake_thief(odx_context *ctx, odx__device *dev)
+{
+	int d;
+
+	for (d = 0; d < ctx->ndevices; d++) {
+		odx__device *v = &ctx->devices[d];
+		bool woke = false;
+
+		if (!steal_peer(ctx, dev, v))
+			continue;
+		pthread_mutex_lock(&v->lock);
+		if (v->sleeping) {
+			/* it may be between its last look and its wait, its lock dropped (steal) */
+			v->kicked = true;
+			pthread_cond_signal(&v->cond);
+			woke = true;
+		}
+		pthread_mutex_unlock(&v->lock);
+		if (woke)
+			return;
+	}
 }
 
 /* Takes the next task for `dev`: staged tasks first (their inputs are there), then its own ready
@@ -379,16 +485,16 @@ odx__task *odx__sched_next(odx_context *ctx, odx__device *dev)
 	}
 	if (dev->ready.n > 0)
 		return queue_pop(&dev->ready);
-	if (!ctx->use_shared)
-		return NULL;
-	pthread_mutex_lock(&ctx->shared_lock);
-	if (ctx->shared.n > 0 && odx__device_can_run(ctx, dev, queue_peek(&ctx->shared))) {
-		t = queue_pop(&ctx->shared);
-		atomic_fetch_sub(&ctx->shared_count, 1);
-		t->device = dev->index;
-		atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
+	if (ctx->use_shared) {
+		pthread_mutex_lock(&ctx->shared_lock);
+		if (ctx->shared.n > 0 && odx__device_can_run(ctx, dev, queue_peek(&ctx->shared))) {
+			t = queue_pop(&ctx->shared);
+			atomic_fetch_sub(&ctx->shared_count, 1);
+			t->device = dev->index;
+			atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
+		}
+		pthread_mutex_unlock(&ctx->shared_lock);
 	}
-	pthread_mutex_unlock(&ctx->shared_lock);
 	return t;
 }
 

@@ -307,11 +307,13 @@ void odx__stats_print(odx_context *ctx)
 		double busy = (double)atomic_load(&dev->busy_ns) / 1e9;
 
 		snprintf(line, sizeof(line),
-			 "  device %d (%s): %llu tasks (%llu launched behind their predecessor), "
+			 "  device %d (%s): %llu tasks (%llu launched behind their predecessor, "
+			 "%llu taken from devices sharing its memory), "
 			 "%llu reads and writes copied behind theirs, busy %.3f s (%.0f%% of the "
 			 "run)",
 			 d, dev->name, (unsigned long long)atomic_load(&dev->tasks_run),
 			 (unsigned long long)atomic_load(&dev->chained),
+			 (unsigned long long)atomic_load(&dev->stolen),
 			 (unsigned long long)atomic_load(&dev->copied_behind), busy,
 			 wall > 0 ? 100.0 * busy / wall : 0.0);
 		emit(ctx, stderr, line);

@@ -285,14 +285,25 @@ static void stage_ahead(odx_context *ctx, odx__device *dev)
 /* With dev->lock held: the next task for the worker. Tasks whose inputs arrived come first; then,
  * while tasks wait for room, only the head of that queue and only when room may have appeared
  * (no new task is taken meanwhile: the head gets the next room). */
-static odx__task *next_task(odx_context *ctx, odx__device *dev)
+/* `steal`: with nothing of its own, it may take a task queued behind a busy device that shares
+ * its memory (never while filling a batch: a worker with work does not take others'). */
+static odx__task *next_task(odx_context *ctx, odx__device *dev, bool steal)
 {
+	odx__task *t;
+
 	/* A submitting thread is launching here: one launcher per device at a time. */
 	if (dev->inline_running)
 		return NULL;
-	if (!dev->memwait_head || dev->staged_n > 0)
-		return odx__sched_next(ctx, dev);
-	return memwait_pop(dev, true);
+	if (dev->memwait_head && dev->staged_n == 0)
+		return memwait_pop(dev, true);
+	t = odx__sched_next(ctx, dev);
+	if (!t && steal && dev->steal_peers && !dev->stop) {
+		t = odx__sched_steal(ctx, dev);
+		/* its lock was dropped: what was queued here meanwhile */
+		if (!t && !dev->inline_running)
+			t = odx__sched_next(ctx, dev);
+	}
+	return t;
 }
 
 /* Prefetch: while data is moving for this device, the inputs of the next tasks queued here
@@ -487,6 +498,7 @@ static void run(odx__task *t, odx__device *dev)
 }
 
 _Thread_local bool odx__submitting;
+_Thread_local int odx__worker_device = -1;
 
 void odx__run_inline(odx__device *dev, odx__task *t)
 {
@@ -527,7 +539,8 @@ static bool poll_for_work(odx_context *ctx, odx__device *dev)
 	deadline = odx__now_ns() + ctx->idle_spin_ns;
 	for (;;) {
 		if (atomic_load_explicit(&dev->load, memory_order_relaxed) > 0 ||
-		    (ctx->use_shared && atomic_load_explicit(&ctx->shared_count, memory_order_relaxed) > 0))
+		    (ctx->use_shared && atomic_load_explicit(&ctx->shared_count, memory_order_relaxed) > 0) ||
+		    (dev->steal_peers && odx__sched_stealable(ctx, dev, false)))
 			return true;
 		if ((++i & 63) == 0 && odx__now_ns() > deadline)
 			return false;
@@ -548,18 +561,19 @@ static void *worker_loop(void *p)
 	char name[16];
 
 	free(p);
+	odx__worker_device = dev->index;
 	snprintf(name, sizeof(name), "odx-dev%d", dev->index);
 	pthread_setname_np(pthread_self(), name);
 	if (ctx->bind)
 		odx__topo_bind_self(ctx->topo, odx__device_bind_slot(dev));
 	pthread_mutex_lock(&dev->lock);
 	for (;;) {
-		t = next_task(ctx, dev);
+		t = next_task(ctx, dev, true);
 		if (!t && !dev->stop && !dev->memwait_head) {
 			pthread_mutex_unlock(&dev->lock);
 			poll_for_work(ctx, dev);
 			pthread_mutex_lock(&dev->lock);
-			t = next_task(ctx, dev);
+			t = next_task(ctx, dev, true);
 		}
 		if (!t) {
 			if (dev->stop)
@@ -567,22 +581,31 @@ static void *worker_loop(void *p)
 			dev->sleeping = true;
 			atomic_fetch_add(&ctx->nsleeping, 1);
 			/* Re-check the shared queue after announcing sleep (see wake_one_sleeper). */
-			t = next_task(ctx, dev);
-			if (!t)
+			t = next_task(ctx, dev, true);
+			/* a signal that came while a steal had dropped the lock was lost: `kicked`
+			 * and `stop` say so */
+			if (!t && !dev->kicked && !dev->stop)
 				pthread_cond_wait(&dev->cond, &dev->lock);
+			dev->kicked = false;
 			atomic_fetch_sub(&ctx->nsleeping, 1);
 			dev->sleeping = false;
 			if (!t)
 				continue;
 		}
 		/* Take a few at once: one lock round trip for several small tasks. The shared eager
-		 * queue gives one at a time so idle workers share it. */
+		 * queue gives one at a time so idle workers share it, and so does a device whose
+		 * queue other workers may take from (a batch would hold its tasks out of their reach
+		 * behind a long one). */
 		batch[0] = t;
 		nbatch = 1;
-		while (!ctx->use_shared && nbatch < WORKER_BATCH &&
-		       (t = next_task(ctx, dev)) != NULL)
+		while (!ctx->use_shared && !dev->steal_peers && nbatch < WORKER_BATCH &&
+		       (t = next_task(ctx, dev, false)) != NULL)
 			batch[nbatch++] = t;
+		bool behind = dev->steal_peers && dev->ready.n > 0;
 		pthread_mutex_unlock(&dev->lock);
+		/* tasks wait behind the one it took: an idle peer sharing its memory may take them */
+		if (behind && atomic_load(&ctx->nsleeping) > 0)
+			odx__sched_wake_thief(ctx, dev);
 		fetching = false;
 		for (i = 0; i < nbatch; i++) {
 			odx__task *bt = batch[i];
@@ -619,6 +642,8 @@ int odx__workers_start(odx_context *ctx)
 {
 	int d;
 
+	for (d = 0; d < ctx->ndevices; d++)
+		ctx->devices[d].steal_peers = odx__sched_stealable(ctx, &ctx->devices[d], true);
 	for (d = 0; d < ctx->ndevices; d++) {
 		odx__device *dev = &ctx->devices[d];
 		worker_arg *wa = malloc(sizeof(*wa));

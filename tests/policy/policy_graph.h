@@ -65,7 +65,9 @@ static void write_file(const char *path, const char *text)
 	assert_int_equal(fclose(f), 0);
 }
 
-/* A context of two host devices running `policy` with a call budget of `budget_us`. */
+/* A context of two host devices running `policy` with a call budget of `budget_us`. Work stealing
+ * is off: the tests check where the policy placed each task, and an idle device sharing the
+ * memory would otherwise take some (sched.steal, a default for users). */
 static odx_context *open_with(const char *policy, const char *budget_us, odx_config **cfgp)
 {
 	odx_config *cfg = NULL;
@@ -75,6 +77,7 @@ static odx_context *open_with(const char *policy, const char *budget_us, odx_con
 	assert_ok(odx_config_create(&cfg));
 	assert_ok(odx_config_set(cfg, "host.devices", "2"));
 	assert_ok(odx_config_set(cfg, "host.bind", "false"));
+	assert_ok(odx_config_set(cfg, "sched.steal", "false"));
 	assert_ok(odx_config_set(cfg, "policy", policy));
 	assert_ok(odx_config_set(cfg, "policy.budget", budget_us));
 	assert_ok(odx_config_set(cfg, "log", "warn"));
