@@ -245,7 +245,7 @@ struct odx__task {
 	odx_arg inline_args[ODX__INLINE_ARGS];
 	uint32_t grid[3], block[3];
 	_Atomic int priority;       /* atomic: a transfer's is raised while workers may read it */
-	int device_mask_only;       /* opts.device: 0 any, d+1 forced */
+	int device_mask_only;       /* 0 any, d+1 forced to device d (odx_task_opts) */
 	char tag[ODX__TAG_MAX];
 
 	/* graph */

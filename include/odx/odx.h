@@ -500,12 +500,27 @@ typedef struct odx_arg {
 enum {
 	/* Return ODX_EAGAIN instead of blocking when the context's in-flight bound is reached. */
 	ODX_SUBMIT_NONBLOCK = 1u << 0,
+	/* odx_task_opts.on_device says where the task runs (without it: any device). */
+	ODX_SUBMIT_ON_DEVICE = 1u << 1,
 };
 
-/** Options of one submission. Zero-initialise; every zero field means "default". */
+/** odx_task_opts.on_device: the task may run on any device. */
+#define ODX_DEVICE_ANY (-1)
+
+/**
+ * Options of one submission. Zero-initialise (`odx_task_opts o = {0}`); every zero field means
+ * "default", so a zeroed struct runs the task on any device.
+ *
+ * To run a task on device d (a plain index, 0 .. odx_device_count()-1), set both
+ * `.flags = ODX_SUBMIT_ON_DEVICE` and `.on_device = d`: the flag is what makes the index count, so
+ * that a zero-initialised struct never pins a task to device 0. `.on_device = ODX_DEVICE_ANY` with
+ * the flag means any device too. The older `device` field (0 any, d+1 device d) still works for
+ * this release and is then removed (docs/api.md, "Migration"); setting both is refused.
+ */
 typedef struct odx_task_opts {
 	int priority;       /* higher runs first among ready tasks of one device; default 0 */
-	int device;         /* 0: any; d+1: only on device d (must be able to run the kernel) */
+	int device;         /* legacy, removed after this release: 0 any; d+1 only on device d.
+			     * Use flags ODX_SUBMIT_ON_DEVICE and on_device instead. */
 	const char *tag;    /* shown in traces and error messages (copied, 63 chars kept) */
 	/* Refused (ODX_EINVAL) at submission: a grid whose group count, block whose work-item
 	 * count, or launch whose total work-items overflow 64 bits; for built-in kernels, more
@@ -513,6 +528,10 @@ typedef struct odx_task_opts {
 	uint32_t grid[3];   /* work-groups per dimension; 0 is read as 1 */
 	uint32_t block[3];  /* work-items per group per dimension; 0 is read as 1 */
 	unsigned flags;     /* ODX_SUBMIT_* */
+	/* Read only with ODX_SUBMIT_ON_DEVICE in flags: the device the task must run on (it must
+	 * be able to run the kernel), or ODX_DEVICE_ANY. Added at the end: a program built against
+	 * an older odx.h never sets the flag, so the library never reads past its struct. */
+	int on_device;
 } odx_task_opts;
 
 /** Completion of one task (or of an internal operation). Reference counted. */

@@ -221,7 +221,9 @@ static int axpy(odx_context *ctx, odx_kernel *k, odx_buffer *x, odx_buffer *y, f
 		int device, char *msg, size_t msglen)
 {
 	odx_arg args[4] = {ODX_BUF(x, ODX_R), ODX_BUF(y, ODX_RW), ODX_F32(a), ODX_I32(n)};
-	odx_task_opts opts = {.device = device, .grid = {(uint32_t)(n + 255) / 256, 1, 1},
+	odx_task_opts opts = {.flags = ODX_SUBMIT_ON_DEVICE,
+			      .on_device = device ? device - 1 : ODX_DEVICE_ANY,
+			      .grid = {(uint32_t)(n + 255) / 256, 1, 1},
 			      .block = {256, 1, 1}};
 	odx_event *ev = NULL;
 	int rc = odx_submit(ctx, k, args, 4, &opts, &ev);
@@ -635,7 +637,10 @@ static void fake_driver_lost_device_others_run(void **state)
 		.entry = "odx_test_fault",
 	};
 	const char *name = is_cuda ? "CUDA_ERROR_ILLEGAL_ADDRESS (700)" : "hipErrorIllegalAddress (700)";
-	odx_task_opts on_first = {.device = 1, .grid = {1, 1, 1}, .block = {1, 1, 1}};
+	odx_task_opts on_first = {.flags = ODX_SUBMIT_ON_DEVICE,
+				  .on_device = 0,
+				  .grid = {1, 1, 1},
+				  .block = {1, 1, 1}};
 	float xs[N], out[N];
 	odx_context *ctx;
 	odx_kernel *k, *fk;

@@ -137,7 +137,8 @@ static void stream_run(struct stream *s)
 	for (int t = 0; t < s->ntasks; t++) {
 		int b = (int)test_rand_below(&rng, NSTREAMBUF);
 		int c = (b + 1 + (int)test_rand_below(&rng, NSTREAMBUF - 1)) % NSTREAMBUF;
-		odx_task_opts opts = {.device = 1 + (int)test_rand_below(&rng, (unsigned)ndev)};
+		odx_task_opts opts = {.flags = ODX_SUBMIT_ON_DEVICE,
+				      .on_device = (int)test_rand_below(&rng, (unsigned)ndev)};
 
 		if (test_rand_below(&rng, 2) == 0) {
 			STREAM_CHECK(s, odx_submit(s->ctx, step,
@@ -251,7 +252,8 @@ static void test_contexts_independent(void **state)
 	/* the same kernel name runs each context's own function */
 	assert_ok(odx_buffer_create(b, sizeof(got), 0, &bb));
 	assert_ok(odx_submit(b, kb, (odx_arg[]){ODX_BUF(bb, 0), ODX_I64(4)}, 2,
-			     &(odx_task_opts){.device = 3}, NULL));
+			     &(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 2},
+			     NULL));
 	assert_ok(odx_wait_all(b, TEST_TIMEOUT_MS));
 	assert_ok(odx_buffer_read(bb, 0, got, sizeof(got), TEST_TIMEOUT_MS));
 	for (int i = 0; i < N; i++)
@@ -260,7 +262,7 @@ static void test_contexts_independent(void **state)
 	assert_ok(odx_buffer_destroy(bb));
 	assert_ok(odx_buffer_create(a, sizeof(got), 0, &bb));
 	assert_rc(odx_submit(a, ka, (odx_arg[]){ODX_BUF(bb, 0), ODX_I64(4)}, 2,
-			     &(odx_task_opts){.device = 3}, NULL),
+			     &(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 2}, NULL),
 		  ODX_EINVAL);
 	assert_ok(odx_buffer_destroy(bb));
 	/* closing one leaves the other running */
@@ -366,7 +368,9 @@ static void test_open_close_loop(void **state)
 		assert_ok(odx_buffer_create(ctx, sizeof(got), 0, &b));
 		for (int d = 0; d < 1 + i % 4; d++)
 			assert_ok(odx_submit(ctx, add, (odx_arg[]){ODX_BUF(b, 0), ODX_I64(i)}, 2,
-					     &(odx_task_opts){.device = d + 1}, NULL));
+					     &(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE,
+							      .on_device = d},
+					     NULL));
 		assert_ok(odx_buffer_read(b, 0, got, sizeof(got), TEST_TIMEOUT_MS));
 		assert_int_equal(got[0], (uint64_t)(i * (1 + i % 4)));
 		assert_ok(odx_buffer_destroy(b));
