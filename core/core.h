@@ -363,7 +363,8 @@ struct odx__device {
 	int index;
 	int memnode;
 	const odx_backend_ops *ops;
-	odx_backend_kind kind;
+	odx_backend_kind kind;      /* ODX_BACKEND_OTHER for a kind without a constant */
+	const char *kind_name;      /* its kind by name: static, or the descriptor's name */
 	void *bdev;                 /* backend device state */
 	odx_backend_device_props props;
 	char name[160];
