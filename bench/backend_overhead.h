@@ -162,7 +162,8 @@ static void run_odx(const char *backend, const char *allow_key, const odx_kernel
 	float x[SMALL_N], *hx, *hy;
 	odx_task_opts o = {.grid = {(SMALL_N + block - 1) / block, 1, 1},
 			   .block = {block, 1, 1},
-			   .device = 1};
+			   .flags = ODX_SUBMIT_ON_DEVICE,
+			   .on_device = 0};
 	odx_arg args[4];
 	double t0;
 	int i;

@@ -170,7 +170,8 @@ static void run_tasks(struct bench *b, enum variant v, long n, double *submit_s,
 	for (long i = 0; i < n; i++) {
 		if (v == VAR_2BUF)
 			args[1] = ODX_BUF(b->pool[i % POOL_SIZE], ODX_RW);
-		opts.device = (int)(i % ndev) + 1;
+		opts.flags = ODX_SUBMIT_ON_DEVICE;
+		opts.on_device = (int)(i % ndev);
 		rc = odx_submit(b->ctx, kernel, nargs ? args : NULL, nargs,
 				v == VAR_2BUF_ALT ? &opts : NULL, NULL);
 		if (rc < 0)

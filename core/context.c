@@ -26,6 +26,17 @@ ODX_API const char *odx_backend_kind_name(odx_backend_kind kind)
 	return names[kind];
 }
 
+/* A backend's kind: its descriptor's constant, or its own name for a kind without one (a
+ * vendor odx.h does not list declares ODX_BACKEND_OTHER). */
+static void backend_kind(const odx_backend_descriptor *desc, odx_backend_kind *kind,
+			 const char **name)
+{
+	bool known = desc->kind >= 0 && desc->kind < ODX_BACKEND_KIND_COUNT;
+
+	*kind = known ? desc->kind : ODX_BACKEND_OTHER;
+	*name = known ? odx_backend_kind_name(desc->kind) : desc->name;
+}
+
 /* ---- callbacks offered to backends ---------------------------------------------------------- */
 
 static int env_bind_thread(void *core, unsigned slot)
@@ -229,7 +240,7 @@ static int open_devices(odx_context *ctx, char *err, size_t errlen)
 
 			dev->index = ctx->ndevices;
 			dev->ops = slot->ops;
-			dev->kind = slot->module.desc->kind;
+			backend_kind(slot->module.desc, &dev->kind, &dev->kind_name);
 			pthread_mutex_init(&dev->lock, NULL);
 			pthread_cond_init(&dev->cond, NULL);
 			rc = slot->ops->device_open(slot->state, i, dev->index, &dev->props,
@@ -575,6 +586,7 @@ ODX_API int odx_device_get_info(odx_context *ctx, int device, odx_device_info *o
 		.compute_lanes = dev->props.compute_lanes,
 		.copy_lanes = dev->props.copy_lanes,
 		.threads = dev->props.threads,
+		.kind_name = dev->kind_name,
 	};
 	return 0;
 }

@@ -256,7 +256,7 @@ struct odx__task {
 	odx_arg inline_args[ODX__INLINE_ARGS];
 	uint32_t grid[3], block[3];
 	_Atomic int priority;       /* atomic: a transfer's is raised while workers may read it */
-	int device_mask_only;       /* opts.device: 0 any, d+1 forced */
+	int device_mask_only;       /* 0 any, d+1 forced to device d (odx_task_opts) */
 	char tag[ODX__TAG_MAX];
 
 	/* graph */
@@ -375,7 +375,8 @@ struct odx__device {
 	int index;
 	int memnode;
 	const odx_backend_ops *ops;
-	odx_backend_kind kind;
+	odx_backend_kind kind;      /* ODX_BACKEND_OTHER for a kind without a constant */
+	const char *kind_name;      /* its kind by name: static, or the descriptor's name */
 	void *bdev;                 /* backend device state */
 	odx_backend_device_props props;
 	char name[160];

@@ -14,6 +14,7 @@ static void kernel_free(odx_kernel *k)
 	for (i = 0; i < k->nvariants; i++) {
 		free((void *)k->variants[i].code);
 		free((void *)k->variants[i].entry);
+		free((void *)k->variants[i].backend_name);
 	}
 	for (i = 0; i < k->nparams; i++)
 		free((void *)k->params[i].name);
@@ -66,20 +67,59 @@ static int check_params(odx_context *ctx, const char *name, const odx_param *par
 	return 0;
 }
 
+/* The legacy constant of kind `name`, or ODX_BACKEND_OTHER when it has none. */
+static odx_backend_kind kind_of_name(const char *name)
+{
+	int k;
+
+	for (k = 0; k < ODX_BACKEND_KIND_COUNT; k++)
+		if (strcmp(name, odx_backend_kind_name((odx_backend_kind)k)) == 0)
+			return (odx_backend_kind)k;
+	return ODX_BACKEND_OTHER;
+}
+
+/* The copy names its backend kind both ways, consistently: backends built before backend_name
+ * existed read only `backend`, newer ones and the core's matching read the name. */
+static int copy_variant_kind(odx_context *ctx, const char *name, const odx_kernel_variant *in,
+			     odx_kernel_variant *out)
+{
+	const char *kind;
+
+	if (in->backend_name) {
+		if (!in->backend_name[0])
+			return odx__fail(ctx, ODX_EINVAL,
+					 "odx_kernel_create: kernel '%s': empty backend_name", name);
+		kind = in->backend_name;
+		out->backend = kind_of_name(kind);
+	} else {
+		if (in->backend < 0 || in->backend >= ODX_BACKEND_KIND_COUNT)
+			return odx__fail(ctx, ODX_EINVAL,
+					 "odx_kernel_create: kernel '%s': bad backend %d (name "
+					 "other kinds with backend_name)",
+					 name, (int)in->backend);
+		kind = odx_backend_kind_name(in->backend);
+	}
+	out->backend_name = strdup(kind);
+	return out->backend_name ? 0 : ODX_ENOMEM;
+}
+
 static int copy_variant(odx_context *ctx, const char *name, const odx_kernel_variant *in,
 			odx_kernel_variant *out)
 {
+	int rc;
+
 	*out = *in;
 	out->code = NULL;
 	out->entry = NULL;
-	if (in->backend < 0 || in->backend >= ODX_BACKEND_KIND_COUNT)
-		return odx__fail(ctx, ODX_EINVAL, "odx_kernel_create: kernel '%s': bad backend %d",
-				 name, (int)in->backend);
-	if (in->format == ODX_FORMAT_HOST_CALL && in->backend != ODX_BACKEND_HOST)
+	out->backend_name = NULL;
+	rc = copy_variant_kind(ctx, name, in, out);
+	if (rc)
+		return rc;
+	if (in->format == ODX_FORMAT_HOST_CALL && out->backend != ODX_BACKEND_HOST)
 		return odx__fail(ctx, ODX_EINVAL,
 				 "odx_kernel_create: kernel '%s': a one-call variant "
 				 "(ODX_FORMAT_HOST_CALL) is for backend host, not %s",
-				 name, odx_backend_kind_name(in->backend));
+				 name, out->backend_name);
 	if (in->format == ODX_FORMAT_HOST_FN || in->format == ODX_FORMAT_HOST_CALL) {
 		if (!in->host_fn)
 			return odx__fail(ctx, ODX_EINVAL,
@@ -91,7 +131,7 @@ static int copy_variant(odx_context *ctx, const char *name, const odx_kernel_var
 	if (!in->code || in->code_size == 0)
 		return odx__fail(ctx, ODX_EINVAL,
 				 "odx_kernel_create: kernel '%s': %s variant without code", name,
-				 odx_backend_kind_name(in->backend));
+				 out->backend_name);
 	out->code = malloc(in->code_size);
 	if (!out->code)
 		return ODX_ENOMEM;
@@ -136,7 +176,7 @@ static void bind_devices(odx_context *ctx, odx_kernel *k)
 			const odx_kernel_variant *var = &k->variants[v];
 			bool ok = ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, can_run)
 					  ? dev->ops->can_run(dev->bdev, var)
-					  : var->backend == dev->kind;
+					  : strcmp(var->backend_name, dev->kind_name) == 0;
 
 			if (var->format == ODX_FORMAT_HOST_CALL)
 				ok = ok && runs_host_call(ctx, dev);

@@ -850,12 +850,42 @@ static bool feasible_somewhere(odx_context *ctx, const odx_kernel *k, int forced
 	return false;
 }
 
+/* Where opts pin the task, as odx__task.device_mask_only holds it (0 any, d+1 device d: zero
+ * stays "any" in a zeroed task): from on_device under ODX_SUBMIT_ON_DEVICE, else from the legacy
+ * d+1 field. Setting both is refused, so a half-migrated caller cannot pin two ways. */
+static int forced_device(odx_context *ctx, const odx_task_opts *opts, int *forced)
+{
+	if (!(opts->flags & ODX_SUBMIT_ON_DEVICE)) {
+		if (opts->device < 0 || opts->device > ctx->ndevices)
+			return odx__fail(ctx, ODX_EINVAL,
+					 "odx_submit: invalid argument 'opts->device' (%d): the "
+					 "context has %d devices (legacy field: 0 for any, d+1 for "
+					 "device d; prefer ODX_SUBMIT_ON_DEVICE and on_device)",
+					 opts->device, ctx->ndevices);
+		*forced = opts->device;
+		return 0;
+	}
+	if (opts->device != 0)
+		return odx__fail(ctx, ODX_EINVAL,
+				 "odx_submit: opts->device (%d, legacy) and ODX_SUBMIT_ON_DEVICE are "
+				 "both set: use on_device alone",
+				 opts->device);
+	if (opts->on_device != ODX_DEVICE_ANY &&
+	    (opts->on_device < 0 || opts->on_device >= ctx->ndevices))
+		return odx__fail(ctx, ODX_EINVAL,
+				 "odx_submit: invalid argument 'opts->on_device' (%d): the context "
+				 "has %d devices (0 .. %d, or ODX_DEVICE_ANY)",
+				 opts->on_device, ctx->ndevices, ctx->ndevices - 1);
+	*forced = opts->on_device + 1;
+	return 0;
+}
+
 ODX_API int odx_submit(odx_context *ctx, odx_kernel *kernel, const odx_arg *args, int nargs,
 		       const odx_task_opts *opts, odx_event **event)
 {
 	static const odx_task_opts no_opts;
 	odx__task *t;
-	int i, rc;
+	int i, rc, forced = 0;
 
 	if (!ctx)
 		return ODX_EINVAL;
@@ -873,17 +903,14 @@ ODX_API int odx_submit(odx_context *ctx, odx_kernel *kernel, const odx_arg *args
 	rc = check_launch(ctx, kernel, opts);
 	if (rc)
 		return rc;
-	if (opts->device < 0 || opts->device > ctx->ndevices)
-		return odx__fail(ctx, ODX_EINVAL,
-				 "odx_submit: invalid argument 'opts->device' (%d): the context has "
-				 "%d devices (use 0 for any, d+1 for device d)",
-				 opts->device, ctx->ndevices);
-	if (!feasible_somewhere(ctx, kernel, opts->device)) {
-		if (opts->device > 0)
+	rc = forced_device(ctx, opts, &forced);
+	if (rc)
+		return rc;
+	if (!feasible_somewhere(ctx, kernel, forced)) {
+		if (forced > 0)
 			return odx__fail(ctx, ODX_ENOVARIANT,
 					 "odx_submit: kernel '%s' has no variant for device %d (%s)",
-					 kernel->name, opts->device - 1,
-					 ctx->devices[opts->device - 1].name);
+					 kernel->name, forced - 1, ctx->devices[forced - 1].name);
 		return odx__fail(ctx, ODX_ENOVARIANT,
 				 "odx_submit: kernel '%s' has no variant for any of the %d open "
 				 "devices",
@@ -935,7 +962,7 @@ ODX_API int odx_submit(odx_context *ctx, odx_kernel *kernel, const odx_arg *args
 	t->nargs = nargs;
 	t->kernel = kernel;
 	atomic_store_explicit(&t->priority, opts->priority, memory_order_relaxed);
-	t->device_mask_only = opts->device;
+	t->device_mask_only = forced;
 	for (i = 0; i < 3; i++) {
 		t->grid[i] = opts->grid[i] ? opts->grid[i] : 1;
 		t->block[i] = opts->block[i] ? opts->block[i] : 1;

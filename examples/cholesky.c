@@ -181,7 +181,7 @@ static odx_kernel *host_kernel(odx_context *ctx, const char *name, odx_host_fn f
 			       const odx_param *params, int nparams)
 {
 	const odx_kernel_variant variant = {
-		.backend = ODX_BACKEND_HOST, .format = ODX_FORMAT_HOST_FN, .host_fn = fn,
+		.backend_name = "host", .format = ODX_FORMAT_HOST_FN, .host_fn = fn,
 	};
 	odx_kernel *kernel;
 
@@ -552,7 +552,7 @@ int main(int argc, char **argv)
 	printf("cholesky: N=%zu T=%zu tiles=%zux%zu tasks=%zu %s devices=%d (%s: %s)\n", n, t, nt,
 	       nt, nt * (nt + 1) * (nt + 2) / 6 + (std_gemm ? nt * (nt - 1) * (nt - 2) / 6 : 0),
 	       std_gemm ? "f32 std-gemm" : "f64", odx_device_count(ctx),
-	       odx_backend_kind_name(dev.kind), dev.name);
+	       dev.kind_name, dev.name);
 	if (do_check)
 		printf("  verify  %s (||A - L L^T|| / ||A|| = %.3g, bound %.3g)\n",
 		       failed ? "FAILED" : "ok", res, bound);

@@ -202,7 +202,7 @@ int main(int argc, char **argv)
 	odx_device_info dev;
 	check(ctx, odx_device_get_info(ctx, 0, &dev), "odx_device_get_info");
 	printf("saxpy_pipeline: n=%zu blocks=%d steps=%d devices=%d (%s: %s)\n", n, nblocks,
-	       steps, odx_device_count(ctx), odx_backend_kind_name(dev.kind), dev.name);
+	       steps, odx_device_count(ctx), dev.kind_name, dev.name);
 	printf("  time      %.3f s (first submit to odx_wait_all)\n", elapsed);
 	printf("  bandwidth %.2f GB/s moved by the kernels\n", bytes / elapsed * 1e-9);
 	printf("  tasks     %ld, %.0f tasks/s\n", ntasks, ntasks / elapsed);

@@ -274,7 +274,7 @@ int main(int argc, char **argv)
 	odx_device_info dev;
 	check(ctx, odx_device_get_info(ctx, 0, &dev), "odx_device_get_info");
 	printf("tiled_gemm: N=%zu T=%zu tiles=%zux%zu tasks=%zu devices=%d (%s: %s)\n", n, t, nt,
-	       nt, 2 * nt * nt * nt, odx_device_count(ctx), odx_backend_kind_name(dev.kind),
+	       nt, 2 * nt * nt * nt, odx_device_count(ctx), dev.kind_name,
 	       dev.name);
 	printf("  verify  %s (%zu of %zu elements checked wrong, worst relative error %.2g)\n",
 	       bad ? "FAILED" : "ok", bad, checked, worst);

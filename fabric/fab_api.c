@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fab_api.c - the calls of fabric.h made on callers' threads: queries, submissions (messages,
- * transfers, aborts), barriers, statistics and the test hook that sends garbage. Separate: the
- * only code that runs on callers' threads; it hands work to the progress role through the
- * submission lists under f->lock and never touches libfabric objects.
+ * transfers, aborts), barriers and statistics. Separate: the only code that runs on callers'
+ * threads; it hands work to the progress role through the submission lists under f->lock and
+ * never touches libfabric objects.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -81,7 +81,7 @@ static void submit_op(odx_fab *f, struct fab_op *op)
 
 /* With f->lock held: queues op for dst unless dst is failed or unknown (then frees it), releases
  * the lock and wakes the progress thread. */
-static int submit_to_peer_unlock(odx_fab *f, int dst, struct fab_op *op)
+int fab_submit_to_peer_unlock(odx_fab *f, int dst, struct fab_op *op)
 {
 	int ret = check_peer_locked(f, dst);
 
@@ -104,7 +104,7 @@ int odx_fab_send_msg(odx_fab *f, int dst, uint32_t type, const void *payload, si
 	if (!op)
 		return ODX_ENOMEM;
 	pthread_mutex_lock(&f->lock);
-	return submit_to_peer_unlock(f, dst, op);
+	return fab_submit_to_peer_unlock(f, dst, op);
 }
 
 static int submit_xfer(odx_fab *f, bool is_send, int peer, uint64_t key, void *buf, size_t len,
@@ -163,7 +163,7 @@ int odx_fab_send_abort(odx_fab *f, int dst, uint64_t key, int status, const char
 		pthread_mutex_unlock(&f->lock);
 		return ODX_ENOMEM;
 	}
-	return submit_to_peer_unlock(f, dst, op);
+	return fab_submit_to_peer_unlock(f, dst, op);
 }
 
 int odx_fab_send(odx_fab *f, int dst, uint64_t key, const void *src, size_t len,
@@ -305,78 +305,4 @@ int odx_fab_peer_addr(const odx_fab *f, int rank, char *buf, size_t n)
 		return ODX_ENOENT;
 	snprintf(buf, n, "%s", f->peer_str[rank]);
 	return 0;
-}
-
-int odx__fab_send_garbage(odx_fab *f, int dst, odx_fab_garbage kind, uint64_t seed)
-{
-	if (!f || dst < 0 || dst >= f->size || dst == f->rank || kind >= ODX_FAB_GARBAGE_COUNT ||
-	    (kind == ODX_FAB_GARBAGE_DATA && seed >> FAB_KEY_BITS))
-		return ODX_EINVAL;
-	uint64_t rng = seed * 0x9e3779b97f4a7c15ull + (uint64_t)kind;
-	struct fab_op *op = op_new(OP_CTRL_TX, dst, FAB_CTRL_BUF);
-	if (!op)
-		return ODX_ENOMEM;
-	op->raw = true;
-	op->exempt = true;
-	struct fab_hdr h = {FAB_MAGIC,
-			    FAB_VERSION,
-			    FAB_MSG_HEARTBEAT,
-			    f->wu.job_key,
-			    (uint32_t)f->rank,
-			    0,
-			    UINT64_MAX / 2 + (fab_rand(&rng) >> 8),
-			    0,
-			    0};
-	size_t len = sizeof(h);
-	switch (kind) {
-	case ODX_FAB_GARBAGE_RANDOM:
-		len = 1 + fab_rand(&rng) % (FAB_CTRL_BUF - 1);
-		for (size_t i = 0; i < len; i++)
-			op->buf[i] = (unsigned char)fab_rand(&rng);
-		break;
-	case ODX_FAB_GARBAGE_TRUNCATED:
-		len = 1 + fab_rand(&rng) % (sizeof(h) - 1);
-		break;
-	case ODX_FAB_GARBAGE_MAGIC:
-		h.magic = (uint32_t)fab_rand(&rng) | 1u;
-		if (h.magic == FAB_MAGIC)
-			h.magic ^= 2;
-		break;
-	case ODX_FAB_GARBAGE_VERSION:
-		h.version = FAB_VERSION + 1 + (uint16_t)(fab_rand(&rng) % 100);
-		break;
-	case ODX_FAB_GARBAGE_JOB_KEY:
-		h.job_key = ~f->wu.job_key;
-		break;
-	case ODX_FAB_GARBAGE_LENGTH:
-		h.payload_len = 0x7fffffffu;
-		len = sizeof(h) + 16;
-		break;
-	case ODX_FAB_GARBAGE_SENDER:
-		h.src = (uint32_t)dst;
-		break;
-	case ODX_FAB_GARBAGE_TYPE:
-		h.type = FAB_MSG_TYPE_END + (uint16_t)(fab_rand(&rng) % 100);
-		break;
-	case ODX_FAB_GARBAGE_DATA:
-		op->tag = fab_data_tag(seed, 0);
-		op->cq_data = fab_rand(&rng);
-		/* lengths step through short, equal and overlong between calls with one key */
-		len = 1 + (size_t)atomic_fetch_add(&f->garbage_calls, 1) * 1999 % 6000;
-		for (size_t i = 0; i < len; i++)
-			op->buf[i] = (unsigned char)fab_rand(&rng);
-		break;
-	case ODX_FAB_GARBAGE_REPLAY:
-	default:
-		break;
-	}
-	if (kind != ODX_FAB_GARBAGE_RANDOM && kind != ODX_FAB_GARBAGE_DATA)
-		memcpy(op->buf, &h, len < sizeof(h) ? len : sizeof(h));
-	pthread_mutex_lock(&f->lock);
-	if (kind == ODX_FAB_GARBAGE_REPLAY && f->last_ctrl_len && f->last_ctrl_peer == dst) {
-		memcpy(op->buf, f->last_ctrl, f->last_ctrl_len);
-		len = f->last_ctrl_len;
-	}
-	op->len = len;
-	return submit_to_peer_unlock(f, dst, op);
 }

@@ -150,14 +150,6 @@ static int op_post(odx_fab *f, struct fab_op *op)
 	 * longer than the peer timeout on a slow link, or never reach the peer's layer at all. */
 	if (p && op->kind == OP_CTRL_TX)
 		p->last_sent = f->now;
-	/* keep a copy of small messages for the replay test hook (cheap: headers and tiny bodies) */
-	if (op->kind == OP_CTRL_TX && !op->raw && op->len <= 128) {
-		pthread_mutex_lock(&f->lock);
-		memcpy(f->last_ctrl, op->buf, op->len);
-		f->last_ctrl_len = op->len;
-		f->last_ctrl_peer = op->peer;
-		pthread_mutex_unlock(&f->lock);
-	}
 	return 0;
 }
 

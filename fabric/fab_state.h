@@ -102,7 +102,7 @@ struct fab_op {
 	struct fid_mr *mr;
 	void *desc;
 	uint64_t tag, rma_addr, rma_key;
-	uint64_t cq_data; /* raw OP_CTRL_TX with a data tag (the garbage hook) */
+	uint64_t cq_data; /* raw OP_CTRL_TX with a data tag (the tests' forged chunks) */
 	int rail;	  /* OP_CTRL_RX: the endpoint it is posted on */
 	bool detached;	  /* a data op its transfer gave up on: only released when it comes back */
 	bool sink;	  /* OP_DATA_RX: a second iov into the sink takes bytes beyond the chunk */
@@ -287,10 +287,6 @@ struct odx_fab {
 	int failed_peer;
 	char failed_why[256];
 	atomic_bool closing;
-	unsigned char last_ctrl[128]; /* for the replay test hook (under lock) */
-	size_t last_ctrl_len;
-	int last_ctrl_peer;
-	atomic_uint garbage_calls;
 
 	_Atomic uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv, bad_msgs, retries, eagain,
 		transfers, lane_bytes;
@@ -537,6 +533,12 @@ void fab_bad(odx_fab *f, const char *fmt, ...);
 void fab_cond_init_monotonic(pthread_cond_t *cond);
 int fab_mr_register(odx_fab *f, struct fab_rail *rl, const void *buf, size_t len, uint64_t access,
 		    struct fid_mr **mr);
+
+/* ---- fab_api.c: submissions ----------------------------------------------------------------- */
+
+/* With f->lock held: queues op for dst unless dst is failed or unknown (then frees it and returns
+ * the peer's error), releases the lock and wakes the progress thread. */
+int fab_submit_to_peer_unlock(odx_fab *f, int dst, struct fab_op *op);
 
 /* ---- fab_ctrl.c: control messages and peers -------------------------------------------------- */
 

@@ -170,7 +170,7 @@ void odx_fab_get_stats(const odx_fab *f, odx_fab_stats *s);
  * Returns 0 or an ODX_E* code (buf still holds what could be said). */
 int odx_fab_describe(const odx_fab_params *p, char *buf, size_t n);
 
-/* ---- Tuning, diagnostics and the test hook --------------------------------------------------- */
+/* ---- Tuning and diagnostics ------------------------------------------------------------------ */
 
 /* Transfers of at least `bytes` use the fi_read pull when the provider allows it; SIZE_MAX turns
  * the pull off. The default comes from the measured quirk table or ODX_FAB_PULL_MIN. Collective in
@@ -179,25 +179,7 @@ void odx_fab_set_pull_min(odx_fab *f, size_t bytes);
 /* The job key this process runs under (64-bit digest of ODX_JOB_KEY or of the PMIx namespace). */
 uint64_t odx_fab_job_key(const odx_fab *f);
 /* The provider's address of rank `rank` as text (fi_av_straddr), e.g. "fi_sockaddr_in://127.0.0.1:4242";
- * 0 or ODX_EINVAL / ODX_ENOENT. For tests (the garbage sender) and diagnostics. */
+ * 0 or ODX_EINVAL / ODX_ENOENT. For tests (a raw TCP client) and diagnostics. */
 int odx_fab_peer_addr(const odx_fab *f, int rank, char *buf, size_t n);
-
-/* Test hook: sends a deliberately malformed control message to `dst` through the real endpoint,
- * so the receiver's header checks run on bytes that reached our layer. */
-typedef enum odx_fab_garbage {
-	ODX_FAB_GARBAGE_RANDOM,	   /* random bytes, random length */
-	ODX_FAB_GARBAGE_TRUNCATED, /* fewer bytes than a header */
-	ODX_FAB_GARBAGE_MAGIC,	   /* wrong magic */
-	ODX_FAB_GARBAGE_VERSION,   /* unknown protocol version */
-	ODX_FAB_GARBAGE_JOB_KEY,   /* another job's key */
-	ODX_FAB_GARBAGE_LENGTH,	   /* payload length larger than the bytes sent */
-	ODX_FAB_GARBAGE_SENDER,	   /* claims to come from another rank */
-	ODX_FAB_GARBAGE_REPLAY,	   /* an exact copy of an earlier valid message */
-	ODX_FAB_GARBAGE_TYPE,	   /* valid header, unknown internal type */
-	ODX_FAB_GARBAGE_DATA,	   /* a data chunk for key `seed` (chunk 0) with random bytes, a
-				      random length and no valid check */
-	ODX_FAB_GARBAGE_COUNT
-} odx_fab_garbage;
-int odx__fab_send_garbage(odx_fab *f, int dst, odx_fab_garbage kind, uint64_t seed);
 
 #endif /* ODX_FABRIC_H */

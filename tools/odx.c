@@ -113,7 +113,7 @@ static void print_devices(odx_context *ctx)
 		/* compute lanes + copy lanes */
 		snprintf(lanes, sizeof(lanes), "%d+%d", info.compute_lanes, info.copy_lanes);
 		printf("  %3d  %-7s %-32s %11s %7d %7s %7d\n", info.index,
-		       odx_backend_kind_name(info.kind), info.name,
+		       info.kind_name, info.name,
 		       fmt_bytes(info.memory_bytes, mem, sizeof(mem)), info.memnode, lanes,
 		       info.threads);
 	}

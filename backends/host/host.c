@@ -81,7 +81,9 @@ struct host_dev {
 	unsigned threads;
 	unsigned bind_base;
 
-	/* copy lane: two threads taking copies in queue order (they may finish out of order) */
+	/* copy lane: two threads taking copies in queue order (they may finish out of order),
+	 * started by the first copy: host devices sharing the host's memory (host.memnode =
+	 * shared, the default) never copy between each other, so most never need them */
 	pthread_t copy_thread[HOST_COPY_THREADS];
 	unsigned copy_started;
 	pthread_mutex_t copy_lock;
@@ -362,15 +364,6 @@ static int host_device_open(void *state, int index, int odx_device, odx_backend_
 	pthread_mutex_init(&d->pool_lock, NULL);
 	pthread_cond_init(&d->work_cond, NULL);
 	pthread_cond_init(&d->done_cond, NULL);
-	for (i = 0; i < HOST_COPY_THREADS; i++) {
-		if (pthread_create(&d->copy_thread[i], NULL, copy_lane_main, d) != 0)
-			break;
-		d->copy_started++;
-	}
-	if (d->copy_started == 0) {
-		free(d);
-		return ODX_ENOMEM;
-	}
 	d->helpers = calloc(d->threads, sizeof(*d->helpers));
 	if (!d->helpers)
 		goto out_close;
@@ -495,6 +488,16 @@ static int host_mem_map(void *dev, uint64_t handle, void **ptr)
 	return 0;
 }
 
+/* copy_lock held: starts the copy lane's threads if none runs yet. One is enough to go on; a
+ * later copy tries again when none could start. */
+static int start_copy_lane(host_dev *d)
+{
+	while (d->copy_started < HOST_COPY_THREADS &&
+	       pthread_create(&d->copy_thread[d->copy_started], NULL, copy_lane_main, d) == 0)
+		d->copy_started++;
+	return d->copy_started > 0 ? 0 : ODX_ENOMEM;
+}
+
 static int queue_job(host_dev *d, void *dst, const void *src, size_t n, int byte,
 		     odx_backend_done_fn done, void *arg)
 {
@@ -504,6 +507,11 @@ static int queue_job(host_dev *d, void *dst, const void *src, size_t n, int byte
 		return ODX_ENOMEM;
 	*job = (host_job){.dst = dst, .src = src, .n = n, .byte = byte, .done = done, .arg = arg};
 	pthread_mutex_lock(&d->copy_lock);
+	if (d->copy_started == 0 && start_copy_lane(d) != 0) {
+		pthread_mutex_unlock(&d->copy_lock);
+		free(job);
+		return ODX_ENOMEM;
+	}
 	if (d->tail)
 		d->tail->next = job;
 	else

@@ -199,7 +199,7 @@ int odx__policy_ctx_open(odx_context *ctx, char *err, size_t errlen)
 		nodes[d] = ctx->devices[d].memnode;
 	for (d = 0; d < ctx->ndevices; d++)
 		devs[d] = (odx__policy_device){
-			.kind = odx_backend_kind_name(ctx->devices[d].kind),
+			.kind = ctx->devices[d].kind_name,
 			.name = ctx->devices[d].name,
 			.memory = odx__device_memory(ctx, d),
 		};

@@ -240,7 +240,9 @@ typedef struct odx_backend_ops {
 	 * what it points to are valid only during the call. */
 	int (*launch)(void *dev, odx_backend_launch *l, odx_backend_done_fn done, void *arg);
 
-	/** Optional: can this device run this variant? NULL means variant.backend == kind. */
+	/** Optional: can this device run this variant? NULL means the variant's backend kind is
+	 * the backend's (variant.backend_name equals its kind's name; for the kinds with a
+	 * constant, variant.backend == kind says the same: the core sets both). */
 	bool (*can_run)(void *dev, const odx_kernel_variant *variant);
 
 	/* ---- ABI 1.2 ------------------------------------------------------------------------ */
@@ -343,7 +345,10 @@ typedef struct odx_backend_descriptor {
 	size_t size;             /* sizeof(odx_backend_descriptor) */
 	uint32_t abi_version;    /* the ABI version the backend implements */
 	const char *name;        /* "vulkan": matches the `backends` configuration key */
-	odx_backend_kind kind;   /* which kernel variants it runs */
+	/* Which kernel variants it runs: one of the kinds odx_backend_kind has a constant for, or
+	 * ODX_BACKEND_OTHER: then its kind is `name`, and the variants it runs are those whose
+	 * backend_name is `name` (a new vendor's backend needs no change to odx.h). */
+	odx_backend_kind kind;
 	const char *description; /* one line for `odx info` */
 	const odx_backend_ops *ops;
 } odx_backend_descriptor;

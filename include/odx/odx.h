@@ -184,7 +184,18 @@ ODX_API int odx_config_describe(odx_context *ctx, odx_config_visit_fn fn, void *
 /* Backends, devices and memory nodes                                                          */
 /* ------------------------------------------------------------------------------------------ */
 
+/**
+ * Backend kinds are names: "host", "cuda", "hip", "vulkan", "opencl", or the name of any other
+ * backend (a module's own name, lower-case letters, digits, `_` and `-`). A kernel variant names
+ * the kind that runs it (odx_kernel_variant.backend_name) and a device says which kind drives it
+ * (odx_device_info.kind_name), so a new vendor's backend needs no change to this header.
+ *
+ * This enum is the legacy spelling of the five kinds ODX ships with, kept so that code written
+ * against it compiles and behaves as before (docs/api.md, "Migration"). ODX_BACKEND_OTHER stands
+ * for a kind it has no constant for; the name fields say which.
+ */
 typedef enum odx_backend_kind {
+	ODX_BACKEND_OTHER = -1,
 	ODX_BACKEND_HOST = 0,
 	ODX_BACKEND_CUDA = 1,
 	ODX_BACKEND_HIP = 2,
@@ -193,7 +204,7 @@ typedef enum odx_backend_kind {
 	ODX_BACKEND_KIND_COUNT
 } odx_backend_kind;
 
-/** "host", "cuda", ... (static storage), or "?" for an unknown kind. */
+/** "host", "cuda", ... (static storage), or "?" for ODX_BACKEND_OTHER and unknown values. */
 ODX_API const char *odx_backend_kind_name(odx_backend_kind kind);
 
 typedef struct odx_backend_info {
@@ -212,13 +223,17 @@ ODX_API int odx_backend_get_info(odx_context *ctx, int index, odx_backend_info *
 
 typedef struct odx_device_info {
 	int index;               /* 0 .. odx_device_count()-1 */
-	odx_backend_kind kind;   /* which backend drives it */
+	odx_backend_kind kind;   /* legacy: which backend kind drives it (ODX_BACKEND_OTHER for
+				  * a kind without a constant); kind_name says it for every kind */
 	const char *name;        /* e.g. "host device 1 (2 threads)"; lives as long as ctx */
 	uint64_t memory_bytes;   /* capacity of its memory node */
 	int memnode;             /* index of its memory node (see odx_memnode_get_info) */
 	int compute_lanes;       /* compute lanes (queues); tasks run one lane at a time each */
 	int copy_lanes;          /* copy lanes */
 	int threads;             /* host threads serving the compute lane (host backend), else 0 */
+	const char *kind_name;   /* the backend kind driving it, by name ("host", "vulkan", ...):
+				  * the variants with this backend_name run on it; lives as long
+				  * as ctx */
 } odx_device_info;
 
 ODX_API int odx_device_count(odx_context *ctx);
@@ -454,18 +469,24 @@ typedef enum odx_variant_format {
 	ODX_FORMAT_CUDA_C = 7,
 	/* A one-call host variant: `host_fn` is set and runs once per task, with the device's
 	 * threads at its disposal (a threaded BLAS call, or its own split through l->run) instead
-	 * of once per chunk of work-groups. Backend ODX_BACKEND_HOST only. The grid and block of
+	 * of once per chunk of work-groups. Backend kind "host" only. The grid and block of
 	 * the task reach it unchanged ({1}, {1} is usual). docs/kernels.md, "One-call kernels". */
 	ODX_FORMAT_HOST_CALL = 8,
 } odx_variant_format;
 
 typedef struct odx_kernel_variant {
-	odx_backend_kind backend;
+	odx_backend_kind backend; /* legacy: the kind that runs it, when backend_name is NULL */
 	odx_variant_format format;
 	odx_host_fn host_fn;   /* ODX_FORMAT_HOST_FN and ODX_FORMAT_HOST_CALL */
 	const void *code;      /* other formats: the image or source (copied at registration) */
 	size_t code_size;
 	const char *entry;     /* entry point name (copied) */
+	/* The backend kind that runs it, by name ("host", "cuda", "mine": see odx_backend_kind;
+	 * copied). When not NULL it is what counts and `backend` is ignored (leave it 0); a kind no
+	 * open backend has matches no device, as a variant for an absent GPU does. Backends see
+	 * the registered copy with both fields set consistently (`backend` ODX_BACKEND_OTHER for a
+	 * kind without a constant). */
+	const char *backend_name;
 } odx_kernel_variant;
 
 typedef struct odx_kernel odx_kernel;
@@ -511,12 +532,27 @@ typedef struct odx_arg {
 enum {
 	/* Return ODX_EAGAIN instead of blocking when the context's in-flight bound is reached. */
 	ODX_SUBMIT_NONBLOCK = 1u << 0,
+	/* odx_task_opts.on_device says where the task runs (without it: any device). */
+	ODX_SUBMIT_ON_DEVICE = 1u << 1,
 };
 
-/** Options of one submission. Zero-initialise; every zero field means "default". */
+/** odx_task_opts.on_device: the task may run on any device. */
+#define ODX_DEVICE_ANY (-1)
+
+/**
+ * Options of one submission. Zero-initialise (`odx_task_opts o = {0}`); every zero field means
+ * "default", so a zeroed struct runs the task on any device.
+ *
+ * To run a task on device d (a plain index, 0 .. odx_device_count()-1), set both
+ * `.flags = ODX_SUBMIT_ON_DEVICE` and `.on_device = d`: the flag is what makes the index count, so
+ * that a zero-initialised struct never pins a task to device 0. `.on_device = ODX_DEVICE_ANY` with
+ * the flag means any device too. The older `device` field (0 any, d+1 device d) still works for
+ * this release and is then removed (docs/api.md, "Migration"); setting both is refused.
+ */
 typedef struct odx_task_opts {
 	int priority;       /* higher runs first among ready tasks of one device; default 0 */
-	int device;         /* 0: any; d+1: only on device d (must be able to run the kernel) */
+	int device;         /* legacy, removed after this release: 0 any; d+1 only on device d.
+			     * Use flags ODX_SUBMIT_ON_DEVICE and on_device instead. */
 	const char *tag;    /* shown in traces and error messages (copied, 63 chars kept) */
 	/* Refused (ODX_EINVAL) at submission: a grid whose group count, block whose work-item
 	 * count, or launch whose total work-items overflow 64 bits; for built-in kernels, more
@@ -524,6 +560,10 @@ typedef struct odx_task_opts {
 	uint32_t grid[3];   /* work-groups per dimension; 0 is read as 1 */
 	uint32_t block[3];  /* work-items per group per dimension; 0 is read as 1 */
 	unsigned flags;     /* ODX_SUBMIT_* */
+	/* Read only with ODX_SUBMIT_ON_DEVICE in flags: the device the task must run on (it must
+	 * be able to run the kernel), or ODX_DEVICE_ANY. Added at the end: a program built against
+	 * an older odx.h never sets the flag, so the library never reads past its struct. */
+	int on_device;
 } odx_task_opts;
 
 /** Completion of one task (or of an internal operation). Reference counted. */

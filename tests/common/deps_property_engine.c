@@ -245,8 +245,10 @@ static void run_graph(struct prop_run *run, int graph)
 		args[k] = ODX_BUF(wits[t], ODX_W);
 		args[k + 1] = ODX_I32(t);
 		args[k + 2] = ODX_I32(modes);
-		if (run->ndevices > 1 && test_rand_below(&rng, 6) == 0)
-			opts.device = 1 + (int)test_rand_below(&rng, (unsigned)run->ndevices);
+		if (run->ndevices > 1 && test_rand_below(&rng, 6) == 0) {
+			opts.flags |= ODX_SUBMIT_ON_DEVICE;
+			opts.on_device = (int)test_rand_below(&rng, (unsigned)run->ndevices);
+		}
 		snprintf(tag, sizeof(tag), "g%d-t%d", graph, t);
 
 		assert_ok(odx_submit(run->ctx, record_kernel_for(run, k, modes), args, k + 3, &opts,

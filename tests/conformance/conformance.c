@@ -68,7 +68,8 @@ static odx_event *launch(const char *name, const odx_arg *args, int nargs, int d
 			 uint32_t gy, uint32_t bx, uint32_t by)
 {
 	odx_task_opts opts = {
-		.device = device + 1,
+		.flags = ODX_SUBMIT_ON_DEVICE,
+		.on_device = device,
 		.tag = name,
 		.grid = {gx, gy, 1},
 		.block = {bx, by, 1},

@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fab_garbage.h"
 #include "fabric.h"
 #include "odx/odx.h"
 
@@ -382,7 +383,7 @@ static void forged_data(odx_fab *f)
 	if (odx_fab_barrier(f, BARRIER_MS))
 		DIE("barrier before the forged data");
 	for (int k = 0; my_rank == 1 && k < N; k++)
-		if (odx__fab_send_garbage(f, 0, ODX_FAB_GARBAGE_DATA, key))
+		if (fab_garbage_send(f, 0, FAB_GARBAGE_DATA, key))
 			DIE("send_garbage data");
 	if (my_rank == 0)
 		wait_stats_bad(f, st.bad_msgs + N);
@@ -569,12 +570,11 @@ int main(int argc, char **argv)
 			    strstr(addr, "fi_sockaddr_in://"))
 				pthread_create(&th, NULL, garbage_client, addr);
 			/* malformed messages through the real endpoint: these reach our layer */
-			for (int k = 0; k < 3 * ODX_FAB_GARBAGE_COUNT; k++) {
-				if (k % ODX_FAB_GARBAGE_COUNT == ODX_FAB_GARBAGE_DATA)
+			for (int k = 0; k < 3 * FAB_GARBAGE_COUNT; k++) {
+				if (k % FAB_GARBAGE_COUNT == FAB_GARBAGE_DATA)
 					continue; /* forged_data aimed them at a posted receive */
-				ret = odx__fab_send_garbage(
-					f, 0, (odx_fab_garbage)(k % ODX_FAB_GARBAGE_COUNT),
-					(uint64_t)k);
+				ret = fab_garbage_send(f, 0, (fab_garbage)(k % FAB_GARBAGE_COUNT),
+						       (uint64_t)k);
 				if (ret)
 					DIE("send_garbage: %s", odx_err_name(ret));
 			}

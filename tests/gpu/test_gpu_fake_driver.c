@@ -221,7 +221,9 @@ static int axpy(odx_context *ctx, odx_kernel *k, odx_buffer *x, odx_buffer *y, f
 		int device, char *msg, size_t msglen)
 {
 	odx_arg args[4] = {ODX_BUF(x, ODX_R), ODX_BUF(y, ODX_RW), ODX_F32(a), ODX_I32(n)};
-	odx_task_opts opts = {.device = device, .grid = {(uint32_t)(n + 255) / 256, 1, 1},
+	odx_task_opts opts = {.flags = ODX_SUBMIT_ON_DEVICE,
+			      .on_device = device ? device - 1 : ODX_DEVICE_ANY,
+			      .grid = {(uint32_t)(n + 255) / 256, 1, 1},
 			      .block = {256, 1, 1}};
 	odx_event *ev = NULL;
 	int rc = odx_submit(ctx, k, args, 4, &opts, &ev);
@@ -540,14 +542,14 @@ static void fake_driver_variant_choice(void **state)
 	(void)state;
 	elf[18] = 190; /* EM_CUDA */
 	elf[49] = 80;  /* sm_80, e_flags bits 8..15 */
-	v[0] = (odx_kernel_variant){ODX_BACKEND_CUDA, ODX_FORMAT_CUBIN, NULL, elf, sizeof(elf),
-				    "odx_test_axpy"};
-	v[1] = (odx_kernel_variant){ODX_BACKEND_CUDA, ODX_FORMAT_PTX, NULL, ptx_new_target,
-				    strlen(ptx_new_target), "odx_test_axpy"};
-	v[2] = (odx_kernel_variant){ODX_BACKEND_CUDA, ODX_FORMAT_PTX, NULL, ptx_new_isa,
-				    strlen(ptx_new_isa), "odx_test_axpy"};
-	v[3] = (odx_kernel_variant){ODX_BACKEND_CUDA, ODX_FORMAT_PTX, NULL, good_image(),
-				    strlen(good_image()), "odx_test_axpy"};
+	v[0] = (odx_kernel_variant){ODX_BACKEND_CUDA, ODX_FORMAT_CUBIN, NULL, elf,
+				    sizeof(elf),      "odx_test_axpy",	NULL};
+	v[1] = (odx_kernel_variant){ODX_BACKEND_CUDA,	    ODX_FORMAT_PTX,  NULL, ptx_new_target,
+				    strlen(ptx_new_target), "odx_test_axpy", NULL};
+	v[2] = (odx_kernel_variant){ODX_BACKEND_CUDA,	 ODX_FORMAT_PTX,  NULL, ptx_new_isa,
+				    strlen(ptx_new_isa), "odx_test_axpy", NULL};
+	v[3] = (odx_kernel_variant){ODX_BACKEND_CUDA,	  ODX_FORMAT_PTX,  NULL, good_image(),
+				    strlen(good_image()), "odx_test_axpy", NULL};
 	if (!is_cuda)
 		skip();
 	ctx = open_fake();
@@ -594,8 +596,8 @@ static void fake_driver_fallthrough_at_load(void **state)
 	odx_backend_kind kind = is_cuda ? ODX_BACKEND_CUDA : ODX_BACKEND_HIP;
 	odx_variant_format format = is_cuda ? ODX_FORMAT_PTX : ODX_FORMAT_HIP_CO;
 	odx_kernel_variant v[2] = {
-		{kind, format, NULL, wrong, strlen(wrong), "odx_test_axpy"},
-		{kind, format, NULL, good_image(), strlen(good_image()), "odx_test_axpy"},
+		{kind, format, NULL, wrong, strlen(wrong), "odx_test_axpy", NULL},
+		{kind, format, NULL, good_image(), strlen(good_image()), "odx_test_axpy", NULL},
 	};
 	enum { N = 300 };
 	float xs[N], out[N];
@@ -635,7 +637,10 @@ static void fake_driver_lost_device_others_run(void **state)
 		.entry = "odx_test_fault",
 	};
 	const char *name = is_cuda ? "CUDA_ERROR_ILLEGAL_ADDRESS (700)" : "hipErrorIllegalAddress (700)";
-	odx_task_opts on_first = {.device = 1, .grid = {1, 1, 1}, .block = {1, 1, 1}};
+	odx_task_opts on_first = {.flags = ODX_SUBMIT_ON_DEVICE,
+				  .on_device = 0,
+				  .grid = {1, 1, 1},
+				  .block = {1, 1, 1}};
 	float xs[N], out[N];
 	odx_context *ctx;
 	odx_kernel *k, *fk;
@@ -702,10 +707,10 @@ static void fake_driver_ptx_too_new_at_load(void **state)
 		ptx[i + 49] = '\n';
 	}
 	memcpy(ptx + pad, tail, sizeof(tail) - 1);
-	v[0] = (odx_kernel_variant){ODX_BACKEND_CUDA, ODX_FORMAT_PTX, NULL, ptx, len,
-				    "odx_test_axpy"};
-	v[1] = (odx_kernel_variant){ODX_BACKEND_CUDA, ODX_FORMAT_PTX, NULL, good_image(),
-				    strlen(good_image()), "odx_test_axpy"};
+	v[0] = (odx_kernel_variant){
+		ODX_BACKEND_CUDA, ODX_FORMAT_PTX, NULL, ptx, len, "odx_test_axpy", NULL};
+	v[1] = (odx_kernel_variant){ODX_BACKEND_CUDA,	  ODX_FORMAT_PTX,  NULL, good_image(),
+				    strlen(good_image()), "odx_test_axpy", NULL};
 	ctx = open_fake();
 	assert_ok(odx_kernel_create(ctx, "ptx_9_9", axpy_params, 4, v, 1, &only));
 	assert_ok(odx_kernel_create(ctx, "ptx_9_9_then_fake", axpy_params, 4, v, 2, &both));
@@ -734,9 +739,10 @@ static void fake_driver_cuda_source_without_nvrtc(void **state)
 	static const char src[] = "extern \"C\" __global__ void odx_test_axpy(const float *x, "
 				  "float *y, float a, int n) { }\n";
 	odx_kernel_variant v[2] = {
-		{ODX_BACKEND_CUDA, ODX_FORMAT_CUDA_C, NULL, src, sizeof(src) - 1, "odx_test_axpy"},
+		{ODX_BACKEND_CUDA, ODX_FORMAT_CUDA_C, NULL, src, sizeof(src) - 1, "odx_test_axpy",
+		 NULL},
 		{ODX_BACKEND_CUDA, ODX_FORMAT_PTX, NULL, good_image(), strlen(good_image()),
-		 "odx_test_axpy"},
+		 "odx_test_axpy", NULL},
 	};
 	enum { N = 100 };
 	float xs[N], out[N];

@@ -56,7 +56,9 @@ static void test_tasks_through_module(void **state)
 	assert_int_equal(odx_buffer_write(b, 0, data, sizeof(data), 60000), 0);
 	for (int d = 0; d < 4; d++)
 		assert_int_equal(odx_submit(ctx, k, (odx_arg[]){ODX_BUF(b, 0)}, 1,
-					    &(odx_task_opts){.device = 1 + d % 2}, NULL),
+					    &(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE,
+							     .on_device = d % 2},
+					    NULL),
 				 0);
 	assert_int_equal(odx_buffer_read(b, 0, got, sizeof(got), 60000), 0);
 	for (int i = 0; i < 257; i++)

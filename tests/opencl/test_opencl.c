@@ -93,7 +93,8 @@ static odx_kernel *cl_kernel(odx_context *ctx, const char *name, const odx_param
 
 static odx_task_opts grid_for(size_t n, int device)
 {
-	odx_task_opts o = {.device = device};
+	odx_task_opts o = {.flags = ODX_SUBMIT_ON_DEVICE,
+			   .on_device = device ? device - 1 : ODX_DEVICE_ANY};
 
 	o.block[0] = 64;
 	o.grid[0] = (uint32_t)((n + 63) / 64);
@@ -357,7 +358,7 @@ static void test_chain(void **state)
 	odx_context *ctx = test_open_ctx(NULL);
 	odx_kernel *k = cl_kernel(ctx, "add1", params, 1, add1_src, "add1");
 	odx_buffer *b = NULL;
-	odx_task_opts o = {.device = 1};
+	odx_task_opts o = {.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 0};
 	int32_t v = 0, i;
 	const int32_t n = (int32_t)test_scaled(1000, 50);
 
@@ -450,7 +451,7 @@ static void test_build_error(void **state)
 	arg = ODX_BUF(b, 0);
 	/* The second submission gets the remembered failure, not a second compilation. */
 	for (round = 0; round < 2; round++) {
-		odx_task_opts o = {.device = 1};
+		odx_task_opts o = {.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 0};
 
 		assert_rc(run_task(ctx, k, &arg, 1, &o, msg, sizeof(msg)), ODX_EBACKEND);
 		if (round == 0)
@@ -470,7 +471,7 @@ static void test_missing_entry(void **state)
 	odx_kernel *k = cl_kernel(ctx, "nope", params, 1, add1_src, "no_such_entry");
 	odx_buffer *b = NULL;
 	odx_arg arg;
-	odx_task_opts o = {.device = 1};
+	odx_task_opts o = {.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 0};
 	char msg[1024];
 
 	(void)state;
@@ -491,7 +492,7 @@ static void expect_refused(odx_context *ctx, const odx_param *params, const odx_
 			   const char *why)
 {
 	odx_kernel *k = cl_kernel(ctx, "axpy_bad", params, 4, axpy_src, "axpy");
-	odx_task_opts o = {.device = 1};
+	odx_task_opts o = {.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 0};
 	char msg[1024];
 
 	assert_rc(run_task(ctx, k, args, 4, &o, msg, sizeof(msg)), ODX_EINVAL);
@@ -519,7 +520,7 @@ static void test_bad_arguments(void **state)
 	odx_context *ctx = test_open_ctx(NULL);
 	odx_buffer *x = NULL, *y = NULL;
 	odx_kernel *k;
-	odx_task_opts o = {.device = 1};
+	odx_task_opts o = {.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 0};
 	char msg[1024];
 
 	(void)state;
@@ -566,7 +567,7 @@ static void test_out_of_memory(void **state)
 	odx_kernel *k;
 	odx_buffer *b = NULL;
 	odx_device_info info;
-	odx_task_opts o = {.device = 1};
+	odx_task_opts o = {.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 0};
 	char msg[1024], want[64];
 	size_t size;
 	odx_config *cfg = NULL;

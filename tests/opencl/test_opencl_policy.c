@@ -175,7 +175,9 @@ static odx_kernel *cl_kernel(odx_context *ctx, const char *name, const odx_param
 
 static odx_task_opts grid(int device, const char *tag)
 {
-	odx_task_opts o = {.device = device, .tag = tag};
+	odx_task_opts o = {.tag = tag,
+			   .flags = ODX_SUBMIT_ON_DEVICE,
+			   .on_device = device ? device - 1 : ODX_DEVICE_ANY};
 
 	o.block[0] = 64;
 	o.grid[0] = WORDS / 64;

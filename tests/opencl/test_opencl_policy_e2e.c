@@ -248,7 +248,9 @@ static odx_kernel *heavy_kernel(odx_context *ctx)
 
 static odx_task_opts heavy_opts(int device, const char *tag, int words)
 {
-	odx_task_opts o = {.device = device, .tag = tag};
+	odx_task_opts o = {.tag = tag,
+			   .flags = ODX_SUBMIT_ON_DEVICE,
+			   .on_device = device ? device - 1 : ODX_DEVICE_ANY};
 
 	o.block[0] = 64;
 	o.grid[0] = (uint32_t)(words + 63) / 64;

@@ -486,7 +486,10 @@ static void test_priority_order(void **state)
 	assert_true(gate_wait_for(&gate.entered));
 	for (int i = 0; i < 6; i++)
 		assert_ok(odx_submit(ctx, ok, (odx_arg[]){ODX_I32(i)}, 1,
-				     &(odx_task_opts){.priority = prio[i], .device = 1}, NULL));
+				     &(odx_task_opts){.priority = prio[i],
+						      .flags = ODX_SUBMIT_ON_DEVICE,
+						      .on_device = 0},
+				     NULL));
 	gate_open();
 	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
 	assert_int_equal(atomic_load(&order_n), 6);

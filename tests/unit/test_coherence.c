@@ -114,7 +114,7 @@ static int teardown(void **state)
 static int run_on(struct fixture *f, odx_kernel *k, const odx_arg *args, int nargs, int device,
 		  const char *tag)
 {
-	odx_task_opts opts = {.device = device + 1, .tag = tag};
+	odx_task_opts opts = {.flags = ODX_SUBMIT_ON_DEVICE, .on_device = device, .tag = tag};
 	odx_event *ev = NULL;
 	int rc;
 
@@ -255,7 +255,8 @@ static void test_pipelined_across_devices(void **state)
 	enum { N = 4096 };
 	static uint64_t want[N], got[N];
 	odx_buffer *a, *outs[8];
-	odx_task_opts on0 = {.device = 1}, on1 = {.device = 2};
+	odx_task_opts on0 = {.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 0},
+		      on1 = {.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 1};
 
 	assert_ok(odx_buffer_create(f->ctx, sizeof(want), 0, &a));
 	for (int i = 0; i < 8; i++)
@@ -311,11 +312,12 @@ static void test_registered_write_back(void **state)
 	/* tasks on both devices modify `user`; `input` is only read (on device 1) */
 	assert_ok(run_on(f, f->add, (odx_arg[]){ODX_BUF(ub, ODX_RW), ODX_I64(5)}, 2, 0, "add5"));
 	assert_ok(run_on(f, f->add, (odx_arg[]){ODX_BUF(ub, ODX_RW), ODX_I64(7)}, 2, 1, "add7"));
-	assert_ok(odx_submit(f->ctx, f->copy,
-			     (odx_arg[]){ODX_BUF(ib, ODX_R), ODX_BUF(copy, ODX_W)}, 2,
-			     &(odx_task_opts){.device = 2}, NULL));
+	assert_ok(odx_submit(f->ctx, f->copy, (odx_arg[]){ODX_BUF(ib, ODX_R), ODX_BUF(copy, ODX_W)},
+			     2, &(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 1},
+			     NULL));
 	assert_ok(odx_submit(f->ctx, f->add, (odx_arg[]){ODX_BUF(ub, ODX_RW), ODX_I64(100)}, 2,
-			     &(odx_task_opts){.device = 1}, NULL));
+			     &(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 0},
+			     NULL));
 	assert_ok(odx_buffer_write(hb, 8 * sizeof(uint64_t), patch, sizeof(patch),
 				   TEST_TIMEOUT_MS));
 	assert_ok(odx_buffer_read(copy, 0, got, sizeof(got), TEST_TIMEOUT_MS));
@@ -348,8 +350,9 @@ static void test_registered_destroy_pending(void **state)
 		user[i] = i;
 	assert_ok(odx_buffer_register(f->ctx, user, sizeof(user), 0, &ub));
 	for (int i = 0; i < 50; i++)
-		assert_ok(odx_submit(f->ctx, f->add, (odx_arg[]){ODX_BUF(ub, ODX_RW), ODX_I64(1)},
-				     2, &(odx_task_opts){.device = 1 + i % 2}, NULL));
+		assert_ok(odx_submit(
+			f->ctx, f->add, (odx_arg[]){ODX_BUF(ub, ODX_RW), ODX_I64(1)}, 2,
+			&(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE, .on_device = i % 2}, NULL));
 	assert_ok(odx_buffer_destroy(ub));
 	assert_ok(odx_wait_all(f->ctx, TEST_TIMEOUT_MS));
 	for (size_t i = 0; i < N; i++)

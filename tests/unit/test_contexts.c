@@ -137,7 +137,8 @@ static void stream_run(struct stream *s)
 	for (int t = 0; t < s->ntasks; t++) {
 		int b = (int)test_rand_below(&rng, NSTREAMBUF);
 		int c = (b + 1 + (int)test_rand_below(&rng, NSTREAMBUF - 1)) % NSTREAMBUF;
-		odx_task_opts opts = {.device = 1 + (int)test_rand_below(&rng, (unsigned)ndev)};
+		odx_task_opts opts = {.flags = ODX_SUBMIT_ON_DEVICE,
+				      .on_device = (int)test_rand_below(&rng, (unsigned)ndev)};
 
 		if (test_rand_below(&rng, 2) == 0) {
 			STREAM_CHECK(s, odx_submit(s->ctx, step,
@@ -251,7 +252,8 @@ static void test_contexts_independent(void **state)
 	/* the same kernel name runs each context's own function */
 	assert_ok(odx_buffer_create(b, sizeof(got), 0, &bb));
 	assert_ok(odx_submit(b, kb, (odx_arg[]){ODX_BUF(bb, 0), ODX_I64(4)}, 2,
-			     &(odx_task_opts){.device = 3}, NULL));
+			     &(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 2},
+			     NULL));
 	assert_ok(odx_wait_all(b, TEST_TIMEOUT_MS));
 	assert_ok(odx_buffer_read(bb, 0, got, sizeof(got), TEST_TIMEOUT_MS));
 	for (int i = 0; i < N; i++)
@@ -260,7 +262,7 @@ static void test_contexts_independent(void **state)
 	assert_ok(odx_buffer_destroy(bb));
 	assert_ok(odx_buffer_create(a, sizeof(got), 0, &bb));
 	assert_rc(odx_submit(a, ka, (odx_arg[]){ODX_BUF(bb, 0), ODX_I64(4)}, 2,
-			     &(odx_task_opts){.device = 3}, NULL),
+			     &(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 2}, NULL),
 		  ODX_EINVAL);
 	assert_ok(odx_buffer_destroy(bb));
 	/* closing one leaves the other running */
@@ -366,7 +368,9 @@ static void test_open_close_loop(void **state)
 		assert_ok(odx_buffer_create(ctx, sizeof(got), 0, &b));
 		for (int d = 0; d < 1 + i % 4; d++)
 			assert_ok(odx_submit(ctx, add, (odx_arg[]){ODX_BUF(b, 0), ODX_I64(i)}, 2,
-					     &(odx_task_opts){.device = d + 1}, NULL));
+					     &(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE,
+							      .on_device = d},
+					     NULL));
 		assert_ok(odx_buffer_read(b, 0, got, sizeof(got), TEST_TIMEOUT_MS));
 		assert_int_equal(got[0], (uint64_t)(i * (1 + i % 4)));
 		assert_ok(odx_buffer_destroy(b));
@@ -444,8 +448,56 @@ static void test_backend_kind_names(void **state)
 	assert_string_equal(odx_backend_kind_name(ODX_BACKEND_VULKAN), "vulkan");
 	assert_string_equal(odx_backend_kind_name(ODX_BACKEND_OPENCL), "opencl");
 	assert_string_equal(odx_backend_kind_name(ODX_BACKEND_KIND_COUNT), "?");
+	assert_string_equal(odx_backend_kind_name(ODX_BACKEND_OTHER), "?");
 	assert_string_equal(odx_backend_kind_name((odx_backend_kind)-1), "?");
 	assert_string_equal(odx_backend_kind_name((odx_backend_kind)77), "?");
+}
+
+/* Variants name their backend kind by backend_name, which takes precedence over the legacy
+ * enum; a kind no open backend has matches no device; devices say their kind by name. */
+static void test_backend_names(void **state)
+{
+	static const char *const kv[] = {"host.devices", "2", "host.bind", "false", NULL};
+	odx_context *ctx = test_open_ctx(kv);
+	odx_kernel_variant by_name = {.backend_name = "host",
+				      .format = ODX_FORMAT_HOST_FN,
+				      .host_fn = add_kernel};
+	odx_kernel_variant name_wins = by_name, absent = by_name, empty = by_name, other = by_name;
+	odx_kernel *k = NULL;
+	odx_buffer *b = NULL;
+	odx_device_info info;
+	uint64_t got[4] = {0};
+
+	(void)state;
+	assert_ok(odx_device_get_info(ctx, 1, &info));
+	assert_string_equal(info.kind_name, "host");
+	assert_int_equal(info.kind, ODX_BACKEND_HOST);
+	assert_ok(odx_buffer_create(ctx, sizeof(got), 0, &b));
+	/* by name alone, and by name over a contradicting enum value: both run, on device 1 */
+	name_wins.backend = ODX_BACKEND_CUDA;
+	assert_ok(odx_kernel_create(ctx, "by_name", step_params, 2, &by_name, 1, &k));
+	assert_ok(odx_submit(ctx, k, (odx_arg[]){ODX_BUF(b, 0), ODX_I64(1)}, 2,
+			     &(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 1},
+			     NULL));
+	assert_ok(odx_kernel_create(ctx, "name_wins", step_params, 2, &name_wins, 1, &k));
+	assert_ok(odx_submit(ctx, k, (odx_arg[]){ODX_BUF(b, 0), ODX_I64(2)}, 2, NULL, NULL));
+	assert_ok(odx_buffer_read(b, 0, got, sizeof(got), TEST_TIMEOUT_MS));
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(got[i], 3);
+	/* a kind without a constant, not open here: registered, runs nowhere */
+	absent.backend_name = "nosuch-vendor";
+	assert_ok(odx_kernel_create(ctx, "absent", step_params, 2, &absent, 1, &k));
+	assert_rc(odx_submit(ctx, k, (odx_arg[]){ODX_BUF(b, 0), ODX_I64(1)}, 2, NULL, NULL),
+		  ODX_ENOVARIANT);
+	/* an empty name, and the "other" constant without a name, name nothing */
+	empty.backend_name = "";
+	assert_rc(odx_kernel_create(ctx, "empty", step_params, 2, &empty, 1, &k), ODX_EINVAL);
+	other.backend_name = NULL;
+	other.backend = ODX_BACKEND_OTHER;
+	assert_rc(odx_kernel_create(ctx, "other", step_params, 2, &other, 1, &k), ODX_EINVAL);
+	assert_contains(odx_last_error(ctx), "backend_name");
+	assert_ok(odx_buffer_destroy(b));
+	assert_ok(odx_close(ctx));
 }
 
 /* Devices, memory nodes and backends as configured. */
@@ -478,6 +530,7 @@ static void test_enumeration(void **state)
 		assert_ok(odx_device_get_info(ctx, d, &dev));
 		assert_int_equal(dev.index, d);
 		assert_int_equal(dev.kind, ODX_BACKEND_HOST);
+		assert_string_equal(dev.kind_name, "host");
 		assert_non_null(dev.name);
 		assert_true(dev.name[0] != '\0');
 		assert_int_equal(dev.memory_bytes, 64ull * 1024 * 1024);
@@ -547,6 +600,7 @@ int main(void)
 		cmocka_unit_test(test_error_names),
 		cmocka_unit_test(test_version),
 		cmocka_unit_test(test_backend_kind_names),
+		cmocka_unit_test(test_backend_names),
 		cmocka_unit_test(test_enumeration),
 	};
 

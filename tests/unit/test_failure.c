@@ -469,6 +469,17 @@ static void test_invalid_submissions(void **state)
 	assert_contains(odx_last_error(f->ctx), "device");
 	REFUSED(odx_submit(f->ctx, f->add, good, 2, &(odx_task_opts){.device = 1000}, &ev));
 	REFUSED(odx_submit(f->ctx, f->add, good, 2, &(odx_task_opts){.device = -1}, &ev));
+	/* the same through on_device, a plain index (the context has devices 0 and 1) */
+	REFUSED(odx_submit(f->ctx, f->add, good, 2,
+			   &(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 2}, &ev));
+	assert_contains(odx_last_error(f->ctx), "on_device");
+	REFUSED(odx_submit(f->ctx, f->add, good, 2,
+			   &(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE, .on_device = -2}, &ev));
+	/* both ways of pinning at once: refused, whichever device each names */
+	REFUSED(odx_submit(
+		f->ctx, f->add, good, 2,
+		&(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 0, .device = 1}, &ev));
+	assert_contains(odx_last_error(f->ctx), "both");
 #undef REFUSED
 
 	/* nothing ran: no failure to report, `a` still zero */
@@ -480,11 +491,20 @@ static void test_invalid_submissions(void **state)
 	assert_true(ev != sentinel);
 	assert_ok(odx_event_wait(ev, TEST_TIMEOUT_MS));
 	odx_event_release(ev);
+	assert_ok(odx_submit(f->ctx, f->add, good, 2,
+			     &(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 1}, &ev));
+	assert_ok(odx_event_wait(ev, TEST_TIMEOUT_MS));
+	odx_event_release(ev);
+	assert_ok(odx_submit(
+		f->ctx, f->add, good, 2,
+		&(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE, .on_device = ODX_DEVICE_ANY}, &ev));
+	assert_ok(odx_event_wait(ev, TEST_TIMEOUT_MS));
+	odx_event_release(ev);
 	assert_ok(odx_submit(f->ctx, f->copy, (odx_arg[]){ODX_BUF(a, ODX_RW), ODX_BUF(b, ODX_RW)},
 			     2, NULL, NULL));
 	assert_ok(odx_wait_all(f->ctx, TEST_TIMEOUT_MS));
-	expect_all(a, 1);
-	expect_all(b, 1);
+	expect_all(a, 3);
+	expect_all(b, 3);
 	assert_ok(odx_buffer_destroy(a));
 	assert_ok(odx_buffer_destroy(b));
 	assert_ok(odx_wait_all(f->ctx, TEST_TIMEOUT_MS));

@@ -168,7 +168,9 @@ static void test_arguments(void **state)
 	static const odx_arg_kind kinds[6] = {ODX_ARG_BUFFER, ODX_ARG_I32, ODX_ARG_BUFFER,
 					      ODX_ARG_I64,    ODX_ARG_F32, ODX_ARG_F64};
 
-	run_probe(f, &(odx_task_opts){.device = 2, .tag = "probe-tag"});
+	run_probe(f, &(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE,
+				      .on_device = 1,
+				      .tag = "probe-tag"});
 	assert_int_equal(seen.calls, 1);
 	assert_int_equal(seen.nparams, 6);
 	for (int i = 0; i < 6; i++) {
@@ -195,11 +197,16 @@ static void test_arguments(void **state)
 	expect_b_written(f);
 
 	/* no tag: "" */
-	run_probe(f, &(odx_task_opts){.device = 1});
+	run_probe(f, &(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 0});
 	assert_string_equal(seen.tag, "");
 	assert_int_equal(seen.device, 0);
 	run_probe(f, NULL);
 	assert_string_equal(seen.tag, "");
+	/* the legacy field (d+1), kept for one release, still pins */
+	run_probe(f, &(odx_task_opts){.device = 2});
+	assert_int_equal(seen.device, 1);
+	run_probe(f, &(odx_task_opts){.device = 1});
+	assert_int_equal(seen.device, 0);
 }
 
 static void test_grid_and_block(void **state)

@@ -51,7 +51,10 @@ static odx_context *open_two(const char *const *extra)
 static void fill_on(odx_context *ctx, odx_kernel *fill, odx_buffer *b, uint32_t value, int dev)
 {
 	odx_arg args[] = {ODX_BUF(b, ODX_W), ODX_I32((int32_t)value), ODX_I32(N32)};
-	odx_task_opts o = {.device = dev + 1, .grid = {N32 / 64, 1, 1}, .block = {64, 1, 1}};
+	odx_task_opts o = {.flags = ODX_SUBMIT_ON_DEVICE,
+			   .on_device = dev,
+			   .grid = {N32 / 64, 1, 1},
+			   .block = {64, 1, 1}};
 
 	assert_ok(odx_submit(ctx, fill, args, 3, &o, NULL));
 }
@@ -221,7 +224,10 @@ static void test_out_of_core_across_nodes(void **state)
 	for (i = 0; i < NB; i++) {
 		float v = (float)(i + 1);
 		uint32_t bits;
-		odx_task_opts o = {.device = 2 - i % 2, .grid = {N32 / 64, 1, 1}, .block = {64, 1, 1}};
+		odx_task_opts o = {.flags = ODX_SUBMIT_ON_DEVICE,
+				   .on_device = 1 - i % 2,
+				   .grid = {N32 / 64, 1, 1},
+				   .block = {64, 1, 1}};
 
 		memcpy(&bits, &v, sizeof(bits));
 		assert_ok(odx_buffer_create(ctx, CHUNK, 0, &x[i]));
@@ -275,7 +281,10 @@ static void test_registered(void **state)
 	assert_ok(odx_buffer_create(ctx, CHUNK, 0, &out));
 	{
 		odx_arg args[] = {ODX_BUF(u, ODX_R), ODX_BUF(out, ODX_W), ODX_I32(N32)};
-		odx_task_opts o = {.device = 2, .grid = {N32 / 64, 1, 1}, .block = {64, 1, 1}};
+		odx_task_opts o = {.flags = ODX_SUBMIT_ON_DEVICE,
+				   .on_device = 1,
+				   .grid = {N32 / 64, 1, 1},
+				   .block = {64, 1, 1}};
 
 		assert_ok(odx_submit(ctx, copy, args, 3, &o, NULL));
 	}

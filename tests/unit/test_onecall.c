@@ -150,7 +150,7 @@ static void run_on(odx_context *ctx, odx_kernel *k, int dev, int threads, uint64
 	odx_buffer *buf = NULL;
 	uint64_t out[N];
 	odx_arg args[2];
-	odx_task_opts opts = {.device = dev + 1, .grid = {3, 2, 1}};
+	odx_task_opts opts = {.flags = ODX_SUBMIT_ON_DEVICE, .on_device = dev, .grid = {3, 2, 1}};
 	odx_event *ev = NULL;
 	dev_seen *s = &seen[dev];
 
@@ -567,7 +567,10 @@ static void test_with_opencl(void **state)
 		odx_buffer *buf = NULL;
 		uint64_t out[N];
 		odx_arg args[2];
-		odx_task_opts opts = {.device = d + 1, .grid = {(N + 63) / 64}, .block = {64}};
+		odx_task_opts opts = {.flags = ODX_SUBMIT_ON_DEVICE,
+				      .on_device = d,
+				      .grid = {(N + 63) / 64},
+				      .block = {64}};
 		odx_event *ev = NULL;
 		int64_t seed = 31 + d;
 

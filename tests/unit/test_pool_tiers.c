@@ -68,7 +68,8 @@ static void run_on(odx_context *ctx, odx_kernel *k, int device, odx_arg a0, odx_
 	odx_event *ev = NULL;
 
 	assert_ok(odx_submit(ctx, k, (odx_arg[]){a0, a1}, 2,
-			     &(odx_task_opts){.device = device + 1}, &ev));
+			     &(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE, .on_device = device},
+			     &ev));
 	assert_ok(odx_event_wait(ev, TIMEOUT_MS));
 	odx_event_release(ev);
 }

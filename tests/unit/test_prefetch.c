@@ -129,9 +129,11 @@ static int teardown(void **state)
 
 static void submit_on(struct fx *f, odx_kernel *k, int device, odx_arg a0, odx_arg a1)
 {
-	assert_int_equal(odx_submit(f->ctx, k, (odx_arg[]){a0, a1}, 2,
-				    &(odx_task_opts){.device = device + 1}, NULL),
-			 0);
+	assert_int_equal(
+		odx_submit(f->ctx, k, (odx_arg[]){a0, a1}, 2,
+			   &(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE, .on_device = device},
+			   NULL),
+		0);
 }
 
 static int node_of(odx_context *ctx, int device)
@@ -333,7 +335,8 @@ static void test_close_with_a_request_waiting(void **state)
 	/* 60 KiB of device 1's 64 KiB in use by an idle copy */
 	assert_int_equal(odx_buffer_create(ctx, 60 << 10, 0, &fill), 0);
 	assert_int_equal(odx_submit(ctx, set, (odx_arg[]){ODX_BUF(fill, ODX_W), ODX_I32(1)}, 2,
-				    &(odx_task_opts){.device = 2}, NULL),
+				    &(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 1},
+				    NULL),
 			 0);
 	assert_int_equal(odx_wait_all(ctx, TIMEOUT_MS), 0);
 	assert_int_equal(odx_buffer_create(ctx, 16384 * sizeof(uint32_t), 0, &b), 0);

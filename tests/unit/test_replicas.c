@@ -126,9 +126,11 @@ static void run_on(struct fx *f, odx_kernel *k, int device, odx_arg a0, odx_arg 
 {
 	odx_event *ev = NULL;
 
-	assert_int_equal(odx_submit(f->ctx, k, (odx_arg[]){a0, a1}, 2,
-				    &(odx_task_opts){.device = device + 1}, &ev),
-			 0);
+	assert_int_equal(
+		odx_submit(f->ctx, k, (odx_arg[]){a0, a1}, 2,
+			   &(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE, .on_device = device},
+			   &ev),
+		0);
 	assert_int_equal(odx_event_wait(ev, TIMEOUT_MS), want);
 	odx_event_release(ev);
 }

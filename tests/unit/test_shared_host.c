@@ -95,7 +95,8 @@ static odx_context *open_with(const char *const *extra)
 
 static void submit_on(odx_context *ctx, odx_kernel *k, int dev, odx_arg a0, odx_arg a1)
 {
-	assert_ok(odx_submit(ctx, k, (odx_arg[]){a0, a1}, 2, &(odx_task_opts){.device = dev + 1},
+	assert_ok(odx_submit(ctx, k, (odx_arg[]){a0, a1}, 2,
+			     &(odx_task_opts){.flags = ODX_SUBMIT_ON_DEVICE, .on_device = dev},
 			     NULL));
 }
 

@@ -23,7 +23,10 @@
 static void builtin_on(odx_context *ctx, odx_kernel *k, int dev, odx_arg a0, odx_arg a1)
 {
 	odx_arg args[] = {a0, a1, ODX_I32(N32)};
-	odx_task_opts o = {.device = dev + 1, .grid = {N32 / 64, 1, 1}, .block = {64, 1, 1}};
+	odx_task_opts o = {.flags = ODX_SUBMIT_ON_DEVICE,
+			   .on_device = dev,
+			   .grid = {N32 / 64, 1, 1},
+			   .block = {64, 1, 1}};
 
 	assert_ok(odx_submit(ctx, k, args, 3, &o, NULL));
 }

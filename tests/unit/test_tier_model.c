@@ -120,7 +120,10 @@ static void run_sequence(uint64_t seed, int steps, const char *const *kv)
 	for (s = 0; s < steps; s++) {
 		int x = (int)test_rand_below(&seed, NBUF), y = (int)test_rand_below(&seed, NBUF);
 		int dev = (int)test_rand_below(&seed, (unsigned)ndev);
-		odx_task_opts o = {.grid = {WORDS / 64, 1, 1}, .block = {64, 1, 1}, .device = dev + 1};
+		odx_task_opts o = {.grid = {WORDS / 64, 1, 1},
+				   .block = {64, 1, 1},
+				   .flags = ODX_SUBMIT_ON_DEVICE,
+				   .on_device = dev};
 		unsigned op = test_rand_below(&seed, 9);
 
 		if (y == x)
