@@ -18,7 +18,8 @@
  * right behind another, stay untouched); repeated launches on the same regions; copies at
  * unaligned offsets inside a region; many regions of one allocation; an allocation freed and
  * allocated again (a backend caching per-region objects must not hand out stale ones); the
- * optional host_alloc/host_free pair.
+ * optional host_alloc/host_free pair; for the host backend, odx_host_launch.buffer_shapes (ABI 1.7)
+ * of work-group and one-call variants, from odx_backend_launch.shapes or one run per buffer.
  */
 #include <math.h>
 #include <pthread.h>
@@ -505,12 +506,86 @@ static void test_host_alloc(void **state)
 	abi.ops->host_free(abi.dev, pinned, BYTES);
 }
 
+/* ---- ABI 1.7: buffer shapes of host launches ------------------------------------------------ */
+
+static odx_shape seen_shapes[2];
+static int seen_calls;
+
+/* Records what the host backend hands the kernel (one call per chunk: the same each time). */
+static int record_shapes(const odx_host_launch *l)
+{
+	if (!l->buffer_shapes)
+		return 1;
+	memcpy(seen_shapes, l->buffer_shapes, sizeof(seen_shapes));
+	seen_calls++;
+	return 0;
+}
+
+/* Launches record_shapes (work-group or one-call variant) on two buffers with `shapes`. */
+static void launch_shapes(odx_variant_format format, uint64_t mem, const odx_shape *shapes)
+{
+	odx_kernel_variant v = {.backend = ODX_BACKEND_HOST, .format = format,
+				.host_fn = record_shapes, .entry = "record_shapes"};
+	odx_backend_arg args[3] = {
+		{.kind = ODX_ARG_BUFFER, .mem = mem, .size = 4096, .v.offset = 0},
+		{.kind = ODX_ARG_I32, .v.i32 = 7},
+		{.kind = ODX_ARG_BUFFER, .mem = mem, .size = 100, .v.offset = 8192},
+	};
+	char err[256] = "";
+	odx_backend_launch l = {.variant = &v, .args = args, .nargs = 3, .grid = {4, 1, 1},
+				.block = {1, 1, 1}, .tag = "shapes", .error = err,
+				.error_size = sizeof(err), .shapes = shapes};
+	int rc;
+
+	seen_calls = 0;
+	memset(seen_shapes, 0, sizeof(seen_shapes));
+	abi_expect_done();
+	rc = abi.ops->launch(abi.dev, &l, abi_on_done, abi_waiter());
+	if (rc != ODX_BACKEND_PENDING)
+		abi_on_done(abi_waiter(), 0, NULL);
+	if (rc < 0)
+		fail_msg("launch: %s: %s", odx_err_name(rc), err);
+	abi_wait_all();
+	assert_true(seen_calls > 0);
+}
+
+static void test_host_buffer_shapes(void **state)
+{
+	static const odx_variant_format formats[] = {ODX_FORMAT_HOST_FN, ODX_FORMAT_HOST_CALL};
+	/* Per argument, as the core gives them: a tile in place ({w, n, pitch}), a scalar's {0}. */
+	const odx_shape given[3] = {{64, 16, 256}, {0, 0, 0}, {100, 1, 100}};
+	uint64_t mem;
+
+	(void)state;
+	if (abi.desc->kind != ODX_BACKEND_HOST) {
+		printf("skipped: buffer_shapes are the host backend's (odx_host_launch)\n");
+		skip();
+	}
+	mem = abi_alloc(3 * 4096);
+	for (size_t f = 0; f < 2; f++) {
+		/* Per buffer parameter: the core's shapes, the scalar left out. */
+		launch_shapes(formats[f], mem, given);
+		assert_true(seen_shapes[0].width == 64 && seen_shapes[0].count == 16 &&
+			    seen_shapes[0].pitch == 256);
+		assert_true(seen_shapes[1].width == 100 && seen_shapes[1].count == 1 &&
+			    seen_shapes[1].pitch == 100);
+		/* None given: one run of the buffer's size each. */
+		launch_shapes(formats[f], mem, NULL);
+		assert_true(seen_shapes[0].width == 4096 && seen_shapes[0].count == 1 &&
+			    seen_shapes[0].pitch == 4096);
+		assert_true(seen_shapes[1].width == 100 && seen_shapes[1].count == 1 &&
+			    seen_shapes[1].pitch == 100);
+	}
+	abi.ops->mem_free(abi.dev, mem, 3 * 4096);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_descriptor),	     cmocka_unit_test(test_axpy_at_offsets),
 		cmocka_unit_test(test_unaligned_copies),     cmocka_unit_test(test_many_regions),
 		cmocka_unit_test(test_realloc_same_regions), cmocka_unit_test(test_host_alloc),
+		cmocka_unit_test(test_host_buffer_shapes),
 	};
 
 	if (argc < 2) {
