@@ -299,6 +299,10 @@ static int cub_open(const odx_backend_host *env, gpu_api **out, char *reason, si
 	    cub_resolve(&look, "cuFuncGetParamInfo", CUB_PARAM_INFO_VERSION, &sym, &status) ==
 		    CUDA_SUCCESS)
 		memcpy(&api->f.cuFuncGetParamInfo, &sym, sizeof(sym));
+	/* Every CUDA driver has it; optional so that a driver stand-in without it (the fake
+	 * driver of the tests) gets the core's row-by-row tile copies instead of no backend. */
+	if (cub_resolve(&look, "cuMemcpy2DAsync", api->api_version, &sym, &status) == CUDA_SUCCESS)
+		memcpy(&api->f.cuMemcpy2DAsync, &sym, sizeof(sym));
 
 	rc = api->f.cuInit(0);
 	if (rc == CUDA_ERROR_STUB_LIBRARY) {
@@ -498,6 +502,31 @@ static int cub_peer_async(gpu_api *api, uint64_t dst, const gpu_dev *ddev, uint6
 			  const gpu_dev *sdev, size_t n, gpu_handle s)
 {
 	return api->f.cuMemcpyPeerAsync(dst, ddev->info.ctx, src, sdev->info.ctx, n, s);
+}
+
+static bool cub_copy_2d_available(gpu_api *api)
+{
+	return api->f.cuMemcpy2DAsync != NULL;
+}
+
+/* Host memory is CU_MEMORYTYPE_HOST (pageable or page-locked: the driver tells them apart),
+ * device memory CU_MEMORYTYPE_DEVICE, of any context of the process (unified addressing). */
+static int cub_copy_2d_async(gpu_api *api, const gpu_copy2d *c, gpu_handle s)
+{
+	CUDA_MEMCPY2D m = {
+		.srcMemoryType = c->src_host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE,
+		.srcHost = c->src_host,
+		.srcDevice = c->src_host ? 0 : c->src,
+		.srcPitch = c->src_pitch,
+		.dstMemoryType = c->dst_host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE,
+		.dstHost = c->dst_host,
+		.dstDevice = c->dst_host ? 0 : c->dst,
+		.dstPitch = c->dst_pitch,
+		.WidthInBytes = c->width,
+		.Height = c->rows,
+	};
+
+	return api->f.cuMemcpy2DAsync(&m, s);
 }
 
 /* ---- images ------------------------------------------------------------------------------------ */
@@ -808,6 +837,7 @@ static const gpu_vendor cub_vendor = {
 			[GPU_CALL_STREAM_SYNC] = "cuStreamSynchronize",
 			[GPU_CALL_HOST_REGISTER] = "cuMemHostRegister",
 			[GPU_CALL_HOST_UNREGISTER] = "cuMemHostUnregister",
+			[GPU_CALL_COPY_2D] = "cuMemcpy2DAsync",
 		},
 	.not_ready = CUDA_ERROR_NOT_READY,
 	.already_registered = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
@@ -838,6 +868,8 @@ static const gpu_vendor cub_vendor = {
 	.h2d_async = cub_h2d_async,
 	.d2h_async = cub_d2h_async,
 	.peer_async = cub_peer_async,
+	.copy_2d_available = cub_copy_2d_available,
+	.copy_2d_async = cub_copy_2d_async,
 	.can_run = cub_can_run,
 	.module_load = cub_module_load,
 	.module_unload = cub_module_unload,

@@ -30,6 +30,33 @@ typedef struct CUfunc_st *CUfunction;
 typedef int CUjit_option;
 typedef int CUdevice_attribute;
 typedef int CUdriverProcAddressQueryResult;
+typedef int CUmemorytype;
+typedef struct CUarray_st *CUarray;
+
+/* CUmemorytype values */
+#define CU_MEMORYTYPE_HOST 0x01
+#define CU_MEMORYTYPE_DEVICE 0x02
+
+/* A 2D copy (cuMemcpy2DAsync), members in the documented order. The X and Y origins let a copy
+ * start inside a pitched allocation; ODX passes the first byte itself and leaves them 0. */
+typedef struct CUDA_MEMCPY2D {
+	size_t srcXInBytes;
+	size_t srcY;
+	CUmemorytype srcMemoryType;
+	const void *srcHost;
+	CUdeviceptr srcDevice;
+	CUarray srcArray;
+	size_t srcPitch;
+	size_t dstXInBytes;
+	size_t dstY;
+	CUmemorytype dstMemoryType;
+	void *dstHost;
+	CUdeviceptr dstDevice;
+	CUarray dstArray;
+	size_t dstPitch;
+	size_t WidthInBytes;
+	size_t Height;
+} CUDA_MEMCPY2D;
 
 /* CUresult values */
 #define CUDA_SUCCESS 0
@@ -157,7 +184,8 @@ typedef CUresult (*PFN_cuGetProcAddress_v1)(const char *symbol, void **pfn, int 
 /* Optional: resolved when the driver has them (NULL otherwise). */
 #define CUB_OPTIONAL_FUNCTIONS(X)                                                                  \
 	X(cuFuncGetParamInfo,                                                                      \
-	  (CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize))
+	  (CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize))            \
+	X(cuMemcpy2DAsync, (const CUDA_MEMCPY2D *pCopy, CUstream hStream))
 
 #define CUB_PFN_TYPEDEF(name, params) typedef CUresult (*PFN_##name) params;
 CUB_FUNCTIONS(CUB_PFN_TYPEDEF)

@@ -22,9 +22,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "copy2d.h"
 #include "gpu.h"
 
-enum { GPU_H2D, GPU_D2H, GPU_D2D };
+enum { GPU_H2D, GPU_D2H, GPU_D2D, GPU_2D };
 
 /* A queued copy. The issue thread owns issue_*, the completion thread status/msg; the final
  * pending record hands the job over (through the lane lock) so both are read in order. */
@@ -36,6 +37,7 @@ struct gpu_xfer {
 	size_t n;
 	gpu_dev *peer;           /* d2d: source device and address */
 	uint64_t peer_addr;
+	gpu_copy2d c2d;          /* GPU_2D: the whole copy (n is width * rows) */
 	odx_backend_done_fn done;
 	void *arg;
 	int issue_status;
@@ -354,6 +356,25 @@ static void issue_xfer(gpu_lane *lane, gpu_xfer *x)
 
 	if ((rc = check_lost(d, msg, sizeof(msg))) != 0)
 		goto out_fail;
+	if (kind == GPU_2D) {
+		/* The vendor's 2D copy in one call, no staging: from pageable host memory the
+		 * driver stages it (and may return only once it has), on this thread. */
+		if ((rc = pending_get(lane, &p, msg, sizeof(msg))) != 0)
+			goto out_fail;
+		native = v->copy_2d_async(d->st->api, &x->c2d, lane->stream);
+		if (native) {
+			rc = gpu_fail(d->st, d, GPU_CALL_COPY_2D, native, msg, sizeof(msg));
+			goto out_fail;
+		}
+		native = v->event_record(d->st->api, p->event, lane->stream);
+		if (native) {
+			rc = gpu_fail(d->st, d, GPU_CALL_EVENT_RECORD, native, msg, sizeof(msg));
+			goto out_fail;
+		}
+		*p = (gpu_pending){.event = p->event, .armed = true, .xfer = x, .last = true};
+		pending_push(lane, p);
+		return;
+	}
 	if (kind == GPU_D2D || (n > 0 && pinned_covers(host, n))) {
 		/* Device to device, or page-locked host memory: one copy, no bounce. */
 		gpu_call call = kind == GPU_D2D ? GPU_CALL_PEER
@@ -991,6 +1012,34 @@ int gpu_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev, uint64_
 	return queue_xfer(&d->h2d, &(gpu_xfer){.kind = GPU_D2D, .dev_addr = dst + dst_off,
 					       .peer = src_dev, .peer_addr = src + src_off, .n = n,
 					       .done = done, .arg = arg});
+}
+
+/* ABI 1.7: one vendor 2D copy on the copy lane of its direction (device to device on the
+ * destination's inbound lane, as copy_d2d), completed like the other copies. */
+int gpu_copy_2d(void *dev, const odx_backend_copy2d *c, odx_backend_done_fn done, void *arg)
+{
+	gpu_dev *d = dev;
+	const gpu_vendor *v = d->st->v;
+	gpu_xfer x = {.kind = GPU_2D, .done = done, .arg = arg};
+	int rc = odx__copy2d_check(c);
+
+	if (rc)
+		return rc;
+	if (!v->copy_2d_async || !v->copy_2d_available(d->st->api))
+		return ODX_ENOSYS;
+	x.n = c->width * c->rows; /* fits: at most either side's span */
+	x.c2d = (gpu_copy2d){
+		.width = c->width,
+		.rows = c->rows,
+		.dst_host = c->dst_host,
+		.dst = c->dst_host ? 0 : c->dst + c->dst_off,
+		.dst_pitch = c->dst_pitch,
+		.src_host = c->src_host,
+		.src = c->src_host ? 0 : c->src + c->src_off,
+		.src_pitch = c->src_pitch,
+	};
+	x.host = c->dst_host ? c->dst_host : (void *)(uintptr_t)c->src_host;
+	return queue_xfer(c->dst_host ? &d->d2h : &d->h2d, &x);
 }
 
 /* ---- blocking copies (ABI 1.3 copy_sync) ------------------------------------------------------- */

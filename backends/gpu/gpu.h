@@ -81,10 +81,24 @@ typedef enum gpu_call {
 	GPU_CALL_STREAM_SYNC,
 	GPU_CALL_HOST_REGISTER,
 	GPU_CALL_HOST_UNREGISTER,
+	GPU_CALL_COPY_2D,
 	GPU_CALL_COUNT
 } gpu_call;
 
 typedef struct gpu_dev gpu_dev;
+
+/* A strided copy (ABI 1.7 copy_2d) as a vendor's 2D copy takes it: `rows` runs of `width` bytes,
+ * each side host memory (its *_host pointer) or a device address (offset included), runs one
+ * pitch apart. */
+typedef struct gpu_copy2d {
+	size_t width, rows;
+	void *dst_host;          /* or NULL: the device address dst */
+	uint64_t dst;
+	size_t dst_pitch;
+	const void *src_host;    /* or NULL: the device address src */
+	uint64_t src;
+	size_t src_pitch;
+} gpu_copy2d;
 
 /* What a vendor tells the skeleton about one device at open. */
 typedef struct gpu_dev_info {
@@ -144,6 +158,12 @@ typedef struct gpu_vendor {
 	/* Optional (NULL: the core stages device-to-device copies through host memory). */
 	int (*peer_async)(gpu_api *api, uint64_t dst, const gpu_dev *ddev, uint64_t src,
 			  const gpu_dev *sdev, size_t n, gpu_handle stream);
+
+	/* Optional (NULL, or copy_2d_available false: the core copies tiles row by row): one 2D
+	 * copy on `stream` (cuMemcpy2DAsync, hipMemcpy2DAsync); a device side may be memory of
+	 * another device of the vendor (unified addressing). */
+	bool (*copy_2d_available)(gpu_api *api);
+	int (*copy_2d_async)(gpu_api *api, const gpu_copy2d *c, gpu_handle stream);
 
 	/* Can this device run this variant (format, architecture, PTX version)? No vendor call. */
 	bool (*can_run)(gpu_api *api, const gpu_dev *dev, const odx_kernel_variant *v);
@@ -239,6 +259,7 @@ int gpu_copy_d2h(void *dev, void *dst, uint64_t src, size_t src_off, size_t n,
 		 odx_backend_done_fn done, void *arg);
 int gpu_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev, uint64_t src,
 		 size_t src_off, size_t n, odx_backend_done_fn done, void *arg);
+int gpu_copy_2d(void *dev, const odx_backend_copy2d *c, odx_backend_done_fn done, void *arg);
 int gpu_copy_sync(void *dev, bool to_device, uint64_t mem, size_t off, void *host, size_t n,
 		  char *error, size_t error_size);
 int gpu_module_load(void *dev, const odx_kernel_variant *variant, void **module, char *error,
@@ -259,7 +280,7 @@ bool gpu_can_run(void *dev, const odx_kernel_variant *variant);
 		.module_unload = gpu_module_unload, .launch = gpu_launch, .can_run = gpu_can_run,  \
 		.host_alloc = gpu_host_alloc, .host_free = gpu_host_free,                          \
 		.host_register = gpu_host_register, .host_unregister = gpu_host_unregister,        \
-		.copy_sync = gpu_copy_sync,                                                        \
+		.copy_sync = gpu_copy_sync, .copy_2d = gpu_copy_2d,                                \
 	}
 
 /*

@@ -128,6 +128,12 @@ static int hipb_open(const odx_backend_host *env, gpu_api **out, char *reason, s
 	HIPB_FUNCTIONS(HIPB_RESOLVE)
 	HIPB_STRING_FUNCTIONS(HIPB_RESOLVE)
 #undef HIPB_RESOLVE
+	/* Optional, as for CUDA: a stand-in without it gets the core's row-by-row tile copies. */
+#define HIPB_RESOLVE_OPTIONAL(fn, params)                                                          \
+	if ((sym = dlsym(api->lib, #fn)) != NULL)                                                  \
+		memcpy(&api->f.fn, &sym, sizeof(sym));
+	HIPB_OPTIONAL_FUNCTIONS(HIPB_RESOLVE_OPTIONAL)
+#undef HIPB_RESOLVE_OPTIONAL
 	api->f.hipDriverGetVersion(&api->driver_version);
 	rc = api->f.hipInit(0);
 	if (rc != hipSuccess) {
@@ -305,6 +311,23 @@ static int hipb_peer_async(gpu_api *api, uint64_t dst, const gpu_dev *ddev, uint
 					 (const void *)(uintptr_t)src, sdev->index, n, s);
 }
 
+static bool hipb_copy_2d_available(gpu_api *api)
+{
+	return api->f.hipMemcpy2DAsync != NULL;
+}
+
+/* Device to device covers memory of another device too (unified addressing). */
+static int hipb_copy_2d_async(gpu_api *api, const gpu_copy2d *c, gpu_handle s)
+{
+	hipMemcpyKind kind = c->src_host ? hipMemcpyHostToDevice
+			     : c->dst_host ? hipMemcpyDeviceToHost : hipMemcpyDeviceToDevice;
+	void *dst = c->dst_host ? c->dst_host : (void *)(uintptr_t)c->dst;
+	const void *src = c->src_host ? c->src_host : (const void *)(uintptr_t)c->src;
+
+	return api->f.hipMemcpy2DAsync(dst, c->dst_pitch, src, c->src_pitch, c->width, c->rows,
+				       kind, s);
+}
+
 /* ---- images ------------------------------------------------------------------------------------ */
 
 static bool hipb_can_run(gpu_api *api, const gpu_dev *d, const odx_kernel_variant *v)
@@ -363,6 +386,7 @@ static const gpu_vendor hipb_vendor = {
 			[GPU_CALL_H2D] = "hipMemcpyHtoDAsync",
 			[GPU_CALL_D2H] = "hipMemcpyDtoHAsync",
 			[GPU_CALL_PEER] = "hipMemcpyPeerAsync",
+			[GPU_CALL_COPY_2D] = "hipMemcpy2DAsync",
 			[GPU_CALL_MODULE_LOAD] = "hipModuleLoadData",
 			[GPU_CALL_MODULE_FUNCTION] = "hipModuleGetFunction",
 			[GPU_CALL_LAUNCH] = "hipModuleLaunchKernel",
@@ -399,6 +423,8 @@ static const gpu_vendor hipb_vendor = {
 	.h2d_async = hipb_h2d_async,
 	.d2h_async = hipb_d2h_async,
 	.peer_async = hipb_peer_async,
+	.copy_2d_available = hipb_copy_2d_available,
+	.copy_2d_async = hipb_copy_2d_async,
 	.can_run = hipb_can_run,
 	.module_load = hipb_module_load,
 	.module_unload = hipb_module_unload,

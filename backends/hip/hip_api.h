@@ -54,6 +54,12 @@ typedef struct ihipModuleSymbol_t *hipFunction_t;
 #define hipHostMallocPortable 0x1
 #define hipHostRegisterPortable 0x1
 
+/* hipMemcpyKind values */
+typedef int hipMemcpyKind;
+#define hipMemcpyHostToDevice 1
+#define hipMemcpyDeviceToHost 2
+#define hipMemcpyDeviceToDevice 3
+
 /* X(name, parameters): every function is required and returns hipError_t. */
 #define HIPB_FUNCTIONS(X)                                                                          \
 	X(hipInit, (unsigned int flags))                                                           \
@@ -95,6 +101,11 @@ typedef struct ihipModuleSymbol_t *hipFunction_t;
 	   unsigned int sharedMemBytes, hipStream_t stream, void **kernelParams, void **extra))
 
 
+/* Optional: taken when the runtime has it (NULL otherwise). */
+#define HIPB_OPTIONAL_FUNCTIONS(X)                                                                 \
+	X(hipMemcpy2DAsync, (void *dst, size_t dpitch, const void *src, size_t spitch,             \
+			     size_t width, size_t height, hipMemcpyKind kind, hipStream_t stream))
+
 /* The two that return text. */
 #define HIPB_STRING_FUNCTIONS(X)                                                                   \
 	X(hipGetErrorName, (hipError_t error))                                                     \
@@ -102,6 +113,7 @@ typedef struct ihipModuleSymbol_t *hipFunction_t;
 
 #define HIPB_PFN_TYPEDEF(name, params) typedef hipError_t (*PFN_##name) params;
 HIPB_FUNCTIONS(HIPB_PFN_TYPEDEF)
+HIPB_OPTIONAL_FUNCTIONS(HIPB_PFN_TYPEDEF)
 #undef HIPB_PFN_TYPEDEF
 #define HIPB_PFN_STRING_TYPEDEF(name, params) typedef const char *(*PFN_##name) params;
 HIPB_STRING_FUNCTIONS(HIPB_PFN_STRING_TYPEDEF)
@@ -110,6 +122,7 @@ HIPB_STRING_FUNCTIONS(HIPB_PFN_STRING_TYPEDEF)
 typedef struct hipb_table {
 #define HIPB_PFN_MEMBER(name, params) PFN_##name name;
 	HIPB_FUNCTIONS(HIPB_PFN_MEMBER)
+	HIPB_OPTIONAL_FUNCTIONS(HIPB_PFN_MEMBER)
 	HIPB_STRING_FUNCTIONS(HIPB_PFN_MEMBER)
 #undef HIPB_PFN_MEMBER
 } hipb_table;

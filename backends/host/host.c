@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "../common/copy2d.h"
 #include "odx/backend.h"
 
 #define HOST_MAX_PARAMS 64
@@ -40,7 +41,9 @@ typedef struct host_job {
 	struct host_job *next;
 	void *dst;
 	const void *src; /* NULL: fill dst with `byte` */
-	size_t n;
+	size_t n;        /* bytes, or bytes per run of a strided copy (copy_2d) */
+	size_t rows;     /* runs of a strided copy, 1 for a plain one */
+	size_t dst_pitch, src_pitch;
 	int byte;
 	odx_backend_done_fn done;
 	void *arg;
@@ -56,6 +59,8 @@ typedef struct host_exec {
 	size_t copy_n;
 	bool copied; /* set by the lane under copy_lock; the caller owns the item */
 	odx_backend_arg args[HOST_MAX_PARAMS];
+	odx_shape shapes[HOST_MAX_PARAMS]; /* ABI 1.7: per argument, when has_shapes */
+	bool has_shapes;
 	int nargs;
 	uint32_t grid[3], block[3];
 	int device;
@@ -184,7 +189,8 @@ static void *copy_lane_main(void *arg)
 			d->tail = NULL;
 		pthread_mutex_unlock(&d->copy_lock);
 		if (job->src)
-			memcpy(job->dst, job->src, job->n);
+			odx__copy2d_memcpy(job->dst, job->dst_pitch, job->src, job->src_pitch,
+					   job->n, job->rows);
 		else
 			memset(job->dst, job->byte, job->n);
 		job->done(job->arg, 0, NULL);
@@ -498,14 +504,10 @@ static int start_copy_lane(host_dev *d)
 	return d->copy_started > 0 ? 0 : ODX_ENOMEM;
 }
 
-static int queue_job(host_dev *d, void *dst, const void *src, size_t n, int byte,
-		     odx_backend_done_fn done, void *arg)
+/* Queues `job` (malloc'ed; the lane frees it) on the copy lane, starting the lane on the first
+ * copy; ODX_ENOMEM (job freed) when no lane thread could start. */
+static int push_job(host_dev *d, host_job *job)
 {
-	host_job *job = malloc(sizeof(*job));
-
-	if (!job)
-		return ODX_ENOMEM;
-	*job = (host_job){.dst = dst, .src = src, .n = n, .byte = byte, .done = done, .arg = arg};
 	pthread_mutex_lock(&d->copy_lock);
 	if (d->copy_started == 0 && start_copy_lane(d) != 0) {
 		pthread_mutex_unlock(&d->copy_lock);
@@ -521,6 +523,18 @@ static int queue_job(host_dev *d, void *dst, const void *src, size_t n, int byte
 	pthread_cond_broadcast(&d->copy_cond);
 	pthread_mutex_unlock(&d->copy_lock);
 	return 0;
+}
+
+static int queue_job(host_dev *d, void *dst, const void *src, size_t n, int byte,
+		     odx_backend_done_fn done, void *arg)
+{
+	host_job *job = malloc(sizeof(*job));
+
+	if (!job)
+		return ODX_ENOMEM;
+	*job = (host_job){.dst = dst, .src = src, .n = n, .rows = 1, .dst_pitch = n, .src_pitch = n,
+			  .byte = byte, .done = done, .arg = arg};
+	return push_job(d, job);
 }
 
 static int host_copy_h2d(void *dev, uint64_t dst, size_t dst_off, const void *src, size_t n,
@@ -541,6 +555,33 @@ static int host_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev,
 	(void)src_dev;
 	return queue_job(dev, (char *)(uintptr_t)dst + dst_off,
 			 (const char *)(uintptr_t)src + src_off, n, 0, done, arg);
+}
+
+/* ABI 1.7: a strided copy on the copy lane, like the others. Both sides are host pointers (a
+ * host device's memory is host memory), so one direction covers h2d, d2h and d2d between host
+ * devices, whichever device's memory the source is. */
+static int host_copy_2d(void *dev, const odx_backend_copy2d *c, odx_backend_done_fn done,
+			void *arg)
+{
+	host_job *job;
+	int rc = odx__copy2d_check(c);
+
+	if (rc)
+		return rc;
+	job = malloc(sizeof(*job));
+	if (!job)
+		return ODX_ENOMEM;
+	*job = (host_job){
+		.dst = c->dst_host ? c->dst_host : (char *)(uintptr_t)c->dst + c->dst_off,
+		.src = c->src_host ? c->src_host : (const char *)(uintptr_t)c->src + c->src_off,
+		.n = c->width,
+		.rows = c->rows,
+		.dst_pitch = c->dst_pitch,
+		.src_pitch = c->src_pitch,
+		.done = done,
+		.arg = arg,
+	};
+	return push_job(dev, job);
 }
 
 /* Widens the calling thread's affinity to its own cores and its helpers' (the device's cores)
@@ -594,11 +635,13 @@ static int run_one_call(host_dev *d, const odx_kernel_variant *variant, odx_host
 /* Runs a launch on the calling thread (plus the helpers); the kernel's message goes to `error`,
  * its return value to *native. */
 static int host_run(host_dev *d, const odx_kernel_variant *variant, const odx_backend_arg *args,
-		    int nargs, const uint32_t grid[3], const uint32_t block[3], int device,
-		    const char *tag, char *error, size_t error_size, int *native)
+		    const odx_shape *shapes, int nargs, const uint32_t grid[3],
+		    const uint32_t block[3], int device, const char *tag, char *error,
+		    size_t error_size, int *native)
 {
 	void *bufs[HOST_MAX_PARAMS];
 	size_t sizes[HOST_MAX_PARAMS];
+	odx_shape bshapes[HOST_MAX_PARAMS];
 	odx_arg_kind kinds[HOST_MAX_PARAMS];
 	const void *scalars[HOST_MAX_PARAMS];
 	odx_host_launch l;
@@ -613,7 +656,14 @@ static int host_run(host_dev *d, const odx_kernel_variant *variant, const odx_ba
 		if (a->kind == ODX_ARG_BUFFER) {
 			/* ABI 1.2: the argument starts v.offset bytes into the allocation. */
 			bufs[nb] = (char *)(uintptr_t)a->mem + a->v.offset;
-			sizes[nb++] = a->size;
+			sizes[nb] = a->size;
+			/* ABI 1.7: the core's layout of the bytes (a tile inside its parent), or
+			 * one run when it gave none. */
+			if (shapes && shapes[i].count > 0)
+				bshapes[nb] = shapes[i];
+			else
+				bshapes[nb] = (odx_shape){a->size, 1, a->size};
+			nb++;
 			scalars[i] = NULL;
 		} else {
 			scalars[i] = &a->v;
@@ -629,6 +679,7 @@ static int host_run(host_dev *d, const odx_kernel_variant *variant, const odx_ba
 	l = (odx_host_launch){
 		.buffers = bufs,
 		.buffer_sizes = sizes,
+		.buffer_shapes = bshapes,
 		.kinds = kinds,
 		.scalars = scalars,
 		.nparams = nargs,
@@ -712,8 +763,8 @@ static void *compute_lane_main(void *arg)
 			pthread_cond_broadcast(&d->copied_cond);
 			continue;
 		}
-		rc = host_run(d, e->variant, e->args, e->nargs, e->grid, e->block, e->device, e->tag,
-			      error, sizeof(error), &native);
+		rc = host_run(d, e->variant, e->args, e->has_shapes ? e->shapes : NULL, e->nargs,
+			      e->grid, e->block, e->device, e->tag, error, sizeof(error), &native);
 		if (rc)
 			snprintf(msg, sizeof(msg), "%s (kernel returned %d)", error, native);
 		/* In launch order, from this one thread: what ordered_compute promises. */
@@ -759,6 +810,7 @@ static int host_copy_sync_after(void *dev, bool to_device, uint64_t mem, size_t 
 static int host_launch(void *dev, odx_backend_launch *bl, odx_backend_done_fn done, void *arg)
 {
 	host_dev *d = dev;
+	const odx_shape *shapes = NULL;
 	host_exec *e;
 
 	if (bl->nargs > HOST_MAX_PARAMS) {
@@ -766,8 +818,11 @@ static int host_launch(void *dev, odx_backend_launch *bl, odx_backend_done_fn do
 			 bl->nargs, HOST_MAX_PARAMS);
 		return ODX_EINVAL;
 	}
+	/* odx_backend_launch.shapes exists only in a core of ABI 1.7 or later. */
+	if ((d->st->env->abi_version & 0xffff) >= 7)
+		shapes = bl->shapes;
 	if (!d->st->async)
-		return host_run(d, bl->variant, bl->args, bl->nargs, bl->grid, bl->block,
+		return host_run(d, bl->variant, bl->args, shapes, bl->nargs, bl->grid, bl->block,
 				bl->device, bl->tag, bl->error, bl->error_size, &bl->native);
 	e = malloc(sizeof(*e));
 	if (!e)
@@ -775,6 +830,9 @@ static int host_launch(void *dev, odx_backend_launch *bl, odx_backend_done_fn do
 	e->next = NULL;
 	e->variant = bl->variant;
 	memcpy(e->args, bl->args, (size_t)bl->nargs * sizeof(*bl->args));
+	e->has_shapes = shapes != NULL;
+	if (shapes)
+		memcpy(e->shapes, shapes, (size_t)bl->nargs * sizeof(*shapes));
 	e->nargs = bl->nargs;
 	memcpy(e->grid, bl->grid, sizeof(e->grid));
 	memcpy(e->block, bl->block, sizeof(e->block));
@@ -818,6 +876,7 @@ static const odx_backend_ops host_ops = {
 	.can_run = host_can_run,
 	.mem_map = host_mem_map,
 	.copy_sync_after = host_copy_sync_after,
+	.copy_2d = host_copy_2d,
 };
 
 const odx_backend_descriptor odx__host_descriptor = {

@@ -51,6 +51,15 @@
 	XX(clEnqueueCopyBuffer, cl_int,                                                            \
 	   (cl_command_queue, cl_mem, cl_mem, size_t, size_t, size_t, cl_uint, const cl_event *,   \
 	    cl_event *))                                                                           \
+	XX(clEnqueueReadBufferRect, cl_int,                                                        \
+	   (cl_command_queue, cl_mem, cl_bool, const size_t *, const size_t *, const size_t *,     \
+	    size_t, size_t, size_t, size_t, void *, cl_uint, const cl_event *, cl_event *))        \
+	XX(clEnqueueWriteBufferRect, cl_int,                                                       \
+	   (cl_command_queue, cl_mem, cl_bool, const size_t *, const size_t *, const size_t *,     \
+	    size_t, size_t, size_t, size_t, const void *, cl_uint, const cl_event *, cl_event *))  \
+	XX(clEnqueueCopyBufferRect, cl_int,                                                        \
+	   (cl_command_queue, cl_mem, cl_mem, const size_t *, const size_t *, const size_t *,      \
+	    size_t, size_t, size_t, size_t, cl_uint, const cl_event *, cl_event *))                \
 	XX(clEnqueueFillBuffer, cl_int,                                                            \
 	   (cl_command_queue, cl_mem, const void *, size_t, size_t, size_t, cl_uint,               \
 	    const cl_event *, cl_event *))                                                         \
@@ -176,6 +185,7 @@ typedef struct clb_dev {
 	uint64_t max_alloc;
 	_Atomic uint64_t used;
 	size_t mem_align; /* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: sub-buffer origins */
+	bool rect_copy_whole; /* 2D copies between devices name whole buffers (clb_copy_2d) */
 
 	/* Sub-buffers of suballocated regions (subbuf.c), allocated on first use. */
 	pthread_mutex_t sub_lock;

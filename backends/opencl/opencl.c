@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "clb.h"
+#include "copy2d.h"
 
 /* ---- driver ------------------------------------------------------------------------------ */
 
@@ -437,6 +438,10 @@ static int clb_device_open(void *state, int index, int odx_device, odx_backend_d
 	d->id = st->devices[index].id;
 	d->platform = st->devices[index].platform;
 	d->context = st->platforms[d->platform].context;
+	/* PoCL (3.1, Debian 12) crashes in clEnqueueCopyBufferRect when either buffer is a
+	 * sub-buffer; its CPU devices keep a buffer and its sub-buffers in the same host memory, so
+	 * a 2D copy there names the whole buffers instead (clb_copy_2d). */
+	d->rect_copy_whole = strstr(st->platforms[d->platform].name, "Portable Computing") != NULL;
 	d->odx_device = odx_device;
 	odx__lane_init(&d->lane);
 	pthread_cond_init(&d->idle_cond, NULL);
@@ -815,6 +820,104 @@ static int clb_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev, 
 	return rc;
 }
 
+/* The device side of a 2D copy: its region (clb_region), or on a device where a copy between
+ * sub-buffers is broken (rect_copy_whole) and this is one, the whole buffer at the absolute
+ * offset. */
+static int clb_rect_region(clb_dev *d, bool with_host, clb_buf *b, size_t off, size_t n,
+			   clb_region_out *out, char *msg, size_t msg_size)
+{
+	if (with_host || !d->rect_copy_whole)
+		return clb_region(d, b, off, n, out, msg, msg_size);
+	if (off > b->size || n > b->size - off) {
+		snprintf(msg, msg_size, "%zu bytes at offset %zu of a %zu-byte allocation", n, off,
+			 b->size);
+		return ODX_ERANGE;
+	}
+	*out = (clb_region_out){.mem = b->mem, .off = off};
+	return 0;
+}
+
+/*
+ * ABI 1.7 copy_2d: clEnqueue{Write,Read,Copy}BufferRect on the copy queue, completed like the
+ * 1D copies. A device side names the region from its first run to the end of its last (a cached
+ * sub-buffer when that is not the whole allocation, as for the 1D copies: subbuf.c), and the
+ * rectangle starts at the region's offset inside it: origin {off, 0, 0}, region {width, rows, 1},
+ * row pitch the side's pitch; slice pitches 0 (one slice). Devices of different platforms share
+ * no context: ODX_ENOSYS, and the core copies row by row through host memory.
+ */
+static int clb_copy_2d(void *dev, const odx_backend_copy2d *c, odx_backend_done_fn done, void *arg)
+{
+	clb_dev *d = dev, *s = c->src_dev ? c->src_dev : dev;
+	const clb_api *cl = &d->st->api;
+	const size_t region[3] = {c->width, c->rows, 1};
+	size_t dspan = 0, sspan = 0, dorg[3] = {0, 0, 0}, sorg[3] = {0, 0, 0};
+	clb_region_out rd = {0}, rs = {0};
+	const char *call, *what;
+	char msg[256] = "";
+	clb_op *op;
+	cl_event ev;
+	cl_int err;
+	int rc = odx__copy2d_check(c);
+
+	if (rc)
+		return rc;
+	if (!c->src_host && !c->dst_host && s->context != d->context)
+		return ODX_ENOSYS;
+	odx__copy2d_span(c->width, c->rows, c->dst_pitch, &dspan);
+	odx__copy2d_span(c->width, c->rows, c->src_pitch, &sspan);
+	what = c->src_host ? "2D copy host to device"
+	       : c->dst_host ? "2D copy device to host" : "2D copy device to device";
+	op = clb_op_new(d, done, arg, what);
+	if (!op)
+		return ODX_ENOMEM;
+	if (!c->dst_host)
+		rc = clb_rect_region(d, c->src_host || c->dst_host, (clb_buf *)(uintptr_t)c->dst,
+				     c->dst_off, dspan, &rd, msg, sizeof(msg));
+	if (rc == 0 && !c->src_host)
+		rc = clb_rect_region(s, c->src_host || c->dst_host, (clb_buf *)(uintptr_t)c->src,
+				     c->src_off, sspan, &rs, msg, sizeof(msg));
+	if (rc) {
+		clb_log(d->st, ODX_LOG_ERROR, "opencl: device %d: %s: %s", d->odx_device, what, msg);
+		goto out_regions;
+	}
+	dorg[0] = rd.off;
+	sorg[0] = rs.off;
+	if (c->src_host) {
+		call = "clEnqueueWriteBufferRect";
+		err = cl->clEnqueueWriteBufferRect(d->copy, rd.mem, CL_FALSE, dorg, sorg, region,
+						   c->dst_pitch, 0, c->src_pitch, 0, c->src_host,
+						   0, NULL, &ev);
+	} else if (c->dst_host) {
+		call = "clEnqueueReadBufferRect";
+		err = cl->clEnqueueReadBufferRect(d->copy, rs.mem, CL_FALSE, sorg, dorg, region,
+						  c->src_pitch, 0, c->dst_pitch, 0, c->dst_host, 0,
+						  NULL, &ev);
+	} else {
+		/* Same context: the runtime moves the bytes between the devices itself. */
+		call = "clEnqueueCopyBufferRect";
+		err = cl->clEnqueueCopyBufferRect(d->copy, rs.mem, rd.mem, sorg, dorg, region,
+						  c->src_pitch, 0, c->dst_pitch, 0, 0, NULL, &ev);
+	}
+	if (err != CL_SUCCESS) {
+		rc = clb_check(err, call, d, c->width * c->rows, msg, sizeof(msg));
+		clb_log(d->st, ODX_LOG_ERROR, "opencl: device %d: %s of %zu x %zu bytes: %s",
+			d->odx_device, what, c->rows, c->width, msg);
+		goto out_regions;
+	}
+	rc = clb_op_watch(d, d->copy, op, ev);
+	if (rc == 0)
+		op = NULL;
+
+out_regions:
+	/* Sub-buffers evicted while naming the regions: the command holds its own now. */
+	if (!c->dst_host)
+		clb_region_done(d, &rd);
+	if (!c->src_host)
+		clb_region_done(s, &rs);
+	free(op);
+	return rc;
+}
+
 /* ---- launch -------------------------------------------------------------------------------- */
 
 /* Sets one argument; refuses a kind the kernel's parameter does not take. A buffer argument
@@ -979,6 +1082,7 @@ static const odx_backend_ops clb_ops = {
 	.copy_sync = clb_copy_sync,
 	.progress = clb_progress,
 	.copy_sync_after = clb_copy_sync_after,
+	.copy_2d = clb_copy_2d,
 	.module_load = clb_module_load,
 	.module_unload = clb_module_unload,
 	.launch = clb_launch,

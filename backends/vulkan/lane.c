@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "copy2d.h"
 #include "vkb.h"
 
 int vkb_lane_begin(vkb_lane *ln, VkCommandBuffer *out, char *msg, size_t msg_size)
@@ -266,7 +267,10 @@ static void vkb_lane_retire(vkb_lane *ln, vkb_pending *p, bool wait)
 		status = wait ? vkb_lane_wait(ln, p->value, msg, sizeof(msg)) : 0;
 	}
 	/* The copy's host side: staging to user memory, or straight through the map. */
-	if (status == 0 && p->copy_n)
+	if (status == 0 && p->copy_n && p->copy_rows > 1)
+		odx__copy2d_memcpy(p->copy_dst, p->copy_dst_pitch, p->copy_src, p->copy_src_pitch,
+				   p->copy_n, p->copy_rows);
+	else if (status == 0 && p->copy_n)
 		memcpy(p->copy_dst, p->copy_src, p->copy_n);
 	if (status == 0 && vkb_take_message(ln->dev, msg, sizeof(msg)))
 		status = ODX_EBACKEND;

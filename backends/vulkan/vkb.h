@@ -139,7 +139,9 @@ typedef struct vkb_pending {
 	vkb_staging *staging;      /* returned to the lane's staging pool (or NULL) */
 	void *copy_dst;            /* a memcpy to do once complete (d2h, mapped h2d) */
 	const void *copy_src;
-	size_t copy_n;
+	size_t copy_n;             /* bytes, or bytes per run when copy_rows > 1 (copy_2d) */
+	size_t copy_rows;          /* 0 or 1: one run; more: runs one pitch apart each side */
+	size_t copy_dst_pitch, copy_src_pitch;
 	odx_backend_done_fn done;
 	void *arg;
 	int status;                /* a batched launch whose submission failed: its error */
@@ -277,6 +279,7 @@ int vkb_copy_d2h(void *dev, void *dst, uint64_t src, size_t src_off, size_t n,
 		 odx_backend_done_fn done, void *arg);
 int vkb_copy_d2d(void *dev, uint64_t dst, size_t dst_off, void *src_dev, uint64_t src,
 		 size_t src_off, size_t n, odx_backend_done_fn done, void *arg);
+int vkb_copy_2d(void *dev, const odx_backend_copy2d *c, odx_backend_done_fn done, void *arg);
 
 /* ---- pipeline.c ---- */
 int vkb_module_load(void *dev, const odx_kernel_variant *v, void **out, char *err,

@@ -216,6 +216,7 @@ static const odx_backend_ops vkb_ops = {
 	.copy_h2d = vkb_copy_h2d,
 	.copy_d2h = vkb_copy_d2h,
 	.copy_d2d = vkb_copy_d2d,
+	.copy_2d = vkb_copy_2d,
 	.module_load = vkb_module_load,
 	.module_unload = vkb_module_unload,
 	.launch = vkb_launch,

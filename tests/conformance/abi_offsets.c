@@ -2,7 +2,8 @@
 /*
  * abi_offsets.c - backend ABI 1.2 conformance, below the public API: one backend module loaded
  * the way the core loads it (dlopen from $ODX_BACKEND_PATH, odx_backend_entry) and driven
- * through its ops table alone, with a minimal odx_backend_host played by this program.
+ * through its ops table alone, with a minimal odx_backend_host played by this program
+ * (abi_module.c).
  *
  * usage: abi_offsets BACKEND [--fake]
  *   BACKEND is a module name (host, vulkan, opencl, cuda, hip); the backend's configuration
@@ -17,9 +18,9 @@
  * right behind another, stay untouched); repeated launches on the same regions; copies at
  * unaligned offsets inside a region; many regions of one allocation; an allocation freed and
  * allocated again (a backend caching per-region objects must not hand out stale ones); the
- * optional host_alloc/host_free pair.
+ * optional host_alloc/host_free pair; for the host backend, odx_host_launch.buffer_shapes (ABI 1.7)
+ * of work-group and one-call variants, from odx_backend_launch.shapes or one run per buffer.
  */
-#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -29,19 +30,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "abi_module.h"
 #include "builtin.h"
 #include "kernels_config.h"
 #include "odx/backend.h"
 
 #define N 1001	      /* elements per region: 4004 bytes, not a multiple of any alignment */
 #define SENTINEL 0xa5 /* every byte no launch or copy may touch */
-#define WAIT_S 60     /* every wait is bounded */
 
 /* ---- the standard kernel's images (libodx's own arrays, linked from its objects) ---------- */
 
@@ -62,200 +61,14 @@ extern const unsigned char odx__hipco_axpy_f32[];
 extern const size_t odx__hipco_axpy_f32_size;
 #endif
 
+/* What this test adds to the harness's module: the kernel it launches. */
 static struct {
-	const char *name;
 	bool fake;
-	void *lib;
-	const odx_backend_descriptor *desc;
-	const odx_backend_ops *ops;
-	void *state;
-	void *dev;
-	odx_backend_device_props props;
-	size_t align;
 	void *module; /* what module_load gave for `variant` */
 	odx_kernel_variant variant;
-	char detail[512]; /* the last error_detail */
 } g;
 
-/* ---- the host side of the ABI: configuration from the environment, logs to stderr --------- */
-
-/* "vulkan.allow_cpu" -> $ODX_VULKAN_ALLOW_CPU, as the core's configuration reads it. */
-static const char *env_value(const char *key)
-{
-	char name[128] = "ODX_";
-	size_t n = 4;
-
-	for (; *key && n + 1 < sizeof(name); key++)
-		name[n++] = *key == '.' ? '_'
-					: (char)((*key >= 'a' && *key <= 'z') ? *key - 32 : *key);
-	name[n] = '\0';
-	return getenv(name);
-}
-
-static int cfg_str(void *core, const char *key, const char **out)
-{
-	const char *v = env_value(key);
-
-	(void)core;
-	if (!v)
-		return ODX_ENOENT;
-	*out = v;
-	return 0;
-}
-
-static int cfg_int(void *core, const char *key, int64_t *out)
-{
-	const char *v = env_value(key);
-
-	(void)core;
-	if (!v)
-		return ODX_ENOENT;
-	*out = strtoll(v, NULL, 0);
-	return 0;
-}
-
-static int cfg_bool(void *core, const char *key, bool *out)
-{
-	const char *v = env_value(key);
-
-	(void)core;
-	if (!v)
-		return ODX_ENOENT;
-	*out = strcasecmp(v, "true") == 0 || strcasecmp(v, "yes") == 0 || strcmp(v, "1") == 0;
-	return 0;
-}
-
-static int cfg_size(void *core, const char *key, uint64_t percent_of, uint64_t *out)
-{
-	const char *v = env_value(key);
-	char *end;
-	double x;
-
-	(void)core;
-	if (!v)
-		return ODX_ENOENT;
-	x = strtod(v, &end);
-	*out = *end == '%' ? (uint64_t)(x / 100.0 * (double)percent_of) : (uint64_t)x;
-	return 0;
-}
-
-static int bind_thread(void *core, unsigned slot)
-{
-	(void)core;
-	(void)slot;
-	return 0;
-}
-
-static void log_line(void *core, odx_log_level level, const char *msg)
-{
-	(void)core;
-	if (level <= ODX_LOG_WARN || getenv("ABI_OFFSETS_VERBOSE"))
-		fprintf(stderr, "[%s] %s\n", g.name, msg);
-}
-
-static void error_detail(void *core, const char *msg)
-{
-	(void)core;
-	snprintf(g.detail, sizeof(g.detail), "%s", msg);
-}
-
-static odx_backend_host host = {
-	.size = sizeof(odx_backend_host),
-	.abi_version = ODX_BACKEND_ABI_VERSION,
-	.host_cores = 2,
-	.host_memory = 1ull << 30,
-	.config_str = cfg_str,
-	.config_int = cfg_int,
-	.config_bool = cfg_bool,
-	.config_size = cfg_size,
-	.bind_thread = bind_thread,
-	.log = log_line,
-	.error_detail = error_detail,
-};
-
-/* ---- completion ----------------------------------------------------------------------------- */
-
-typedef struct waiter {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int pending;
-	int status;
-	char msg[512];
-} waiter;
-
-static waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, ""};
-
-static void on_done(void *arg, int status, const char *msg)
-{
-	waiter *wt = arg;
-
-	pthread_mutex_lock(&wt->lock);
-	if (status != 0 && wt->status == 0) {
-		wt->status = status;
-		snprintf(wt->msg, sizeof(wt->msg), "%s", msg ? msg : "");
-	}
-	wt->pending--;
-	pthread_cond_broadcast(&wt->cond);
-	pthread_mutex_unlock(&wt->lock);
-}
-
-static void expect_done(void)
-{
-	pthread_mutex_lock(&w.lock);
-	w.pending++;
-	pthread_mutex_unlock(&w.lock);
-}
-
-/* Waits for everything queued so far; fails the test on a timeout or an error. */
-static void wait_all(void)
-{
-	struct timespec until;
-
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += WAIT_S;
-	pthread_mutex_lock(&w.lock);
-	while (w.pending > 0)
-		if (pthread_cond_timedwait(&w.cond, &w.lock, &until) != 0)
-			break;
-	if (w.pending > 0) {
-		pthread_mutex_unlock(&w.lock);
-		fail_msg("%d operations still pending after %d s", w.pending, WAIT_S);
-	}
-	if (w.status != 0) {
-		int rc = w.status;
-
-		w.status = 0;
-		pthread_mutex_unlock(&w.lock);
-		fail_msg("an operation completed with %s: %s", odx_err_name(rc), w.msg);
-	}
-	pthread_mutex_unlock(&w.lock);
-}
-
 /* ---- operations -------------------------------------------------------------------------- */
-
-static void h2d(uint64_t mem, size_t off, const void *src, size_t n)
-{
-	int rc;
-
-	expect_done();
-	rc = g.ops->copy_h2d(g.dev, mem, off, src, n, on_done, &w);
-	if (rc) {
-		on_done(&w, 0, NULL); /* nothing was queued */
-		fail_msg("copy_h2d(%zu bytes at %zu): %s", n, off, odx_err_name(rc));
-	}
-}
-
-static void d2h(void *dst, uint64_t mem, size_t off, size_t n)
-{
-	int rc;
-
-	expect_done();
-	rc = g.ops->copy_d2h(g.dev, dst, mem, off, n, on_done, &w);
-	if (rc) {
-		on_done(&w, 0, NULL);
-		fail_msg("copy_d2h(%zu bytes at %zu): %s", n, off, odx_err_name(rc));
-	}
-}
 
 /* y[0..n) at (mem, y_off) += a * x[0..n) at (mem, x_off), through the backend's launch. */
 static void axpy(uint64_t mem, size_t x_off, size_t y_off, float a, int n)
@@ -281,10 +94,10 @@ static void axpy(uint64_t mem, size_t x_off, size_t y_off, float a, int n)
 	};
 	int rc;
 
-	expect_done();
-	rc = g.ops->launch(g.dev, &l, on_done, &w);
+	abi_expect_done();
+	rc = abi.ops->launch(abi.dev, &l, abi_on_done, abi_waiter());
 	if (rc != ODX_BACKEND_PENDING)
-		on_done(&w, 0, NULL); /* completed already, or failed: no callback comes */
+		abi_on_done(abi_waiter(), 0, NULL); /* completed already, or failed: no callback comes */
 	if (rc < 0)
 		fail_msg("launch (x at %zu, y at %zu): %s: %s", x_off, y_off, odx_err_name(rc),
 			 err);
@@ -293,18 +106,6 @@ static void axpy(uint64_t mem, size_t x_off, size_t y_off, float a, int n)
 static size_t round_up(size_t n, size_t a)
 {
 	return (n + a - 1) / a * a;
-}
-
-static uint64_t alloc(size_t size)
-{
-	uint64_t h = 0;
-	int rc;
-
-	g.detail[0] = '\0';
-	rc = g.ops->mem_alloc(g.dev, size, false, &h);
-	if (rc)
-		fail_msg("mem_alloc(%zu): %s: %s", size, odx_err_name(rc), g.detail);
-	return h;
 }
 
 /* Checks that bytes [from, to) of `img` are all SENTINEL. */
@@ -331,31 +132,12 @@ static void assert_floats(const unsigned char *img, size_t off, int n, float (*w
 
 /* ---- setup ---------------------------------------------------------------------------------- */
 
-/* The module's file in $ODX_BACKEND_PATH, dlopen'ed; NULL if there is none. */
-static void *open_module(const char *name, char *path, size_t path_size)
-{
-	const char *dirs = getenv("ODX_BACKEND_PATH");
-	char *copy, *dir, *save = NULL;
-	void *lib = NULL;
-
-	if (!dirs)
-		return NULL;
-	copy = strdup(dirs);
-	for (dir = strtok_r(copy, ":", &save); dir && !lib; dir = strtok_r(NULL, ":", &save)) {
-		snprintf(path, path_size, "%s/libodx-backend-%s.so", dir, name);
-		if (access(path, R_OK) == 0)
-			lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	}
-	free(copy);
-	return lib;
-}
-
 /* The variants of odx.axpy_f32 that this backend kind may run, in preference order. */
 static int candidate_variants(odx_kernel_variant *v)
 {
 	int n = 0;
 
-	switch (g.desc->kind) {
+	switch (abi.desc->kind) {
 	case ODX_BACKEND_HOST:
 		v[n++] = (odx_kernel_variant){.backend = ODX_BACKEND_HOST,
 					      .format = ODX_FORMAT_HOST_FN,
@@ -423,87 +205,40 @@ static int candidate_variants(odx_kernel_variant *v)
 	return n;
 }
 
-static void skip_run(const char *why)
-{
-	printf("SKIP: %s: %s\n", g.name, why);
-	exit(77);
-}
-
 static int setup(void **state)
 {
-	odx_backend_entry_fn entry;
 	odx_kernel_variant cand[4];
-	char path[1024], reason[512] = "", err[2048] = "";
-	void *sym;
-	int rc, i, n;
+	char err[2048] = "";
+	int i, n;
 
 	(void)state;
-	g.lib = open_module(g.name, path, sizeof(path));
-	if (!g.lib) {
-		const char *why = dlerror();
-
-		fprintf(stderr, "no loadable libodx-backend-%s.so in ODX_BACKEND_PATH=%s: %s\n",
-			g.name, getenv("ODX_BACKEND_PATH") ? getenv("ODX_BACKEND_PATH") : "",
-			why ? why : "not found");
+	if (abi_open(abi.name) != 0)
 		return -1;
-	}
-	sym = dlsym(g.lib, ODX_BACKEND_ENTRY);
-	if (!sym) {
-		fprintf(stderr, "%s exports no %s\n", path, ODX_BACKEND_ENTRY);
-		return -1;
-	}
-	memcpy(&entry, &sym, sizeof(entry));
-	rc = entry(ODX_BACKEND_ABI_VERSION, &g.desc);
-	if (rc || !g.desc || !g.desc->ops) {
-		fprintf(stderr, "%s: odx_backend_entry: %s\n", path, odx_err_name(rc));
-		return -1;
-	}
-	g.ops = g.desc->ops;
-	rc = g.ops->open(&host, &g.state, reason, sizeof(reason));
-	if (rc == ODX_EUNAVAIL)
-		skip_run(reason);
-	if (rc) {
-		fprintf(stderr, "%s: open: %s: %s\n", g.name, odx_err_name(rc), reason);
-		return -1;
-	}
-	if (g.ops->device_count(g.state) < 1)
-		skip_run("no device");
-	rc = g.ops->device_open(g.state, 0, 0, &g.props, &g.dev);
-	if (rc) {
-		fprintf(stderr, "%s: device_open: %s: %s\n", g.name, odx_err_name(rc), g.detail);
-		return -1;
-	}
-	g.align = g.props.mem_align ? g.props.mem_align : 256;
-
 	n = candidate_variants(cand);
 	for (i = 0; i < n; i++) {
-		if (ODX_BACKEND_HAS_OP(g.ops, odx_backend_ops, can_run) &&
-		    !g.ops->can_run(g.dev, &cand[i]))
+		if (ODX_BACKEND_HAS_OP(abi.ops, odx_backend_ops, can_run) &&
+		    !abi.ops->can_run(abi.dev, &cand[i]))
 			continue;
 		g.module = NULL;
-		if (ODX_BACKEND_HAS_OP(g.ops, odx_backend_ops, module_load) &&
-		    g.ops->module_load(g.dev, &cand[i], &g.module, err, sizeof(err)) != 0)
+		if (ODX_BACKEND_HAS_OP(abi.ops, odx_backend_ops, module_load) &&
+		    abi.ops->module_load(abi.dev, &cand[i], &g.module, err, sizeof(err)) != 0)
 			continue;
 		g.variant = cand[i];
 		break;
 	}
 	if (i == n)
-		skip_run("no variant of odx.axpy_f32 runs on this device in this build");
-	printf("%s: ABI %u.%u, device '%s', mem_align %u\n", g.name, g.desc->abi_version >> 16,
-	       g.desc->abi_version & 0xffff, g.props.name, g.props.mem_align);
+		abi_skip("no variant of odx.axpy_f32 runs on this device in this build");
+	printf("%s: ABI %u.%u, device '%s', mem_align %u\n", abi.name, abi.desc->abi_version >> 16,
+	       abi.desc->abi_version & 0xffff, abi.props.name, abi.props.mem_align);
 	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	if (g.module && ODX_BACKEND_HAS_OP(g.ops, odx_backend_ops, module_unload))
-		g.ops->module_unload(g.dev, g.module);
-	if (g.dev)
-		g.ops->device_close(g.dev);
-	if (g.state)
-		g.ops->close(g.state);
-	/* The module stays loaded: drivers' threads may outlive close in their own libraries. */
+	if (g.module && ODX_BACKEND_HAS_OP(abi.ops, odx_backend_ops, module_unload))
+		abi.ops->module_unload(abi.dev, g.module);
+	abi_close();
 	return 0;
 }
 
@@ -512,15 +247,15 @@ static int teardown(void **state)
 static void test_descriptor(void **state)
 {
 	(void)state;
-	assert_int_equal(g.desc->abi_version >> 16, ODX_BACKEND_ABI_MAJOR);
+	assert_int_equal(abi.desc->abi_version >> 16, ODX_BACKEND_ABI_MAJOR);
 	/* Every backend in this tree implements 1.2: offsets in launch arguments. */
-	assert_true((g.desc->abi_version & 0xffff) >= 2);
-	assert_true(g.desc->ops->size >= offsetof(odx_backend_ops, can_run) + sizeof(void *));
+	assert_true((abi.desc->abi_version & 0xffff) >= 2);
+	assert_true(abi.desc->ops->size >= offsetof(odx_backend_ops, can_run) + sizeof(void *));
 	/* A power of two, so that the core can round offsets with a mask. */
-	assert_true(g.align > 0 && (g.align & (g.align - 1)) == 0);
+	assert_true(abi.align > 0 && (abi.align & (abi.align - 1)) == 0);
 	/* The pinned pair comes together or not at all. */
-	assert_int_equal(ODX_BACKEND_HAS_OP(g.ops, odx_backend_ops, host_alloc),
-			 ODX_BACKEND_HAS_OP(g.ops, odx_backend_ops, host_free));
+	assert_int_equal(ODX_BACKEND_HAS_OP(abi.ops, odx_backend_ops, host_alloc),
+			 ODX_BACKEND_HAS_OP(abi.ops, odx_backend_ops, host_free));
 }
 
 /* The layout of one allocation: a leading gap, x, a gap, y and z back to back, a tail. */
@@ -532,11 +267,11 @@ static layout make_layout(void)
 {
 	layout lo;
 
-	lo.region = round_up((size_t)N * 4, g.align);
-	lo.x = g.align; /* nonzero: the first region is not at the allocation's start */
-	lo.y = lo.x + lo.region + g.align;
+	lo.region = round_up((size_t)N * 4, abi.align);
+	lo.x = abi.align; /* nonzero: the first region is not at the allocation's start */
+	lo.y = lo.x + lo.region + abi.align;
 	lo.z = lo.y + lo.region; /* right behind y: rounding a range up must not reach it */
-	lo.total = lo.z + lo.region + g.align;
+	lo.total = lo.z + lo.region + abi.align;
 	return lo;
 }
 
@@ -571,12 +306,12 @@ static void fill_layout(uint64_t mem, const layout *lo, unsigned char *img)
 		z[i] = 100.0f;
 	}
 	memset(img, SENTINEL, lo->total);
-	h2d(mem, 0, img, lo->total);
-	wait_all();
-	h2d(mem, lo->x, x, sizeof(x));
-	h2d(mem, lo->y, y, sizeof(y));
-	h2d(mem, lo->z, z, sizeof(z));
-	wait_all();
+	abi_h2d(mem, 0, img, lo->total);
+	abi_wait_all();
+	abi_h2d(mem, lo->x, x, sizeof(x));
+	abi_h2d(mem, lo->y, y, sizeof(y));
+	abi_h2d(mem, lo->z, z, sizeof(z));
+	abi_wait_all();
 }
 
 static void check_layout(uint64_t mem, const layout *lo, unsigned char *img, float ay, float az)
@@ -584,8 +319,8 @@ static void check_layout(uint64_t mem, const layout *lo, unsigned char *img, flo
 	size_t bytes = (size_t)N * 4;
 
 	memset(img, 0, lo->total);
-	d2h(img, mem, 0, lo->total);
-	wait_all();
+	abi_d2h(img, mem, 0, lo->total);
+	abi_wait_all();
 	assert_untouched(img, 0, lo->x, "before x");
 	assert_floats(img, lo->x, N, x_value, NULL, "x");
 	assert_untouched(img, lo->x + bytes, lo->y, "between x and y");
@@ -603,19 +338,19 @@ static void test_axpy_at_offsets(void **state)
 
 	(void)state;
 	assert_non_null(img);
-	mem = alloc(lo.total);
+	mem = abi_alloc(lo.total);
 	fill_layout(mem, &lo, img);
 	axpy(mem, lo.x, lo.y, 2.0f, N);
 	axpy(mem, lo.x, lo.z, 3.0f, N);
-	wait_all();
+	abi_wait_all();
 	check_layout(mem, &lo, img, 2.0f, 3.0f);
 
 	/* The same regions again (a backend caching per-region objects hits its cache). */
 	axpy(mem, lo.x, lo.y, 2.0f, N);
 	axpy(mem, lo.x, lo.y, 2.0f, N);
-	wait_all();
+	abi_wait_all();
 	check_layout(mem, &lo, img, 6.0f, 3.0f);
-	g.ops->mem_free(g.dev, mem, lo.total);
+	abi.ops->mem_free(abi.dev, mem, lo.total);
 	free(img);
 }
 
@@ -628,14 +363,14 @@ static void test_unaligned_copies(void **state)
 
 	(void)state;
 	assert_non_null(img);
-	mem = alloc(lo.total);
+	mem = abi_alloc(lo.total);
 	fill_layout(mem, &lo, img);
 	for (size_t i = 0; i < sizeof(part); i++)
 		part[i] = (unsigned char)(0x10 + i);
-	h2d(mem, lo.y + 4, part, sizeof(part));
-	wait_all();
-	d2h(back, mem, lo.y, sizeof(back));
-	wait_all();
+	abi_h2d(mem, lo.y + 4, part, sizeof(part));
+	abi_wait_all();
+	abi_d2h(back, mem, lo.y, sizeof(back));
+	abi_wait_all();
 	assert_memory_equal(back + 4, part, sizeof(part));
 	/* Bytes around the write are y's earlier contents (1.0f). */
 	{
@@ -652,17 +387,17 @@ static void test_unaligned_copies(void **state)
 
 		for (int i = 0; i < N; i++)
 			x[i] = 1.0f, y[i] = 2.0f;
-		h2d(mem, lo.x, x, sizeof(x));
-		h2d(mem, lo.y, y, sizeof(y));
-		wait_all();
+		abi_h2d(mem, lo.x, x, sizeof(x));
+		abi_h2d(mem, lo.y, y, sizeof(y));
+		abi_wait_all();
 		axpy(mem, lo.x, lo.y, 0.5f, N);
-		wait_all();
-		d2h(y, mem, lo.y, sizeof(y));
-		wait_all();
+		abi_wait_all();
+		abi_d2h(y, mem, lo.y, sizeof(y));
+		abi_wait_all();
 		for (int i = 0; i < N; i++)
 			assert_true(y[i] == 2.5f);
 	}
-	g.ops->mem_free(g.dev, mem, lo.total);
+	abi.ops->mem_free(abi.dev, mem, lo.total);
 	free(img);
 }
 
@@ -673,25 +408,25 @@ static void test_many_regions(void **state)
 		REGIONS = 48,
 		M = 64
 	};
-	size_t region = round_up(M * 4, g.align), total = region * (REGIONS + 1);
+	size_t region = round_up(M * 4, abi.align), total = region * (REGIONS + 1);
 	float *buf = malloc(total), x[M];
 	uint64_t mem;
 
 	(void)state;
 	assert_non_null(buf);
-	mem = alloc(total);
+	mem = abi_alloc(total);
 	for (int i = 0; i < M; i++)
 		x[i] = (float)(i + 1);
 	memset(buf, 0, total);
-	h2d(mem, 0, buf, total);
-	wait_all();
-	h2d(mem, 0, x, sizeof(x)); /* x is the region at offset 0 */
-	wait_all();
+	abi_h2d(mem, 0, buf, total);
+	abi_wait_all();
+	abi_h2d(mem, 0, x, sizeof(x)); /* x is the region at offset 0 */
+	abi_wait_all();
 	for (int r = 1; r <= REGIONS; r++)
 		axpy(mem, 0, region * (size_t)r, (float)r, M);
-	wait_all();
-	d2h(buf, mem, 0, total);
-	wait_all();
+	abi_wait_all();
+	abi_d2h(buf, mem, 0, total);
+	abi_wait_all();
 	for (int r = 1; r <= REGIONS; r++) {
 		const float *y = (const float *)((const char *)buf + region * (size_t)r);
 
@@ -702,7 +437,7 @@ static void test_many_regions(void **state)
 		for (size_t i = M; i < region / 4; i++)
 			assert_true(y[i] == 0.0f);
 	}
-	g.ops->mem_free(g.dev, mem, total);
+	abi.ops->mem_free(abi.dev, mem, total);
 	free(buf);
 }
 
@@ -717,13 +452,13 @@ static void test_realloc_same_regions(void **state)
 	(void)state;
 	assert_non_null(img);
 	for (int round = 0; round < 3; round++) {
-		mem = alloc(lo.total);
+		mem = abi_alloc(lo.total);
 		fill_layout(mem, &lo, img);
 		axpy(mem, lo.x, lo.y, 2.0f, N);
 		axpy(mem, lo.x, lo.z, 4.0f, N);
-		wait_all();
+		abi_wait_all();
 		check_layout(mem, &lo, img, 2.0f, 4.0f);
-		g.ops->mem_free(g.dev, mem, lo.total);
+		abi.ops->mem_free(abi.dev, mem, lo.total);
 	}
 	free(img);
 }
@@ -739,14 +474,14 @@ static void test_host_alloc(void **state)
 	int rc;
 
 	(void)state;
-	if (!ODX_BACKEND_HAS_OP(g.ops, odx_backend_ops, host_alloc)) {
+	if (!ODX_BACKEND_HAS_OP(abi.ops, odx_backend_ops, host_alloc)) {
 		printf("%s has no host_alloc (optional): the core stages through ordinary memory\n",
-		       g.name);
+		       abi.name);
 		return;
 	}
-	rc = g.ops->host_alloc(g.dev, BYTES, (void **)&pinned);
+	rc = abi.ops->host_alloc(abi.dev, BYTES, (void **)&pinned);
 	if (rc)
-		fail_msg("host_alloc(%d): %s: %s", BYTES, odx_err_name(rc), g.detail);
+		fail_msg("host_alloc(%d): %s: %s", BYTES, odx_err_name(rc), abi.detail);
 	assert_non_null(pinned);
 	/* Ordinary host memory to the program: written, then copied from and into. */
 	memset(pinned, SENTINEL, lo.total);
@@ -755,20 +490,93 @@ static void test_host_alloc(void **state)
 
 		memcpy(pinned + lo.y + (size_t)i * 4, &v, 4);
 	}
-	mem = alloc(lo.total);
-	h2d(mem, 0, pinned, lo.total);
-	wait_all();
+	mem = abi_alloc(lo.total);
+	abi_h2d(mem, 0, pinned, lo.total);
+	abi_wait_all();
 	memset(pinned, 0, BYTES);
-	d2h(pinned, mem, lo.y, (size_t)N * 4);
-	wait_all();
+	abi_d2h(pinned, mem, lo.y, (size_t)N * 4);
+	abi_wait_all();
 	for (int i = 0; i < N; i++) {
 		float v;
 
 		memcpy(&v, pinned + (size_t)i * 4, 4);
 		assert_true(v == (float)i);
 	}
-	g.ops->mem_free(g.dev, mem, lo.total);
-	g.ops->host_free(g.dev, pinned, BYTES);
+	abi.ops->mem_free(abi.dev, mem, lo.total);
+	abi.ops->host_free(abi.dev, pinned, BYTES);
+}
+
+/* ---- ABI 1.7: buffer shapes of host launches ------------------------------------------------ */
+
+static odx_shape seen_shapes[2];
+static int seen_calls;
+
+/* Records what the host backend hands the kernel (one call per chunk: the same each time). */
+static int record_shapes(const odx_host_launch *l)
+{
+	if (!l->buffer_shapes)
+		return 1;
+	memcpy(seen_shapes, l->buffer_shapes, sizeof(seen_shapes));
+	seen_calls++;
+	return 0;
+}
+
+/* Launches record_shapes (work-group or one-call variant) on two buffers with `shapes`. */
+static void launch_shapes(odx_variant_format format, uint64_t mem, const odx_shape *shapes)
+{
+	odx_kernel_variant v = {.backend = ODX_BACKEND_HOST, .format = format,
+				.host_fn = record_shapes, .entry = "record_shapes"};
+	odx_backend_arg args[3] = {
+		{.kind = ODX_ARG_BUFFER, .mem = mem, .size = 4096, .v.offset = 0},
+		{.kind = ODX_ARG_I32, .v.i32 = 7},
+		{.kind = ODX_ARG_BUFFER, .mem = mem, .size = 100, .v.offset = 8192},
+	};
+	char err[256] = "";
+	odx_backend_launch l = {.variant = &v, .args = args, .nargs = 3, .grid = {4, 1, 1},
+				.block = {1, 1, 1}, .tag = "shapes", .error = err,
+				.error_size = sizeof(err), .shapes = shapes};
+	int rc;
+
+	seen_calls = 0;
+	memset(seen_shapes, 0, sizeof(seen_shapes));
+	abi_expect_done();
+	rc = abi.ops->launch(abi.dev, &l, abi_on_done, abi_waiter());
+	if (rc != ODX_BACKEND_PENDING)
+		abi_on_done(abi_waiter(), 0, NULL);
+	if (rc < 0)
+		fail_msg("launch: %s: %s", odx_err_name(rc), err);
+	abi_wait_all();
+	assert_true(seen_calls > 0);
+}
+
+static void test_host_buffer_shapes(void **state)
+{
+	static const odx_variant_format formats[] = {ODX_FORMAT_HOST_FN, ODX_FORMAT_HOST_CALL};
+	/* Per argument, as the core gives them: a tile in place ({w, n, pitch}), a scalar's {0}. */
+	const odx_shape given[3] = {{64, 16, 256}, {0, 0, 0}, {100, 1, 100}};
+	uint64_t mem;
+
+	(void)state;
+	if (abi.desc->kind != ODX_BACKEND_HOST) {
+		printf("skipped: buffer_shapes are the host backend's (odx_host_launch)\n");
+		skip();
+	}
+	mem = abi_alloc(3 * 4096);
+	for (size_t f = 0; f < 2; f++) {
+		/* Per buffer parameter: the core's shapes, the scalar left out. */
+		launch_shapes(formats[f], mem, given);
+		assert_true(seen_shapes[0].width == 64 && seen_shapes[0].count == 16 &&
+			    seen_shapes[0].pitch == 256);
+		assert_true(seen_shapes[1].width == 100 && seen_shapes[1].count == 1 &&
+			    seen_shapes[1].pitch == 100);
+		/* None given: one run of the buffer's size each. */
+		launch_shapes(formats[f], mem, NULL);
+		assert_true(seen_shapes[0].width == 4096 && seen_shapes[0].count == 1 &&
+			    seen_shapes[0].pitch == 4096);
+		assert_true(seen_shapes[1].width == 100 && seen_shapes[1].count == 1 &&
+			    seen_shapes[1].pitch == 100);
+	}
+	abi.ops->mem_free(abi.dev, mem, 3 * 4096);
 }
 
 int main(int argc, char **argv)
@@ -777,13 +585,14 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_descriptor),	     cmocka_unit_test(test_axpy_at_offsets),
 		cmocka_unit_test(test_unaligned_copies),     cmocka_unit_test(test_many_regions),
 		cmocka_unit_test(test_realloc_same_regions), cmocka_unit_test(test_host_alloc),
+		cmocka_unit_test(test_host_buffer_shapes),
 	};
 
 	if (argc < 2) {
 		fprintf(stderr, "usage: %s BACKEND [--fake]\n", argv[0]);
 		return 2;
 	}
-	g.name = argv[1];
+	abi.name = argv[1];
 	g.fake = argc > 2 && strcmp(argv[2], "--fake") == 0;
-	return cmocka_run_group_tests_name(g.name, tests, setup, teardown);
+	return cmocka_run_group_tests_name(abi.name, tests, setup, teardown);
 }
