@@ -658,6 +658,122 @@ static void test_part_access_shared(void **state)
 	part_access_run("shared");
 }
 
+/* ---- a GPU backend (Vulkan on lavapipe, OpenCL on PoCL), where one is available ------------- */
+
+/* Tiles between a CPU device working on them in place (ODX_LD = the parent's ld) and a device of
+ * `backend` working on packed copies with the standard scale_f32 (a packed tile is contiguous):
+ * every move between them is a strided copy, the backend's copy_2d or one copy per run. Returns
+ * false (and prints why) when the backend has no device here. */
+static bool gpu_tiles_run(const char *backend)
+{
+	enum { R = 37, C = 29, LD = 41, TR = 16, TC = 8, MT = 3, NT = 4 };
+	char key[64], backends[64];
+	odx_config *cfg = NULL;
+	odx_context *ctx = NULL;
+	odx_kernel *scale;
+	kernels k;
+	odx_buffer *a, *parts[MT * NT];
+	float *want = malloc(LD * C * sizeof(float)), *got = malloc(LD * C * sizeof(float));
+	odx_partition p = {.kind = ODX_PART_TILES, .elem_size = sizeof(float), .rows = R,
+			   .cols = C, .ld = LD, .tile_rows = TR, .tile_cols = TC};
+	int gpu = -1, host = -1;
+
+	snprintf(key, sizeof(key), "%s.allow_cpu", backend);
+	snprintf(backends, sizeof(backends), "host,%s", backend);
+	assert_ok(odx_config_create(&cfg));
+	assert_ok(odx_config_set(cfg, "backends", backends));
+	assert_ok(odx_config_set(cfg, "host.devices", "1"));
+	assert_ok(odx_config_set(cfg, "host.memnode", "shared"));
+	assert_ok(odx_config_set(cfg, "host.bind", "false"));
+	assert_ok(odx_config_set(cfg, key, "true"));
+	if (odx_open(&ctx, cfg) != 0) {
+		print_message("%s: cannot open a context: %s\n", backend, odx_config_error(cfg));
+		odx_config_destroy(cfg);
+		free(want);
+		free(got);
+		return false;
+	}
+	odx_config_destroy(cfg);
+	for (int d = 0; d < odx_device_count(ctx); d++) {
+		odx_device_info info;
+
+		assert_ok(odx_device_get_info(ctx, d, &info));
+		if (info.kind == ODX_BACKEND_HOST)
+			host = d;
+		else if (gpu < 0)
+			gpu = d;
+	}
+	if (gpu < 0 || host < 0) {
+		print_message("%s: no device of that backend here: skipped\n", backend);
+		assert_ok(odx_close(ctx));
+		free(want);
+		free(got);
+		return false;
+	}
+	k = make_kernels(ctx);
+	assert_ok(odx_kernel_builtin(ctx, "odx.scale_f32", &scale));
+	for (int e = 0; e < LD * C; e++)
+		want[e] = (float)(e % 89);
+	assert_ok(odx_buffer_create(ctx, LD * C * sizeof(float), 0, &a));
+	assert_ok(odx_buffer_write(a, 0, want, LD * C * sizeof(float), TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_partition(a, &p, MT * NT, parts, TEST_TIMEOUT_MS));
+	for (int round = 0; round < 2; round++)
+		for (int j = 0; j < NT; j++)
+			for (int i = 0; i < MT; i++) {
+				int q = i + j * MT, h = R - i * TR < TR ? R - i * TR : TR;
+				int w = C - j * TC < TC ? C - j * TC : TC, n = h * w;
+				odx_arg sc[] = {ODX_BUF(parts[q], ODX_RW), ODX_F32(2.0f), ODX_I32(n)};
+				odx_arg af[] = {ODX_BUF(parts[q], ODX_RW), ODX_I64(h), ODX_I64(w),
+						ODX_LD(0), ODX_F32(1.0f), ODX_F32((float)q)};
+				odx_task_opts o = {.device = gpu + 1,
+						   .grid = {(uint32_t)(n + 63) / 64, 1, 1},
+						   .block = {64, 1, 1}};
+
+				assert_ok(odx_submit(ctx, scale, sc, 3, &o, NULL));
+				submit_on(ctx, k.affine, af, 6, host);
+				for (int jj = 0; jj < w; jj++)
+					for (int ii = 0; ii < h; ii++) {
+						float *x = &want[(j * TC + jj) * LD + i * TR + ii];
+
+						*x = *x * 2.0f + (float)q;
+					}
+			}
+	/* A last scale on the device: unpartition writes those tiles back from there. */
+	for (int q = 0; q < MT * NT; q += 2) {
+		int i = q % MT, j = q / MT, h = R - i * TR < TR ? R - i * TR : TR;
+		int w = C - j * TC < TC ? C - j * TC : TC, n = h * w;
+		odx_arg sc[] = {ODX_BUF(parts[q], ODX_RW), ODX_F32(3.0f), ODX_I32(n)};
+		odx_task_opts o = {.device = gpu + 1, .grid = {(uint32_t)(n + 63) / 64, 1, 1},
+				   .block = {64, 1, 1}};
+
+		assert_ok(odx_submit(ctx, scale, sc, 3, &o, NULL));
+		for (int jj = 0; jj < w; jj++)
+			for (int ii = 0; ii < h; ii++)
+				want[(j * TC + jj) * LD + i * TR + ii] *= 3.0f;
+	}
+	assert_ok(odx_buffer_unpartition(a, TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_read(a, 0, got, LD * C * sizeof(float), TEST_TIMEOUT_MS));
+	for (int e = 0; e < LD * C; e++)
+		if (got[e] != want[e])
+			fail_msg("%s: element %d (row %d, col %d) is %g, expected %g", backend, e,
+				 e % LD, e / LD, (double)got[e], (double)want[e]);
+	assert_ok(odx_close(ctx));
+	free(want);
+	free(got);
+	return true;
+}
+
+static void test_gpu_backends(void **state)
+{
+	bool ran = false;
+
+	(void)state;
+	ran |= gpu_tiles_run("vulkan");
+	ran |= gpu_tiles_run("opencl");
+	if (!ran)
+		skip();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -666,7 +782,7 @@ int main(void)
 		cmocka_unit_test(test_blocks_private),	    cmocka_unit_test(test_blocks_shared),
 		cmocka_unit_test(test_refusals),	    cmocka_unit_test(test_registered),
 		cmocka_unit_test(test_part_access_private), cmocka_unit_test(test_part_access_shared),
-		cmocka_unit_test(test_tiles_evicted),
+		cmocka_unit_test(test_tiles_evicted),	    cmocka_unit_test(test_gpu_backends),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
