@@ -101,7 +101,7 @@ int odx__buffer_check(const odx_buffer *buf, const char *fn)
 	return 0;
 }
 
-static odx_buffer *buffer_new(odx_context *ctx, size_t size)
+odx_buffer *odx__buffer_new(odx_context *ctx, size_t size)
 {
 	odx_buffer *b;
 
@@ -166,7 +166,7 @@ ODX_API int odx_buffer_create(odx_context *ctx, size_t size, unsigned flags, odx
 					 "tier.device.limit, tier.host.limit, tier.disk.limit)",
 					 size, (unsigned long long)largest);
 	}
-	b = buffer_new(ctx, size);
+	b = odx__buffer_new(ctx, size);
 	if (!b)
 		return odx__fail(ctx, ODX_ENOMEM, "odx_buffer_create: out of memory (%zu bytes)",
 				 size);
@@ -222,7 +222,7 @@ ODX_API int odx_buffer_register(odx_context *ctx, void *ptr, size_t size, unsign
 	ODX__CHECK_ARG(ctx, size > 0, "size");
 	ODX__CHECK_ARG(ctx, flags == 0, "flags");
 	ODX__CHECK_ARG(ctx, out, "out");
-	b = buffer_new(ctx, size);
+	b = odx__buffer_new(ctx, size);
 	if (!b)
 		return odx__fail(ctx, ODX_ENOMEM, "odx_buffer_register: out of memory");
 	/* The user's memory is the host replica and, for now, the only valid copy; its host node
@@ -295,7 +295,8 @@ static int access_node(const odx__task *t)
 	bool anywhere;
 	int m, home = odx__home(b), best = -1, dev0 = ctx->nhost;
 
-	if (!ctx->direct_access || b->registered || ctx->nmemnodes == ctx->nhost)
+	/* A gather (no user memory: odx__buffer_gather) is about the host copy itself. */
+	if (!ctx->direct_access || b->registered || ctx->nmemnodes == ctx->nhost || !t->host_ptr)
 		return odx__buffer_home(ctx, b, -1);
 	pthread_mutex_lock(&b->lock);
 	anywhere = b->replicas[home].allocated || atomic_load(&b->disk_state) != ODX__INVALID;
@@ -471,7 +472,7 @@ static int behind_node(const odx__task *t)
 	const odx__replica *r;
 	bool ok;
 
-	if (t->after_dev < 0 || !ctx->direct_access || b->registered ||
+	if (t->after_dev < 0 || !ctx->direct_access || b->registered || !t->host_ptr ||
 	    (t->kind == ODX__TASK_READ && t->host_len > ODX__BEHIND_READ_MAX))
 		return -1;
 	dev = &ctx->devices[t->after_dev];
@@ -526,10 +527,16 @@ static int host_access_run(odx__task *t, int behind)
 	read_behind = behind >= 0 && t->kind == ODX__TASK_READ;
 	if (rc == 0 && read_behind && (bounce = malloc(t->host_len)) != NULL)
 		t->host_ptr = bounce;
-	if (rc != 0 || (read_behind && !bounce)) {
-		/* nothing to copy now */
+	if (rc != 0 || (read_behind && !bounce) || !t->host_ptr) {
+		/* nothing to copy now (or at all: a gather) */
 	} else if (!odx__is_host_node(t->ctx, t->node)) {
 		rc = direct_access(t, behind >= 0);
+	} else if (odx__replica_is_alias(b, t->node)) {
+		/* A part inside its parent: its packed bytes are runs there. */
+		odx_shape sh = odx__replica_shape(b, t->node);
+
+		odx__shape_copy(&sh, (char *)(uintptr_t)b->replicas[t->node].mem, t->host_off,
+				t->host_ptr, t->host_len, t->kind == ODX__TASK_READ);
 	} else {
 		replica0 = (char *)(uintptr_t)b->replicas[t->node].mem + t->host_off;
 		if (t->kind == ODX__TASK_READ)
@@ -576,7 +583,9 @@ static int host_access(odx_buffer *b, int kind, void *ptr, size_t off, size_t le
 		return odx__fail(ctx, ODX_ENOMEM, "%s: out of memory", fn);
 	t->kind = (uint8_t)kind;
 	t->nargs = 1;
+	/* A gather (ptr NULL) reads the latest bytes into the host copy and owns it. */
 	t->args[0] = ODX_BUF(b, kind == ODX__TASK_READ	 ? ODX_R
+				: !ptr			     ? ODX_RW
 				: off == 0 && len == b->size ? ODX_W
 							     : ODX_RW);
 	t->host_ptr = ptr;
@@ -628,7 +637,7 @@ ODX_API int odx_buffer_write(odx_buffer *buf, size_t offset, const void *src, si
 {
 	int rc = odx__buffer_check(buf, "odx_buffer_write");
 
-	if (rc)
+	if (rc || (rc = odx__buffer_partitioned(buf, "odx_buffer_write")) != 0)
 		return rc;
 	ODX__CHECK_ARG(buf->ctx, src || len == 0, "src");
 	/* Several ranks: every rank writes the same bytes (dist.c). */
@@ -642,7 +651,7 @@ ODX_API int odx_buffer_read(odx_buffer *buf, size_t offset, void *dst, size_t le
 {
 	int rc = odx__buffer_check(buf, "odx_buffer_read");
 
-	if (rc)
+	if (rc || (rc = odx__buffer_partitioned(buf, "odx_buffer_read")) != 0)
 		return rc;
 	ODX__CHECK_ARG(buf->ctx, dst || len == 0, "dst");
 	/* Several ranks: reads are collective; the latest version goes to every rank (dist.c). */
@@ -659,6 +668,8 @@ static int buffer_submit_destroy(odx_buffer *buf)
 	odx_context *ctx = buf->ctx;
 	odx__task *t;
 
+	if (atomic_load(&buf->nparts) > 0)
+		return odx__partition_destroy(buf);
 	t = odx__task_new(ctx);
 	if (!t) {
 		/* Cannot defer: wait for the users, then free here. */
@@ -678,6 +689,11 @@ ODX_API int odx_buffer_destroy(odx_buffer *buf)
 
 	if (!buf)
 		return ODX_EINVAL;
+	if (buf->part_of && !atomic_load(&buf->destroyed))
+		return odx__fail(buf->ctx, ODX_EINVAL,
+				 "odx_buffer_destroy: buffer #%llu is part of a partition of buffer "
+				 "#%llu: it dies at odx_buffer_unpartition or with its parent",
+				 (unsigned long long)buf->id, (unsigned long long)buf->part_of->id);
 	/* It stays listed until its memory is released, so the tiers still see its copies. */
 	pthread_mutex_lock(&buf->ctx->objects_lock);
 	twice = buf->destroyed;
@@ -695,7 +711,8 @@ void odx__buffers_destroy_all(odx_context *ctx)
 		odx_buffer *b;
 
 		pthread_mutex_lock(&ctx->objects_lock);
-		for (b = ctx->buffers; b && b->destroyed; b = b->next)
+		/* Parts die with their parent (partition.c). */
+		for (b = ctx->buffers; b && (b->destroyed || b->part_of); b = b->next)
 			;
 		if (b)
 			b->destroyed = true;
@@ -825,3 +842,40 @@ void odx__buffers_release_all(odx_context *ctx)
 	ctx->buf_carve_left = 0;
 }
 
+
+/* ---- partitions: the host copy as the one copy (partition.c) --------------------------------- */
+
+int odx__buffer_gather(odx_buffer *b, int timeout_ms, const char *fn)
+{
+	/* A read-write access with no user memory: ordered after every earlier user, staged on
+	 * the host node (fetching the latest bytes), and the host copy is the only valid one when
+	 * it completes (odx__unstage of a write). */
+	return host_access(b, ODX__TASK_WRITE, NULL, 0, b->size, timeout_ms, fn);
+}
+
+void odx__buffer_drop_copies(odx_buffer *b)
+{
+	odx_context *ctx = b->ctx;
+	int m, home = odx__home(b);
+
+	/* Prefetches and write-backs started before the gather may still be moving. */
+	odx__prefetch_cancel(b);
+	while (!transfers_idle(b))
+		odx__wait_until(ctx, transfers_idle, b, 100);
+	for (m = ctx->nmemnodes - 1; m >= 0; m--) {
+		bool had;
+
+		if (m == home)
+			continue;
+		pthread_mutex_lock(&ctx->memnodes[m].lock);
+		pthread_mutex_lock(&b->lock);
+		had = b->replicas[m].allocated && !b->replicas[m].pins && !b->replicas[m].fetching &&
+		      !b->replicas[m].evicting;
+		if (had)
+			odx__replica_free(ctx, b, m);
+		pthread_mutex_unlock(&b->lock);
+		pthread_mutex_unlock(&ctx->memnodes[m].lock);
+		if (had)
+			odx__tier_changed(ctx, m);
+	}
+}

@@ -159,6 +159,18 @@ struct odx_buffer {
 	 * under it */
 	_Atomic(struct odx__label *) label;
 	uint64_t host_registered; /* registered buffers: devices (bit d) that page-locked user_ptr */
+	/* Partitions (partition.c, docs/partitions.md). A part's replica on its home host node
+	 * (its parent's) is an alias into the parent's host replica: allocated from creation to
+	 * release, never counted in the node's `used`, never freed, evicted or spilled on its own.
+	 * Its other replicas are packed (size bytes) like any buffer's. */
+	struct odx_buffer *part_of; /* a part: its parent (fixed), else NULL */
+	size_t part_off;            /* a part: byte offset of its first byte in the parent */
+	odx_shape part_shape;       /* a part: its runs inside the parent ({size, 1, size}: 1D) */
+	size_t part_elem;           /* a part: bytes per element (ODX_LD) */
+	/* A parent: its parts while partitioned (0 otherwise); written by the partitioning thread,
+	 * read at every public entry that refuses a partitioned buffer */
+	_Atomic int nparts;
+	struct odx_buffer **parts;
 	struct odx_buffer *prev, *next; /* ctx->buffers (live buffers); next: the quarantine */
 	odx__replica replicas[]; /* one per memory node */
 };
@@ -171,6 +183,52 @@ typedef struct odx__label {
 void odx__buffer_name(const odx_buffer *buf, char *out, size_t n);
 
 int odx__buffer_release_memory(odx_buffer *buf); /* frees replicas; the struct is quarantined */
+/* A new, listed buffer of `size` bytes that reads as zeros (buffer.c). */
+odx_buffer *odx__buffer_new(odx_context *ctx, size_t size);
+/* Brings b's latest bytes into its host copy, which becomes its only valid copy, once every task
+ * submitted before that uses b finished (up to timeout_ms; fn names the caller in messages). */
+int odx__buffer_gather(odx_buffer *b, int timeout_ms, const char *fn);
+/* Frees b's copies other than its host one, once no copy of it is in flight (after a gather). */
+void odx__buffer_drop_copies(odx_buffer *b);
+
+/* Is b's replica on memory node m an alias into its parent's host memory (a part's, at home)? */
+static inline bool odx__replica_is_alias(const odx_buffer *b, int m)
+{
+	return b->part_of && m == atomic_load_explicit(&b->home, memory_order_relaxed);
+}
+/* The layout of b's bytes in its replica on node m: a part's runs inside its parent at home,
+ * the same runs packed end to end elsewhere ({width, count, width}); a plain buffer's one run. */
+static inline odx_shape odx__replica_shape(const odx_buffer *b, int m)
+{
+	if (!b->part_of)
+		return (odx_shape){b->size, 1, b->size};
+	if (odx__replica_is_alias(b, m))
+		return b->part_shape;
+	return (odx_shape){b->part_shape.width, b->part_shape.count, b->part_shape.width};
+}
+/* Does the shape leave gaps between runs (copies of it need a strided copy)? */
+static inline bool odx__shape_strided(const odx_shape *s)
+{
+	return s->count > 1 && s->pitch != s->width;
+}
+/* Bytes from the first byte of a shape to the end of its last run. */
+static inline size_t odx__shape_span(const odx_shape *s)
+{
+	return s->count ? s->pitch * (s->count - 1) + s->width : 0;
+}
+/* Does b's destruction write its latest bytes into user memory (registered, or a part of a
+ * registered buffer)? Then the destroy task stages it like a read. */
+static inline bool odx__buffer_keeps_bytes(const odx_buffer *b)
+{
+	return b->registered || (b->part_of && b->part_of->registered);
+}
+/* Public entries that refuse a partitioned parent: 0, or ODX_EBUSY with a message naming fn. */
+int odx__buffer_partitioned(const odx_buffer *buf, const char *fn);
+/* Destroys a partitioned parent with its parts (partition.c): one task ordered after every
+ * user of the parts, which writes their latest bytes into registered memory first. */
+int odx__partition_destroy(odx_buffer *buf);
+/* Releases the parts of a partitioned parent whose destruction ran (worker.c). */
+void odx__partition_release_parts(odx_buffer *buf);
 /* Handle check at a public entry: 0 for a live buffer of any context, else ODX_EINVAL with a
  * message naming `fn` (a destroyed buffer: its struct stays mapped until close, docs/memory.md
  * "Handles"). NULL gives ODX_EINVAL with no message (no context to hold it). */

@@ -749,8 +749,13 @@ ODX_API int odx_size(odx_context *ctx)
 
 ODX_API int odx_buffer_set_owner(odx_buffer *buf, int rank)
 {
+	int rc;
+
 	if (odx__buffer_check(buf, "odx_buffer_set_owner"))
 		return ODX_EINVAL;
+	rc = odx__buffer_partitioned(buf, "odx_buffer_set_owner");
+	if (rc)
+		return rc;
 	if (rank < 0 || rank >= buf->ctx->size)
 		return odx__fail(buf->ctx, ODX_EINVAL,
 				 "odx_buffer_set_owner: rank %d is outside the job's %d ranks", rank,

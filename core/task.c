@@ -192,7 +192,7 @@ bool odx__task_stage_reads(const odx__task *t, int i)
 	odx_access mode = odx__task_dep_access(t, i);
 
 	if (t->kind == ODX__TASK_DESTROY)
-		return t->args[i].v.buffer->registered; /* write back into user memory */
+		return odx__buffer_keeps_bytes(t->args[i].v.buffer); /* into user memory */
 	return (mode & ODX_R) != 0;
 }
 
@@ -356,8 +356,13 @@ void odx__task_ready(odx__task *t)
 	}
 	/* Every user of the buffer finished: the memory tiers may drop its copies at once, even
 	 * before this task gets its turn on a device. */
-	if (t->kind == ODX__TASK_DESTROY && !t->args[0].v.buffer->registered)
-		atomic_store(&t->args[0].v.buffer->dead, true);
+	if (t->kind == ODX__TASK_DESTROY && !t->args[0].v.buffer->registered) {
+		int i;
+
+		/* A partitioned parent's destruction carries its parts (partition.c). */
+		for (i = 0; i < t->nargs; i++)
+			atomic_store(&t->args[i].v.buffer->dead, true);
+	}
 	if (odx__task_caller_runs(t)) {
 		/* Hand it to the thread waiting in odx_buffer_read/write, unless it gave up. From
 		 * the exchange on, that thread owns t: read nothing of it afterwards. */
@@ -771,7 +776,23 @@ static int check_args(odx_context *ctx, const odx_kernel *k, const odx_arg *args
 	for (i = 0; i < nargs; i++) {
 		const odx_param *p = &k->params[i];
 		const odx_arg *a = &args[i];
+		int rc;
 
+		if (a->kind == ODX_ARG_LD) {
+			/* Resolved at launch into the integer it stands for (worker.c). */
+			if (p->kind != ODX_ARG_I32 && p->kind != ODX_ARG_I64)
+				return odx__fail(ctx, ODX_EINVAL,
+						 "odx_submit: kernel '%s' argument %d (%s): ODX_LD "
+						 "stands for an I32 or I64 parameter, kind %d declared",
+						 k->name, i, p->name ? p->name : "?", (int)p->kind);
+			if (a->v.i32 < 0 || a->v.i32 >= nargs ||
+			    args[a->v.i32].kind != ODX_ARG_BUFFER)
+				return odx__fail(ctx, ODX_EINVAL,
+						 "odx_submit: kernel '%s' argument %d (%s): ODX_LD(%d) "
+						 "must name a buffer argument of the same task",
+						 k->name, i, p->name ? p->name : "?", (int)a->v.i32);
+			continue;
+		}
 		if (a->kind != p->kind)
 			return odx__fail(ctx, ODX_EINVAL,
 					 "odx_submit: kernel '%s' argument %d (%s): kind %d given, "
@@ -793,6 +814,9 @@ static int check_args(odx_context *ctx, const odx_kernel *k, const odx_arg *args
 					 "destroyed: its handle must not be used again",
 					 k->name, i, p->name ? p->name : "?",
 					 (unsigned long long)a->v.buffer->id);
+		rc = odx__buffer_partitioned(a->v.buffer, "odx_submit");
+		if (rc)
+			return rc;
 		if (a->access != 0 && ((a->access & ~ODX_RW) || (a->access & p->access) !=
 									p->access))
 			return odx__fail(ctx, ODX_EINVAL,

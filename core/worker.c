@@ -44,7 +44,10 @@ void odx__task_finish(odx__task *t, int status, const char *msg)
 	if (t->kind == ODX__TASK_DESTROY) {
 		odx_buffer *b = t->args[0].v.buffer;
 
-		/* The buffer's last writer is this task: its reference goes with the buffer. */
+		/* The buffer's last writer is this task: its reference goes with the buffer. A
+		 * partitioned parent's parts go first (they alias its memory). */
+		if (atomic_load(&b->nparts) > 0)
+			odx__partition_release_parts(b);
 		odx__buffer_release_memory(b);
 	}
 	odx__task_complete(t, status, msg);
@@ -109,6 +112,7 @@ static void launch_done(void *arg, int status, const char *msg);
 static int run_kernel(odx__task *t, odx__device *dev, char *err, size_t errlen, int *native)
 {
 	odx_backend_arg largs[64];
+	odx_shape shapes[64];
 	odx_backend_launch l;
 	int i, rc, m = dev->memnode;
 
@@ -119,13 +123,29 @@ static int run_kernel(odx__task *t, odx__device *dev, char *err, size_t errlen, 
 		const odx_arg *a = &t->args[i];
 
 		largs[i].kind = a->kind;
+		shapes[i] = (odx_shape){0, 0, 0};
 		if (a->kind == ODX_ARG_BUFFER) {
 			const odx__replica *r = &a->v.buffer->replicas[m];
 
+			/* A part used in place, inside its parent, spans more than its size. */
+			shapes[i] = odx__replica_shape(a->v.buffer, m);
 			largs[i].mem = r->mem;
-			largs[i].size = a->v.buffer->size;
+			largs[i].size = odx__shape_span(&shapes[i]);
 			/* Nonzero only on pooled nodes, whose backends speak ABI 1.2. */
 			largs[i].v.offset = r->off;
+		} else if (a->kind == ODX_ARG_LD) {
+			/* The leading dimension of the buffer argument it names, as laid out here. */
+			const odx_buffer *b = t->args[a->v.i32].v.buffer;
+			odx_shape s = odx__replica_shape(b, m);
+			size_t elem = b->part_of && b->part_elem ? b->part_elem : 1;
+
+			largs[i].kind = t->kernel->params[i].kind;
+			largs[i].mem = 0;
+			largs[i].size = 0;
+			if (largs[i].kind == ODX_ARG_I32)
+				largs[i].v.i32 = (int32_t)(s.pitch / elem);
+			else
+				largs[i].v.i64 = (int64_t)(s.pitch / elem);
 		} else {
 			largs[i].mem = 0;
 			largs[i].size = 0;
@@ -144,6 +164,7 @@ static int run_kernel(odx__task *t, odx__device *dev, char *err, size_t errlen, 
 		.error = err,
 		.error_size = errlen,
 		.native = 0,
+		.shapes = shapes,
 	};
 	err[0] = '\0';
 	rc = dev->ops->launch(dev->bdev, &l, launch_done, t);

@@ -216,6 +216,92 @@ static void bounce_done(void *arg, int status, const char *msg)
 		copy_done(job, rc, "could not queue the second hop of a staged copy");
 }
 
+/* A strided copy done as one 1D copy per run (the backend has no copy_2d, or not for this
+ * direction): the job completes once, when the last run landed, with the first failure. */
+typedef struct run_copies {
+	odx__copy_job *job;
+	_Atomic int left;   /* runs in flight + 1 for the issuing thread */
+	_Atomic int status; /* the first failure */
+	char msg[256];
+} run_copies;
+
+static void run_done(void *arg, int status, const char *msg)
+{
+	run_copies *rc = arg;
+	int expected = 0;
+
+	if (status && atomic_compare_exchange_strong(&rc->status, &expected, status))
+		snprintf(rc->msg, sizeof(rc->msg), "%s", msg ? msg : odx_strerror(status));
+	if (atomic_fetch_sub(&rc->left, 1) != 1)
+		return;
+	status = atomic_load(&rc->status);
+	{
+		odx__copy_job *job = rc->job;
+		char why[256];
+
+		snprintf(why, sizeof(why), "%s", rc->msg);
+		free(rc);
+		copy_done(job, status, status ? why : NULL);
+	}
+}
+
+/*
+ * Between a host side laid out in runs (a part's alias: `host`, `hpitch` between runs) and a
+ * packed device replica (`mem` at `off`): the backend's copy_2d (ABI 1.7) when it has one and
+ * takes the direction, else one copy_h2d/copy_d2h per run. 0: copy_done will be called.
+ */
+static int copy_strided(odx__copy_job *job, odx__device *dev, bool h2d, char *host, size_t hpitch,
+			uint64_t mem, size_t off, size_t width, size_t rows)
+{
+	run_copies *st;
+	size_t r;
+	int rc;
+
+	if (ODX_BACKEND_HAS_OP(dev->ops, odx_backend_ops, copy_2d) && dev->ops->copy_2d) {
+		odx_backend_copy2d c = {.width = width, .rows = rows};
+
+		if (h2d) {
+			c.dst = mem;
+			c.dst_off = off;
+			c.dst_pitch = width;
+			c.src_host = host;
+			c.src_pitch = hpitch;
+		} else {
+			c.dst_host = host;
+			c.dst_pitch = hpitch;
+			c.src = mem;
+			c.src_off = off;
+			c.src_pitch = width;
+		}
+		rc = dev->ops->copy_2d(dev->bdev, &c, copy_done, job);
+		if (rc != ODX_ENOSYS)
+			return rc;
+	}
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return ODX_ENOMEM;
+	st->job = job;
+	atomic_init(&st->left, (int)rows + 1);
+	for (r = 0; r < rows; r++) {
+		rc = h2d ? dev->ops->copy_h2d(dev->bdev, mem, off + r * width, host + r * hpitch,
+					      width, run_done, st)
+			 : dev->ops->copy_d2h(dev->bdev, host + r * hpitch, mem, off + r * width,
+					      width, run_done, st);
+		if (rc) {
+			int expected = 0;
+
+			if (atomic_compare_exchange_strong(&st->status, &expected, rc))
+				snprintf(st->msg, sizeof(st->msg),
+					 "could not queue run %zu of %zu of a strided copy", r, rows);
+			/* The runs never queued will not call back. */
+			atomic_fetch_sub(&st->left, (int)(rows - r));
+			break;
+		}
+	}
+	run_done(st, 0, NULL); /* the issuing thread's share */
+	return 0;
+}
+
 static void copy_start(odx_context *ctx, odx__copy_job *job)
 {
 	odx_buffer *b = job->buf;
@@ -223,6 +309,9 @@ static void copy_start(odx_context *ctx, odx__copy_job *job)
 	odx__replica *src = job->src >= 0 ? &b->replicas[job->src] : NULL;
 	odx__device *sdev = job->src >= 0 ? ctx->memnodes[job->src].device : NULL;
 	odx__device *ddev = ctx->memnodes[job->dst].device;
+	/* Host sides of a part's copies: its alias runs inside the parent (docs/partitions.md). */
+	odx_shape ss = odx__replica_shape(b, job->src >= 0 ? job->src : job->dst);
+	odx_shape ds = odx__replica_shape(b, job->dst);
 	int rc;
 
 	job->t_issue = ctx->tracing || ctx->policy ? odx__now_ns() : 0;
@@ -246,16 +335,26 @@ static void copy_start(odx_context *ctx, odx__copy_job *job)
 		}
 	} else if (!sdev && !ddev) {
 		/* Between two host nodes (a host device sharing another NUMA node's memory): the
-		 * bytes move on this thread, as a copy lane would have moved them. */
-		memcpy((char *)(uintptr_t)dst->mem + dst->off,
-		       (const char *)(uintptr_t)src->mem + src->off, b->size);
+		 * bytes move on this thread, as a copy lane would have moved them; a part's alias
+		 * run by run. */
+		odx__strided_copy((char *)(uintptr_t)dst->mem + dst->off, ds.pitch,
+				  (const char *)(uintptr_t)src->mem + src->off, ss.pitch, ds.width,
+				  ds.count);
 		rc = 0;
 		copy_done(job, 0, NULL);
+	} else if (!sdev && odx__shape_strided(&ss)) {
+		job->lane = ddev;
+		rc = copy_strided(job, ddev, true, (char *)(uintptr_t)src->mem + src->off, ss.pitch,
+				  dst->mem, dst->off, ss.width, ss.count);
 	} else if (!sdev) {
 		job->lane = ddev;
 		rc = ddev->ops->copy_h2d(ddev->bdev, dst->mem, dst->off,
 					 (const char *)(uintptr_t)src->mem + src->off, b->size,
 					 copy_done, job);
+	} else if (!ddev && odx__shape_strided(&ds)) {
+		job->lane = sdev;
+		rc = copy_strided(job, sdev, false, (char *)(uintptr_t)dst->mem + dst->off, ds.pitch,
+				  src->mem, src->off, ds.width, ds.count);
 	} else if (!ddev) {
 		job->lane = sdev;
 		rc = sdev->ops->copy_d2h(sdev->bdev, (char *)(uintptr_t)dst->mem + dst->off, src->mem,

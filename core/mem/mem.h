@@ -119,6 +119,14 @@ int odx__valid_copies(const odx_buffer *b);
 void odx__transfer_begin(odx_buffer *b);
 void odx__transfer_end(odx_buffer *b);
 
+/* Host memory copies of partition shapes: `rows` runs of `width` bytes, each side's pitch apart;
+ * and the packed bytes [off, off + len) of a buffer laid out as `s` at `base`, to or from
+ * `packed` (docs/partitions.md). */
+void odx__strided_copy(char *dst, size_t dpitch, const char *src, size_t spitch, size_t width,
+		       size_t rows);
+void odx__shape_copy(const odx_shape *s, char *base, size_t off, char *packed, size_t len,
+		     bool to_packed);
+
 /* ---- floor 2: the disk tier's buffer side (disk.c) ------------------------------------------ */
 
 /* The buffer's only host copy goes to disk (its host node's lock and buffer lock held); 0 when

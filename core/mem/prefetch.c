@@ -223,6 +223,8 @@ ODX_API int odx_buffer_prefetch(odx_buffer *buf, int device, odx_prefetch_level 
 
 	if (odx__buffer_check(buf, "odx_buffer_prefetch"))
 		return ODX_EINVAL;
+	if (atomic_load(&buf->nparts) > 0)
+		return odx__buffer_partitioned(buf, "odx_buffer_prefetch");
 	ctx = buf->ctx;
 	if (device < 0 || device >= ctx->ndevices)
 		return odx__fail(ctx, ODX_EINVAL,

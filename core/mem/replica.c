@@ -126,6 +126,13 @@ void odx__replica_free(odx_context *ctx, odx_buffer *b, int m)
 
 	if (!r->allocated)
 		return;
+	/* A part's alias is its parent's memory: nothing to free, nothing was counted. */
+	if (odx__replica_is_alias(b, m)) {
+		r->allocated = false;
+		r->holds = 0;
+		atomic_store(&r->state, ODX__INVALID);
+		return;
+	}
 	if (!node->device) {
 		if (!b->registered)
 			odx__topo_free(ctx->topo, (void *)(uintptr_t)r->mem, b->size);
@@ -180,4 +187,38 @@ void odx__transfers_drain(odx_context *ctx)
 {
 	while (!no_transfers(ctx))
 		odx__wait_until(ctx, no_transfers, ctx, 10);
+}
+
+/* ---- strided host copies (partitions) -------------------------------------------------------- */
+
+void odx__strided_copy(char *dst, size_t dpitch, const char *src, size_t spitch, size_t width,
+		       size_t rows)
+{
+	size_t r;
+
+	if (dpitch == width && spitch == width) {
+		memcpy(dst, src, width * rows);
+		return;
+	}
+	for (r = 0; r < rows; r++)
+		memcpy(dst + r * dpitch, src + r * spitch, width);
+}
+
+void odx__shape_copy(const odx_shape *s, char *base, size_t off, char *packed, size_t len,
+		     bool to_packed)
+{
+	/* Packed byte k is byte k % width of run k / width. */
+	while (len > 0) {
+		size_t run = off / s->width, in = off % s->width;
+		size_t n = s->width - in < len ? s->width - in : len;
+		char *p = base + run * s->pitch + in;
+
+		if (to_packed)
+			memcpy(packed, p, n);
+		else
+			memcpy(p, packed, n);
+		packed += n;
+		off += n;
+		len -= n;
+	}
 }

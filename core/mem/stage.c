@@ -129,7 +129,7 @@ static bool stages_arg(const odx__task *t, int i)
 	if (t->args[i].kind != ODX_ARG_BUFFER || !odx__task_dep_access(t, i))
 		return false;
 	/* Releasing a runtime-owned buffer needs no copy anywhere: nothing to stage. */
-	return !(t->kind == ODX__TASK_DESTROY && !t->args[i].v.buffer->registered);
+	return !(t->kind == ODX__TASK_DESTROY && !odx__buffer_keeps_bytes(t->args[i].v.buffer));
 }
 
 /* Is argument i the first occurrence of its buffer among the task's arguments? */

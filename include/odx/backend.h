@@ -186,6 +186,8 @@ static inline const char *odx_backend_arg_kind_name(odx_arg_kind kind)
 		return "f32";
 	case ODX_ARG_F64:
 		return "f64";
+	case ODX_ARG_LD: /* resolved by the core into i32 or i64: a backend never sees it */
+		return "ld";
 	}
 	return "?";
 }

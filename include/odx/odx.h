@@ -31,6 +31,7 @@
 #ifndef ODX_ODX_H
 #define ODX_ODX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -364,6 +365,65 @@ ODX_API int odx_buffer_wont_use(odx_buffer *buf);
 ODX_API int odx_buffer_destroy(odx_buffer *buf);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Partitions                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+/** How odx_buffer_partition cuts a buffer (odx_partition.kind). */
+typedef enum odx_partition_kind {
+	ODX_PART_BLOCKS = 1, /* contiguous 1D ranges, in order */
+	ODX_PART_TILES = 2,  /* 2D tiles of a matrix with a leading dimension */
+} odx_partition_kind;
+
+/**
+ * The description of a partition (docs/partitions.md). Zero-initialise, then fill what the kind
+ * uses.
+ */
+typedef struct odx_partition {
+	odx_partition_kind kind;
+	/* Bytes per element: tiles count rows, columns and ld in elements of this size; blocks
+	 * (sizes NULL) cut on multiples of it (0 is read as 1). */
+	size_t elem_size;
+	/* ODX_PART_BLOCKS: nparts ranges in order. sizes NULL splits the buffer into nparts
+	 * parts of ceil(elements / nparts) elements (the last one shorter, none empty); else part
+	 * i is sizes[i] bytes (each > 0, their sum <= the buffer's size). Read during the call. */
+	const size_t *sizes;
+	/* ODX_PART_TILES: a rows x cols matrix starting at byte 0, column-major with leading
+	 * dimension ld elements (ld >= rows), or row-major (ld >= cols), cut into tiles of
+	 * tile_rows x tile_cols (the last row and column of tiles smaller). Part (i, j), tile row
+	 * i and tile column j, is parts[i + j * mt], mt = ceil(rows / tile_rows); nparts must be
+	 * mt * nt. A tile of a column-major matrix is tile_cols runs (columns) of tile_rows
+	 * elements, ld elements apart; of a row-major one, tile_rows runs of tile_cols. */
+	size_t rows, cols, ld, tile_rows, tile_cols;
+	bool row_major;
+} odx_partition;
+
+/**
+ * Splits `buf` into `nparts` sub-buffers without copying its bytes (docs/partitions.md). Waits up
+ * to `timeout_ms` (-1 forever) for every task submitted so far that uses `buf`, brings its latest
+ * contents into its host memory (the user's memory for a registered buffer) and frees its other
+ * copies. While partitioned, that host memory backs the parts and is never evicted or spilled,
+ * and `buf` itself refuses tasks, reads, writes, prefetches, odx_buffer_set_owner and a second
+ * partition (ODX_EBUSY). Each part is a buffer of its packed size (a tile's rows x columns x
+ * elem_size bytes), with its own dependencies and copies; kernels get a tile's layout through
+ * odx_host_launch.buffer_shapes and ODX_LD. `parts` receives nparts handles, which die at
+ * odx_buffer_unpartition (or with `buf`); odx_buffer_destroy refuses them. Returns 0, ODX_EINVAL
+ * (a description that does not fit the buffer, or a part count other than what it makes: the
+ * message says which), ODX_EBUSY (already partitioned), ODX_ENOSYS (`buf` is itself a part;
+ * several ranks), ODX_ETIMEDOUT (nothing changed) or ODX_ENOMEM. `parts` is untouched on failure.
+ */
+ODX_API int odx_buffer_partition(odx_buffer *buf, const odx_partition *p, int nparts,
+				 odx_buffer **parts, int timeout_ms);
+
+/**
+ * Gathers a partition: waits up to `timeout_ms` for every task using a part, writes every part
+ * whose latest copy is elsewhere (a device) back into `buf`'s host memory, and ends the partition:
+ * `buf` holds every part's latest contents and is usable again; the part handles are dead
+ * (refused like destroyed buffers). ODX_ETIMEDOUT leaves the partition in place (some parts may
+ * have been written back; call again). ODX_EINVAL when `buf` is not partitioned.
+ */
+ODX_API int odx_buffer_unpartition(odx_buffer *buf, int timeout_ms);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Kernels                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -380,6 +440,9 @@ typedef enum odx_arg_kind {
 	ODX_ARG_I64 = 3,
 	ODX_ARG_F32 = 4,
 	ODX_ARG_F64 = 5,
+	/* A task argument only (ODX_LD), never a kernel parameter: the leading dimension of a
+	 * tile, resolved into the I32 or I64 parameter it stands for before launch. */
+	ODX_ARG_LD = 6,
 } odx_arg_kind;
 
 /** One parameter of a kernel's declared signature. */
@@ -527,6 +590,12 @@ typedef struct odx_arg {
 #define ODX_I64(x) ((odx_arg){.kind = ODX_ARG_I64, .v.i64 = (x)})
 #define ODX_F32(x) ((odx_arg){.kind = ODX_ARG_F32, .v.f32 = (x)})
 #define ODX_F64(x) ((odx_arg){.kind = ODX_ARG_F64, .v.f64 = (x)})
+/* The leading dimension, in elements, of the buffer passed as argument `arg` (an index) of the
+ * same task, where the task runs: its parent's ld for a 2D tile used in place in host memory, the
+ * tile's own run length where it is packed (device memory); a 1D block or plain buffer's size in
+ * elements (a block: its partition's elem_size, else bytes). Matches an I32 or I64 parameter;
+ * docs/partitions.md. */
+#define ODX_LD(arg) ((odx_arg){.kind = ODX_ARG_LD, .v.i32 = (arg)})
 
 /** odx_task_opts.flags */
 enum {

@@ -1,0 +1,789 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_partition.c - buffer partitions (docs/partitions.md): 1D blocks and 2D tiles (column- and
+ * row-major, edge tiles) used by tasks on two host devices with memory of their own
+ * (host.memnode=private: every tile moves between its alias in the parent and packed device
+ * copies) and sharing host RAM (tiles used in place), every access mode, then the parent read
+ * back whole; ODX_LD as each device sees it; the parent's refusals while partitioned; dead part
+ * handles; registered memory; eviction of tiles to a small device tier; reads and writes of a part.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "test_util.h"
+
+/* ---- log capture (ODX_STATS lines) --------------------------------------------------------- */
+
+static pthread_mutex_t logged_lock = PTHREAD_MUTEX_INITIALIZER;
+static char logged[1 << 16];
+static size_t logged_len;
+
+static void log_sink(void *user, odx_log_level level, const char *msg)
+{
+	size_t n = strlen(msg);
+
+	(void)user;
+	(void)level;
+	pthread_mutex_lock(&logged_lock);
+	if (logged_len + n + 2 < sizeof(logged)) {
+		memcpy(logged + logged_len, msg, n);
+		logged_len += n;
+		logged[logged_len++] = '\n';
+		logged[logged_len] = '\0';
+	}
+	pthread_mutex_unlock(&logged_lock);
+}
+
+/* The sum of the numbers right before `word` on the logged lines containing `what`. */
+static unsigned long long stat_sum(const char *what, const char *word)
+{
+	unsigned long long sum = 0;
+	const char *line = logged;
+
+	while (*line) {
+		const char *end = strchr(line, '\n');
+		size_t n = end ? (size_t)(end - line) : strlen(line);
+		char buf[1024];
+		const char *w, *p;
+
+		if (n >= sizeof(buf))
+			n = sizeof(buf) - 1;
+		memcpy(buf, line, n);
+		buf[n] = '\0';
+		if (strstr(buf, what) && (w = strstr(buf, word)) != NULL) {
+			p = w;
+			while (p > buf && p[-1] == ' ')
+				p--;
+			while (p > buf && p[-1] >= '0' && p[-1] <= '9')
+				p--;
+			sum += strtoull(p, NULL, 10);
+		}
+		line = end ? end + 1 : line + n;
+	}
+	return sum;
+}
+
+/* Two host devices, memory private or shared, plus extra settings. */
+static odx_context *open2(const char *memnode, const char *const *extra)
+{
+	odx_config *cfg = NULL;
+	odx_context *ctx = NULL;
+	const char *kv[] = {"backends", "host", "host.devices", "2", "host.bind", "false",
+			    "host.memnode", memnode, "stats", "true", "log", "warn", NULL};
+	int rc;
+
+	assert_ok(odx_config_create(&cfg));
+	assert_ok(odx_config_set_log(cfg, log_sink, NULL));
+	for (int i = 0; kv[i]; i += 2)
+		assert_ok(odx_config_set(cfg, kv[i], kv[i + 1]));
+	for (int i = 0; extra && extra[i]; i += 2)
+		assert_ok(odx_config_set(cfg, extra[i], extra[i + 1]));
+	rc = odx_open(&ctx, cfg);
+	if (rc)
+		fail_msg("odx_open: %s: %s", odx_err_name(rc), odx_config_error(cfg));
+	odx_config_destroy(cfg);
+	assert_int_equal(odx_device_count(ctx), 2);
+	pthread_mutex_lock(&logged_lock);
+	logged_len = 0;
+	logged[0] = '\0';
+	pthread_mutex_unlock(&logged_lock);
+	return ctx;
+}
+
+/* ---- kernels ------------------------------------------------------------------------------- */
+
+static int64_t i64_arg(const odx_host_launch *l, int i)
+{
+	return *(const int64_t *)l->scalars[i];
+}
+
+static float f32_arg(const odx_host_launch *l, int i)
+{
+	return *(const float *)l->scalars[i];
+}
+
+/* The tile's layout as given: its span must hold runs x ld, and buffer_shapes (when the backend
+ * fills them, ABI 1.7) must agree with ODX_LD. */
+static int check_layout(const odx_host_launch *l, int buf, int64_t len, int64_t runs, int64_t ld,
+			size_t elem)
+{
+	size_t span = (size_t)((runs - 1) * ld + len) * elem;
+
+	if (ld < len || l->buffer_sizes[buf] < span) {
+		snprintf(l->error, l->error_size, "ld %lld, run %lld: span %zu given, %zu needed",
+			 (long long)ld, (long long)len, l->buffer_sizes[buf], span);
+		return 1;
+	}
+	if (l->buffer_shapes && runs > 1 &&
+	    (l->buffer_shapes[buf].pitch != (size_t)ld * elem ||
+	     l->buffer_shapes[buf].width != (size_t)len * elem)) {
+		snprintf(l->error, l->error_size, "shape {%zu, %zu, %zu} against ODX_LD %lld",
+			 l->buffer_shapes[buf].width, l->buffer_shapes[buf].count,
+			 l->buffer_shapes[buf].pitch, (long long)ld);
+		return 1;
+	}
+	return 0;
+}
+
+/* x = x * a + b over a tile: (buf RW, len, runs, ld, a, b). */
+static int affine_fn(const odx_host_launch *l)
+{
+	float *x = l->buffers[0];
+	int64_t len = i64_arg(l, 1), runs = i64_arg(l, 2), ld = i64_arg(l, 3);
+	float a = f32_arg(l, 4), b = f32_arg(l, 5);
+
+	if (check_layout(l, 0, len, runs, ld, sizeof(float)))
+		return 1;
+	for (int64_t j = 0; j < runs; j++)
+		for (int64_t i = 0; i < len; i++)
+			x[j * ld + i] = x[j * ld + i] * a + b;
+	return 0;
+}
+
+/* x = base + i + 100 j, written only (buf W, len, runs, ld, base). */
+static int fill_fn(const odx_host_launch *l)
+{
+	float *x = l->buffers[0];
+	int64_t len = i64_arg(l, 1), runs = i64_arg(l, 2), ld = i64_arg(l, 3);
+	float base = f32_arg(l, 4);
+
+	if (check_layout(l, 0, len, runs, ld, sizeof(float)))
+		return 1;
+	for (int64_t j = 0; j < runs; j++)
+		for (int64_t i = 0; i < len; i++)
+			x[j * ld + i] = base + (float)i + 100.0f * (float)j;
+	return 0;
+}
+
+/* Reads a tile: out[0] = ODX_LD as an I32, out[1] = the sum of the tile's elements
+ * (buf R, I32 ld, len, runs, out W). */
+static int probe_fn(const odx_host_launch *l)
+{
+	const float *x = l->buffers[0];
+	int32_t ld = *(const int32_t *)l->scalars[1];
+	int64_t len = i64_arg(l, 2), runs = i64_arg(l, 3);
+	float *out = l->buffers[1]; /* buffers are numbered among buffers */
+	double sum = 0;
+
+	if (check_layout(l, 0, len, runs, ld, sizeof(float)))
+		return 1;
+	for (int64_t j = 0; j < runs; j++)
+		for (int64_t i = 0; i < len; i++)
+			sum += x[j * ld + i];
+	out[0] = (float)ld;
+	out[1] = (float)sum;
+	return 0;
+}
+
+/* Adds v to every uint32 of a block (buf RW, v). */
+static int add_fn(const odx_host_launch *l)
+{
+	uint32_t *x = l->buffers[0];
+	uint32_t v = (uint32_t)*(const int32_t *)l->scalars[1];
+
+	for (size_t i = 0; i < l->buffer_sizes[0] / 4; i++)
+		x[i] += v;
+	return 0;
+}
+
+typedef struct kernels {
+	odx_kernel *affine, *fill, *probe, *add;
+} kernels;
+
+static kernels make_kernels(odx_context *ctx)
+{
+	static const odx_param affine[] = {{ODX_ARG_BUFFER, ODX_RW, "x"}, {ODX_ARG_I64, 0, "len"},
+					   {ODX_ARG_I64, 0, "runs"},	  {ODX_ARG_I64, 0, "ld"},
+					   {ODX_ARG_F32, 0, "a"},	  {ODX_ARG_F32, 0, "b"}};
+	static const odx_param fill[] = {{ODX_ARG_BUFFER, ODX_W, "x"}, {ODX_ARG_I64, 0, "len"},
+					 {ODX_ARG_I64, 0, "runs"},     {ODX_ARG_I64, 0, "ld"},
+					 {ODX_ARG_F32, 0, "base"}};
+	static const odx_param probe[] = {{ODX_ARG_BUFFER, ODX_R, "x"}, {ODX_ARG_I32, 0, "ld"},
+					  {ODX_ARG_I64, 0, "len"},	{ODX_ARG_I64, 0, "runs"},
+					  {ODX_ARG_BUFFER, ODX_W, "out"}};
+	static const odx_param add[] = {{ODX_ARG_BUFFER, ODX_RW, "x"}, {ODX_ARG_I32, 0, "v"}};
+
+	return (kernels){
+		.affine = test_host_kernel(ctx, "part_affine", affine, 6, affine_fn),
+		.fill = test_host_kernel(ctx, "part_fill", fill, 5, fill_fn),
+		.probe = test_host_kernel(ctx, "part_probe", probe, 5, probe_fn),
+		.add = test_host_kernel(ctx, "part_add", add, 2, add_fn),
+	};
+}
+
+static void submit_on(odx_context *ctx, odx_kernel *k, const odx_arg *args, int n, int dev)
+{
+	odx_task_opts o = {.device = dev + 1};
+	int rc = odx_submit(ctx, k, args, n, &o, NULL);
+
+	if (rc)
+		fail_msg("odx_submit(%s) on device %d: %s: %s", "kernel", dev, odx_err_name(rc),
+			 odx_last_error(ctx));
+}
+
+/* ---- 2D tiles -------------------------------------------------------------------------------- */
+
+/* A rows x cols float matrix with ld (column-major, or row-major), 4 x 4 tiles with edges. */
+typedef struct matrix {
+	size_t rows, cols, ld, tr, tc;
+	bool row_major;
+} matrix;
+
+static size_t mat_index(const matrix *m, size_t r, size_t c)
+{
+	return m->row_major ? r * m->ld + c : c * m->ld + r;
+}
+
+static size_t mat_elems(const matrix *m)
+{
+	return (m->row_major ? m->rows : m->cols) * m->ld;
+}
+
+/* The tile (i, j): its element range and its runs as the kernels walk them. */
+typedef struct tile {
+	size_t r0, c0, h, w;
+	int64_t len, runs; /* a run is a column (column-major) or a row (row-major) */
+} tile;
+
+static tile tile_of(const matrix *m, size_t i, size_t j)
+{
+	tile t = {.r0 = i * m->tr, .c0 = j * m->tc};
+
+	t.h = m->rows - t.r0 < m->tr ? m->rows - t.r0 : m->tr;
+	t.w = m->cols - t.c0 < m->tc ? m->cols - t.c0 : m->tc;
+	t.len = (int64_t)(m->row_major ? t.w : t.h);
+	t.runs = (int64_t)(m->row_major ? t.h : t.w);
+	return t;
+}
+
+/* Element (run j, index i) of tile t in the matrix. */
+static size_t tile_elem(const matrix *m, const tile *t, int64_t i, int64_t j)
+{
+	return m->row_major ? mat_index(m, t->r0 + (size_t)j, t->c0 + (size_t)i)
+			    : mat_index(m, t->r0 + (size_t)i, t->c0 + (size_t)j);
+}
+
+/*
+ * Every access mode on every tile from tasks on both devices: W (fill) on some, RW (affine) on
+ * the first device, RW on the second, R (probe, with ODX_LD) on the first; then unpartition and
+ * compare the whole parent, padding included, with the same steps done here.
+ */
+static void tiles_run(const char *memnode, bool row_major, const char *const *extra,
+		      const matrix *shape_in, int rounds)
+{
+	matrix m = {shape_in->rows, shape_in->cols, shape_in->ld, shape_in->tr, shape_in->tc,
+		    row_major};
+	odx_context *ctx = open2(memnode, extra);
+	kernels k = make_kernels(ctx);
+	size_t n = mat_elems(&m), mt = (m.rows + m.tr - 1) / m.tr, nt = (m.cols + m.tc - 1) / m.tc;
+	size_t bytes = n * sizeof(float);
+	float *want = malloc(bytes), *got = malloc(bytes), probe[2];
+	odx_buffer *a, **parts = calloc(mt * nt, sizeof(*parts)), **outs = calloc(mt * nt, sizeof(*outs));
+	odx_partition p = {.kind = ODX_PART_TILES, .elem_size = sizeof(float), .rows = m.rows,
+			   .cols = m.cols, .ld = m.ld, .tile_rows = m.tr, .tile_cols = m.tc,
+			   .row_major = row_major};
+	bool shared = strcmp(memnode, "shared") == 0;
+
+	for (size_t e = 0; e < n; e++)
+		want[e] = (float)(e % 97);
+	assert_ok(odx_buffer_create(ctx, bytes, 0, &a));
+	assert_ok(odx_buffer_write(a, 0, want, bytes, TEST_TIMEOUT_MS));
+	/* A count other than the description's is refused with the number it makes. */
+	assert_rc(odx_buffer_partition(a, &p, (int)(mt * nt) + 1, parts, TEST_TIMEOUT_MS),
+		  ODX_EINVAL);
+	assert_contains(odx_last_error(ctx), "makes");
+	assert_ok(odx_buffer_partition(a, &p, (int)(mt * nt), parts, TEST_TIMEOUT_MS));
+	for (size_t q = 0; q < mt * nt; q++)
+		assert_ok(odx_buffer_create(ctx, 2 * sizeof(float), 0, &outs[q]));
+
+	for (int round = 0; round < rounds; round++)
+		for (size_t j = 0; j < nt; j++)
+			for (size_t i = 0; i < mt; i++) {
+				size_t q = i + j * mt;
+				tile t = tile_of(&m, i, j);
+				int d = (int)((i + j + (size_t)round) % 2);
+				float base = (float)(q * 1000), b1 = (float)(i * 10 + j);
+				odx_arg fill[] = {ODX_BUF(parts[q], ODX_W), ODX_I64(t.len),
+						  ODX_I64(t.runs), ODX_LD(0), ODX_F32(base)};
+				odx_arg aff1[] = {ODX_BUF(parts[q], ODX_RW), ODX_I64(t.len),
+						  ODX_I64(t.runs), ODX_LD(0), ODX_F32(2.0f),
+						  ODX_F32(1.0f)};
+				odx_arg aff2[] = {ODX_BUF(parts[q], ODX_RW), ODX_I64(t.len),
+						  ODX_I64(t.runs), ODX_LD(0), ODX_F32(1.0f),
+						  ODX_F32(b1)};
+				odx_arg prb[] = {ODX_BUF(parts[q], ODX_R), ODX_LD(0),
+						 ODX_I64(t.len), ODX_I64(t.runs),
+						 ODX_BUF(outs[q], ODX_W)};
+				bool do_fill = (q + (size_t)round) % 3 == 0;
+
+				if (do_fill)
+					submit_on(ctx, k.fill, fill, 5, d);
+				submit_on(ctx, k.affine, aff1, 6, d);
+				submit_on(ctx, k.affine, aff2, 6, 1 - d);
+				submit_on(ctx, k.probe, prb, 5, d);
+				for (int64_t jj = 0; jj < t.runs; jj++)
+					for (int64_t ii = 0; ii < t.len; ii++) {
+						float *x = &want[tile_elem(&m, &t, ii, jj)];
+
+						if (do_fill)
+							*x = base + (float)ii + 100.0f * (float)jj;
+						*x = *x * 2.0f + 1.0f + b1;
+					}
+			}
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	/* ODX_LD where the probe ran: the parent's ld in place (shared host RAM), the run length
+	 * of the packed copy in a device's own memory; the sum of the tile it read. */
+	for (size_t j = 0; j < nt; j++)
+		for (size_t i = 0; i < mt; i++) {
+			size_t q = i + j * mt;
+			tile t = tile_of(&m, i, j);
+			double sum = 0;
+
+			assert_ok(odx_buffer_read(outs[q], 0, probe, sizeof(probe), TEST_TIMEOUT_MS));
+			assert_int_equal((int64_t)probe[0], shared ? (int64_t)m.ld : t.len);
+			for (int64_t jj = 0; jj < t.runs; jj++)
+				for (int64_t ii = 0; ii < t.len; ii++)
+					sum += want[tile_elem(&m, &t, ii, jj)];
+			assert_true(probe[1] == (float)sum);
+		}
+	assert_ok(odx_buffer_unpartition(a, TEST_TIMEOUT_MS));
+	memset(got, 0, bytes);
+	assert_ok(odx_buffer_read(a, 0, got, bytes, TEST_TIMEOUT_MS));
+	for (size_t e = 0; e < n; e++)
+		if (got[e] != want[e])
+			fail_msg("%s, %s: element %zu is %g, expected %g", memnode,
+				 row_major ? "row-major" : "column-major", e, (double)got[e],
+				 (double)want[e]);
+	/* The part handles are dead. */
+	assert_rc(odx_buffer_read(parts[0], 0, got, 4, TEST_TIMEOUT_MS), ODX_EINVAL);
+	for (size_t q = 0; q < mt * nt; q++)
+		assert_ok(odx_buffer_destroy(outs[q]));
+	assert_ok(odx_buffer_destroy(a));
+	assert_ok(odx_close(ctx));
+	free(want);
+	free(got);
+	free(parts);
+	free(outs);
+}
+
+static const matrix small = {.rows = 10, .cols = 9, .ld = 12, .tr = 4, .tc = 4};
+
+static void test_tiles_col_private(void **state)
+{
+	(void)state;
+	tiles_run("private", false, NULL, &small, 2);
+}
+
+static void test_tiles_row_private(void **state)
+{
+	(void)state;
+	tiles_run("private", true, NULL, &small, 2);
+}
+
+static void test_tiles_col_shared(void **state)
+{
+	(void)state;
+	tiles_run("shared", false, NULL, &small, 2);
+}
+
+static void test_tiles_row_shared(void **state)
+{
+	(void)state;
+	tiles_run("shared", true, NULL, &small, 2);
+}
+
+/* More tile bytes than the devices' tiers hold: dirty tiles are written back into their aliases
+ * (the parent's memory) to make room; results stay exact. */
+static void test_tiles_evicted(void **state)
+{
+	static const matrix big = {.rows = 100, .cols = 96, .ld = 104, .tr = 16, .tc = 16};
+	const char *kv[] = {"tier.device.limit", "16KiB", NULL};
+
+	(void)state;
+	tiles_run("private", false, kv, &big, 3);
+	/* close printed the statistics */
+	print_message("tiles evicted: %llu clean drops, %llu write-backs\n",
+		      stat_sum("tier node", "clean"), stat_sum("tier node", "dirty"));
+	assert_true(stat_sum("tier node", "dirty") > 0);
+}
+
+/* ---- 1D blocks ------------------------------------------------------------------------------- */
+
+static void blocks_run(const char *memnode)
+{
+	odx_context *ctx = open2(memnode, NULL);
+	kernels k = make_kernels(ctx);
+	enum { N = 1000 };
+	uint32_t want[N], got[N];
+	static const size_t sizes[] = {400, 1200, 4, 2000};
+	odx_partition eq = {.kind = ODX_PART_BLOCKS, .elem_size = 4};
+	odx_partition ex = {.kind = ODX_PART_BLOCKS, .elem_size = 4, .sizes = sizes};
+	odx_buffer *a, *parts[4];
+
+	for (int i = 0; i < N; i++)
+		want[i] = (uint32_t)i;
+	assert_ok(odx_buffer_create(ctx, sizeof(want), 0, &a));
+	assert_ok(odx_buffer_write(a, 0, want, sizeof(want), TEST_TIMEOUT_MS));
+	/* 1000 elements in 3: 334, 334, 332. */
+	assert_ok(odx_buffer_partition(a, &eq, 3, parts, TEST_TIMEOUT_MS));
+	assert_int_equal(odx_buffer_size(parts[0]), 334 * 4);
+	assert_int_equal(odx_buffer_size(parts[2]), 332 * 4);
+	for (int r = 0; r < 4; r++)
+		for (int q = 0; q < 3; q++) {
+			odx_arg args[] = {ODX_BUF(parts[q], ODX_RW), ODX_I32(q + 1)};
+
+			submit_on(ctx, k.add, args, 2, (q + r) % 2);
+		}
+	for (int i = 0; i < N; i++)
+		want[i] += 4u * (uint32_t)(i < 334 ? 1 : i < 668 ? 2 : 3);
+	assert_ok(odx_buffer_unpartition(a, TEST_TIMEOUT_MS));
+	/* Explicit sizes next, after the first partition was gathered: 3600 of 4000 bytes. */
+	assert_ok(odx_buffer_partition(a, &ex, 4, parts, TEST_TIMEOUT_MS));
+	for (int q = 0; q < 4; q++) {
+		odx_arg args[] = {ODX_BUF(parts[q], ODX_RW), ODX_I32(10 * (q + 1))};
+
+		submit_on(ctx, k.add, args, 2, q % 2);
+	}
+	{
+		size_t off = 0;
+
+		for (int q = 0; q < 4; q++) {
+			for (size_t e = off / 4; e < (off + sizes[q]) / 4; e++)
+				want[e] += 10u * (uint32_t)(q + 1);
+			off += sizes[q];
+		}
+	}
+	assert_ok(odx_buffer_unpartition(a, TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_read(a, 0, got, sizeof(got), TEST_TIMEOUT_MS));
+	assert_memory_equal(got, want, sizeof(want));
+	/* Sizes past the end are refused. */
+	{
+		static const size_t too_big[] = {4000, 4};
+		odx_partition bad = {.kind = ODX_PART_BLOCKS, .elem_size = 4, .sizes = too_big};
+
+		assert_rc(odx_buffer_partition(a, &bad, 2, parts, TEST_TIMEOUT_MS), ODX_EINVAL);
+	}
+	assert_ok(odx_close(ctx));
+}
+
+static void test_blocks_private(void **state)
+{
+	(void)state;
+	blocks_run("private");
+}
+
+static void test_blocks_shared(void **state)
+{
+	(void)state;
+	blocks_run("shared");
+}
+
+/* ---- refusals, dead handles, partition again ------------------------------------------------- */
+
+static void test_refusals(void **state)
+{
+	odx_context *ctx = open2("private", NULL);
+	kernels k = make_kernels(ctx);
+	odx_partition p = {.kind = ODX_PART_BLOCKS, .elem_size = 4};
+	odx_buffer *a, *parts[2], *sub[2];
+	uint32_t x[4] = {0};
+	odx_arg args[] = {ODX_BUF(NULL, ODX_RW), ODX_I32(1)};
+
+	(void)state;
+	assert_ok(odx_buffer_create(ctx, 64, 0, &a));
+	args[0].v.buffer = a;
+	assert_rc(odx_buffer_unpartition(a, TEST_TIMEOUT_MS), ODX_EINVAL);
+	assert_ok(odx_buffer_partition(a, &p, 2, parts, TEST_TIMEOUT_MS));
+	assert_rc(odx_submit(ctx, k.add, args, 2, NULL, NULL), ODX_EBUSY);
+	assert_contains(odx_last_error(ctx), "is partitioned into 2 parts");
+	assert_contains(odx_last_error(ctx), "odx_buffer_unpartition");
+	assert_rc(odx_buffer_read(a, 0, x, 4, TEST_TIMEOUT_MS), ODX_EBUSY);
+	assert_rc(odx_buffer_write(a, 0, x, 4, TEST_TIMEOUT_MS), ODX_EBUSY);
+	assert_rc(odx_buffer_prefetch(a, 0, ODX_PREFETCH_NOW), ODX_EBUSY);
+	assert_rc(odx_buffer_set_owner(a, 0), ODX_EBUSY);
+	assert_rc(odx_buffer_partition(a, &p, 2, sub, TEST_TIMEOUT_MS), ODX_EBUSY);
+	/* Parts: no second level, no destruction of their own. */
+	assert_rc(odx_buffer_partition(parts[0], &p, 2, sub, TEST_TIMEOUT_MS), ODX_ENOSYS);
+	assert_contains(odx_last_error(ctx), "cannot be partitioned again");
+	assert_rc(odx_buffer_destroy(parts[1]), ODX_EINVAL);
+	assert_contains(odx_last_error(ctx), "part of a partition");
+	/* A part is a buffer: tasks, prefetch, read (a never-written parent reads as zeros). */
+	args[0].v.buffer = parts[1];
+	assert_ok(odx_submit(ctx, k.add, args, 2, NULL, NULL));
+	assert_ok(odx_buffer_prefetch(parts[0], 1, ODX_PREFETCH_NOW));
+	assert_ok(odx_buffer_read(parts[1], 0, x, sizeof(x), TEST_TIMEOUT_MS));
+	assert_int_equal(x[0], 1);
+	assert_ok(odx_buffer_unpartition(a, TEST_TIMEOUT_MS));
+	/* Dead part handles, a usable parent, and a new partition. */
+	assert_rc(odx_buffer_read(parts[1], 0, x, 4, TEST_TIMEOUT_MS), ODX_EINVAL);
+	assert_rc(odx_submit(ctx, k.add, args, 2, NULL, NULL), ODX_EINVAL);
+	assert_ok(odx_buffer_read(a, 32, x, 16, TEST_TIMEOUT_MS));
+	assert_int_equal(x[0], 1);
+	assert_int_equal(x[3], 1);
+	assert_ok(odx_buffer_read(a, 0, x, 16, TEST_TIMEOUT_MS));
+	assert_int_equal(x[0], 0);
+	assert_ok(odx_buffer_partition(a, &p, 2, parts, TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_unpartition(a, TEST_TIMEOUT_MS));
+	/* Destroying a partitioned parent takes its parts with it. */
+	assert_ok(odx_buffer_partition(a, &p, 2, parts, TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_destroy(a));
+	assert_rc(odx_buffer_read(parts[0], 0, x, 4, TEST_TIMEOUT_MS), ODX_EINVAL);
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	assert_ok(odx_close(ctx));
+}
+
+/* ---- registered memory ---------------------------------------------------------------------- */
+
+/* Tiles of user memory: the parts' latest bytes land in it at unpartition, and at the parent's
+ * destruction without one (the parts written on the devices' own memory). */
+static void test_registered(void **state)
+{
+	enum { R = 8, C = 6, LD = 9 };
+	odx_context *ctx = open2("private", NULL);
+	kernels k = make_kernels(ctx);
+	float *user = malloc(LD * C * sizeof(float)), want[LD * C];
+	odx_partition p = {.kind = ODX_PART_TILES, .elem_size = sizeof(float), .rows = R,
+			   .cols = C, .ld = LD, .tile_rows = 4, .tile_cols = 3};
+	odx_buffer *a, *parts[4];
+
+	(void)state;
+	for (int pass = 0; pass < 2; pass++) {
+		for (int e = 0; e < LD * C; e++)
+			user[e] = want[e] = (float)e;
+		assert_ok(odx_buffer_register(ctx, user, LD * C * sizeof(float), 0, &a));
+		assert_ok(odx_buffer_partition(a, &p, 4, parts, TEST_TIMEOUT_MS));
+		for (int q = 0; q < 4; q++) {
+			int i = q % 2, j = q / 2;
+			odx_arg args[] = {ODX_BUF(parts[q], ODX_RW), ODX_I64(4), ODX_I64(3),
+					  ODX_LD(0),		     ODX_F32(3.0f), ODX_F32((float)q)};
+
+			submit_on(ctx, k.affine, args, 6, q % 2);
+			for (int jj = 0; jj < 3; jj++)
+				for (int ii = 0; ii < 4; ii++) {
+					float *x = &want[(j * 3 + jj) * LD + i * 4 + ii];
+
+					*x = *x * 3.0f + (float)q;
+				}
+		}
+		if (pass == 0)
+			assert_ok(odx_buffer_unpartition(a, TEST_TIMEOUT_MS));
+		assert_ok(odx_buffer_destroy(a));
+		assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+		for (int e = 0; e < LD * C; e++)
+			if (user[e] != want[e])
+				fail_msg("pass %d: user memory element %d is %g, expected %g", pass, e,
+					 (double)user[e], (double)want[e]);
+	}
+	assert_ok(odx_close(ctx));
+	free(user);
+}
+
+/* ---- reads and writes of a part ---------------------------------------------------------- */
+
+/* odx_buffer_read/write of a tile address its packed bytes, whether its latest copy is the alias
+ * inside the parent (strided) or a device's packed copy. */
+static void part_access_run(const char *memnode)
+{
+	enum { R = 7, C = 5, LD = 8 };
+	odx_context *ctx = open2(memnode, NULL);
+	kernels k = make_kernels(ctx);
+	float init[LD * C], got[LD * C], tilebuf[4 * 3], back[4 * 3];
+	odx_partition p = {.kind = ODX_PART_TILES, .elem_size = sizeof(float), .rows = R,
+			   .cols = C, .ld = LD, .tile_rows = 4, .tile_cols = 3};
+	odx_buffer *a, *parts[4];
+
+	for (int e = 0; e < LD * C; e++)
+		init[e] = (float)e;
+	assert_ok(odx_buffer_create(ctx, sizeof(init), 0, &a));
+	assert_ok(odx_buffer_write(a, 0, init, sizeof(init), TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_partition(a, &p, 4, parts, TEST_TIMEOUT_MS));
+	/* Tile (1, 0): rows 4..6, columns 0..2, 3 x 3 packed. */
+	assert_int_equal(odx_buffer_size(parts[1]), 9 * sizeof(float));
+	assert_ok(odx_buffer_read(parts[1], 0, tilebuf, 9 * sizeof(float), TEST_TIMEOUT_MS));
+	for (int j = 0; j < 3; j++)
+		for (int i = 0; i < 3; i++)
+			assert_true(tilebuf[i + 3 * j] == init[j * LD + 4 + i]);
+	/* A partial write across a run boundary: packed bytes 2..5 (elements). */
+	for (int e = 0; e < 4; e++)
+		tilebuf[e] = -1.0f - (float)e;
+	assert_ok(odx_buffer_write(parts[1], 2 * sizeof(float), tilebuf, 4 * sizeof(float),
+				   TEST_TIMEOUT_MS));
+	/* A kernel on device 1 moves the tile (private: to its own memory), then a read of part
+	 * of it comes from there. */
+	{
+		odx_arg args[] = {ODX_BUF(parts[1], ODX_RW), ODX_I64(3), ODX_I64(3), ODX_LD(0),
+				  ODX_F32(1.0f), ODX_F32(0.5f)};
+
+		submit_on(ctx, k.affine, args, 6, 1);
+	}
+	assert_ok(odx_buffer_read(parts[1], 3 * sizeof(float), back, 5 * sizeof(float),
+				  TEST_TIMEOUT_MS));
+	assert_true(back[0] == -2.0f + 0.5f); /* packed element 3 = written element 1 */
+	assert_true(back[2] == -4.0f + 0.5f);
+	assert_true(back[3] == init[2 * LD + 4] + 0.5f); /* packed element 6: column 2, row 4 */
+	assert_true(back[4] == init[2 * LD + 5] + 0.5f);
+	assert_ok(odx_buffer_unpartition(a, TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_read(a, 0, got, sizeof(got), TEST_TIMEOUT_MS));
+	for (int e = 0; e < LD * C; e++) {
+		int r = e % LD, c = e / LD;
+		float w = init[e];
+
+		if (r >= 4 && r < 7 && c < 3) {
+			int packed = (r - 4) + 3 * c;
+
+			if (packed >= 2 && packed < 6)
+				w = -1.0f - (float)(packed - 2);
+			w += 0.5f;
+		}
+		if (got[e] != w)
+			fail_msg("%s: element %d (row %d, col %d) is %g, expected %g", memnode, e, r,
+				 c, (double)got[e], (double)w);
+	}
+	assert_ok(odx_close(ctx));
+}
+
+static void test_part_access_private(void **state)
+{
+	(void)state;
+	part_access_run("private");
+}
+
+static void test_part_access_shared(void **state)
+{
+	(void)state;
+	part_access_run("shared");
+}
+
+/* ---- a GPU backend (Vulkan on lavapipe, OpenCL on PoCL), where one is available ------------- */
+
+/* Tiles between a CPU device working on them in place (ODX_LD = the parent's ld) and a device of
+ * `backend` working on packed copies with the standard scale_f32 (a packed tile is contiguous):
+ * every move between them is a strided copy, the backend's copy_2d or one copy per run. Returns
+ * false (and prints why) when the backend has no device here. */
+static bool gpu_tiles_run(const char *backend)
+{
+	enum { R = 37, C = 29, LD = 41, TR = 16, TC = 8, MT = 3, NT = 4 };
+	char key[64], backends[64];
+	odx_config *cfg = NULL;
+	odx_context *ctx = NULL;
+	odx_kernel *scale;
+	kernels k;
+	odx_buffer *a, *parts[MT * NT];
+	float *want = malloc(LD * C * sizeof(float)), *got = malloc(LD * C * sizeof(float));
+	odx_partition p = {.kind = ODX_PART_TILES, .elem_size = sizeof(float), .rows = R,
+			   .cols = C, .ld = LD, .tile_rows = TR, .tile_cols = TC};
+	int gpu = -1, host = -1;
+
+	snprintf(key, sizeof(key), "%s.allow_cpu", backend);
+	snprintf(backends, sizeof(backends), "host,%s", backend);
+	assert_ok(odx_config_create(&cfg));
+	assert_ok(odx_config_set(cfg, "backends", backends));
+	assert_ok(odx_config_set(cfg, "host.devices", "1"));
+	assert_ok(odx_config_set(cfg, "host.memnode", "shared"));
+	assert_ok(odx_config_set(cfg, "host.bind", "false"));
+	assert_ok(odx_config_set(cfg, key, "true"));
+	if (odx_open(&ctx, cfg) != 0) {
+		print_message("%s: cannot open a context: %s\n", backend, odx_config_error(cfg));
+		odx_config_destroy(cfg);
+		free(want);
+		free(got);
+		return false;
+	}
+	odx_config_destroy(cfg);
+	for (int d = 0; d < odx_device_count(ctx); d++) {
+		odx_device_info info;
+
+		assert_ok(odx_device_get_info(ctx, d, &info));
+		if (info.kind == ODX_BACKEND_HOST)
+			host = d;
+		else if (gpu < 0)
+			gpu = d;
+	}
+	if (gpu < 0 || host < 0) {
+		print_message("%s: no device of that backend here: skipped\n", backend);
+		assert_ok(odx_close(ctx));
+		free(want);
+		free(got);
+		return false;
+	}
+	k = make_kernels(ctx);
+	assert_ok(odx_kernel_builtin(ctx, "odx.scale_f32", &scale));
+	for (int e = 0; e < LD * C; e++)
+		want[e] = (float)(e % 89);
+	assert_ok(odx_buffer_create(ctx, LD * C * sizeof(float), 0, &a));
+	assert_ok(odx_buffer_write(a, 0, want, LD * C * sizeof(float), TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_partition(a, &p, MT * NT, parts, TEST_TIMEOUT_MS));
+	for (int round = 0; round < 2; round++)
+		for (int j = 0; j < NT; j++)
+			for (int i = 0; i < MT; i++) {
+				int q = i + j * MT, h = R - i * TR < TR ? R - i * TR : TR;
+				int w = C - j * TC < TC ? C - j * TC : TC, n = h * w;
+				odx_arg sc[] = {ODX_BUF(parts[q], ODX_RW), ODX_F32(2.0f), ODX_I32(n)};
+				odx_arg af[] = {ODX_BUF(parts[q], ODX_RW), ODX_I64(h), ODX_I64(w),
+						ODX_LD(0), ODX_F32(1.0f), ODX_F32((float)q)};
+				odx_task_opts o = {.device = gpu + 1,
+						   .grid = {(uint32_t)(n + 63) / 64, 1, 1},
+						   .block = {64, 1, 1}};
+
+				assert_ok(odx_submit(ctx, scale, sc, 3, &o, NULL));
+				submit_on(ctx, k.affine, af, 6, host);
+				for (int jj = 0; jj < w; jj++)
+					for (int ii = 0; ii < h; ii++) {
+						float *x = &want[(j * TC + jj) * LD + i * TR + ii];
+
+						*x = *x * 2.0f + (float)q;
+					}
+			}
+	/* A last scale on the device: unpartition writes those tiles back from there. */
+	for (int q = 0; q < MT * NT; q += 2) {
+		int i = q % MT, j = q / MT, h = R - i * TR < TR ? R - i * TR : TR;
+		int w = C - j * TC < TC ? C - j * TC : TC, n = h * w;
+		odx_arg sc[] = {ODX_BUF(parts[q], ODX_RW), ODX_F32(3.0f), ODX_I32(n)};
+		odx_task_opts o = {.device = gpu + 1, .grid = {(uint32_t)(n + 63) / 64, 1, 1},
+				   .block = {64, 1, 1}};
+
+		assert_ok(odx_submit(ctx, scale, sc, 3, &o, NULL));
+		for (int jj = 0; jj < w; jj++)
+			for (int ii = 0; ii < h; ii++)
+				want[(j * TC + jj) * LD + i * TR + ii] *= 3.0f;
+	}
+	assert_ok(odx_buffer_unpartition(a, TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_read(a, 0, got, LD * C * sizeof(float), TEST_TIMEOUT_MS));
+	for (int e = 0; e < LD * C; e++)
+		if (got[e] != want[e])
+			fail_msg("%s: element %d (row %d, col %d) is %g, expected %g", backend, e,
+				 e % LD, e / LD, (double)got[e], (double)want[e]);
+	assert_ok(odx_close(ctx));
+	free(want);
+	free(got);
+	return true;
+}
+
+static void test_gpu_backends(void **state)
+{
+	bool ran = false;
+
+	(void)state;
+	ran |= gpu_tiles_run("vulkan");
+	ran |= gpu_tiles_run("opencl");
+	if (!ran)
+		skip();
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_tiles_col_private),   cmocka_unit_test(test_tiles_row_private),
+		cmocka_unit_test(test_tiles_col_shared),    cmocka_unit_test(test_tiles_row_shared),
+		cmocka_unit_test(test_blocks_private),	    cmocka_unit_test(test_blocks_shared),
+		cmocka_unit_test(test_refusals),	    cmocka_unit_test(test_registered),
+		cmocka_unit_test(test_part_access_private), cmocka_unit_test(test_part_access_shared),
+		cmocka_unit_test(test_tiles_evicted),	    cmocka_unit_test(test_gpu_backends),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
