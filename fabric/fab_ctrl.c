@@ -192,6 +192,38 @@ static void handle_rts(odx_fab *f, int src, const struct fab_rts *rts, size_t pa
 		map_put(&f->unexpected, bucket((uint64_t)src, rts->key), r);
 }
 
+/* A SIZE: the length of a sized send. Its receive, posted and waiting for it, posts its chunks;
+ * one not posted yet meets a record of it when it is. */
+static void handle_size(odx_fab *f, int src, const struct fab_size *sz)
+{
+	if (sz->key >> FAB_KEY_BITS || sz->len > f->prof.max_xfer) {
+		fab_bad(f, "malformed transfer length from rank %d (%llu bytes)", src,
+			(unsigned long long)sz->len);
+		return;
+	}
+	struct fab_xfer *x = map_take_match(&f->posted_recvs, src, sz->key);
+	if (x) {
+		/* posted receives stay in the map until they finish */
+		map_put(&f->posted_recvs, bucket((uint64_t)src, sz->key), x);
+		if (x->await_size)
+			fab_recv_size_known(f, x, sz->len);
+		/* else a plain receive: its chunks tell whether the lengths agree */
+		return;
+	}
+	struct fab_xfer *r = calloc(1, sizeof(*r));
+	if (!r) {
+		fab_log(f, "out of memory for a transfer length from rank %d", src);
+		return;
+	}
+	r->is_record = true;
+	r->sized = true;
+	r->peer = src;
+	r->key = sz->key;
+	r->len = sz->len;
+	xfer_activate(f, r);
+	map_put(&f->unexpected, bucket((uint64_t)src, sz->key), r);
+}
+
 /* An ABORT: the send of that key will never come. Its receive fails now with the sender's status
  * and text (its posted chunks are cancelled, as for a failed peer); one not posted yet meets a
  * record of it when it is. */
@@ -418,6 +450,16 @@ void fab_handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t len,
 		pthread_mutex_unlock(&f->lock);
 		if (h.type == FAB_MSG_BARRIER_IN)
 			fab_check_barrier(f);
+		break;
+	}
+	case FAB_MSG_SIZE: {
+		struct fab_size sz;
+		if (h.payload_len != sizeof(sz)) {
+			fab_bad(f, "bad transfer length message from rank %d", src);
+			break;
+		}
+		memcpy(&sz, payload, sizeof(sz));
+		handle_size(f, src, &sz);
 		break;
 	}
 	case FAB_MSG_ABORT:

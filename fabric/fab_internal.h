@@ -20,7 +20,7 @@
  * Every control message starts with fab_hdr. Hosts are assumed to share endianness (checked by
  * the magic: a byte-swapped peer fails the magic test and is dropped). */
 #define FAB_MAGIC 0x4f445846u /* "ODXF" */
-#define FAB_VERSION 3	      /* 3: barriers carry a status, ABORT */
+#define FAB_VERSION 4	      /* 3: barriers carry a status, ABORT; 4: SIZE */
 
 enum fab_msg_type {
 	FAB_MSG_USER = 1,    /* odx_fab_send_msg payload */
@@ -33,6 +33,7 @@ enum fab_msg_type {
 	FAB_MSG_BARRIER_OUT, /* 0 -> rank: barrier epoch released */
 	FAB_MSG_BYE,	     /* the sender is closing (credit-exempt) */
 	FAB_MSG_ABORT,	     /* a send that will never come: its receive fails (fab_abort) */
+	FAB_MSG_SIZE,	     /* the length of a sized send, for its odx_fab_recv_upto (fab_size) */
 	FAB_MSG_TYPE_END
 };
 
@@ -62,6 +63,12 @@ struct fab_rts {
 	uint64_t chunk;
 	uint64_t rma_addr; /* address (or offset) and key of the read-only region */
 	uint64_t rma_key;
+};
+
+/* SIZE: a sized send's length, ahead of its chunks (its receive posts them once it knows). */
+struct fab_size {
+	uint64_t key;
+	uint64_t len;
 };
 
 /* FIN (pull done) and NACK (refused: status, and the length the receive expects). */

@@ -131,6 +131,11 @@ struct fab_xfer {
 	bool mismatch;	     /* the sender's length differs: drain its chunks, then fail */
 	bool hollow;	     /* a send the receiver refused: chunks not yet posted go out empty */
 	bool aborted;	     /* a record of an ABORT that came before its receive */
+	bool sized;	     /* a send: announced with SIZE (never pulled); a record: a SIZE that
+			      * came before its receive (len) */
+	bool upto;	     /* odx_fab_recv_upto: len is the capacity until the SIZE comes */
+	bool await_size;     /* ... and it has not come yet: nothing posted */
+	size_t *len_out;     /* odx_fab_recv_upto: the length received, set before done */
 	int refused;	     /* ... and fails with this once its last chunk is out (an ABORT
 			      * record: the status its receive fails with, refused_msg why) */
 	char *refused_msg;
@@ -557,6 +562,8 @@ void fab_xfer_release(odx_fab *f, struct fab_xfer *x);
 void fab_xfer_finish(odx_fab *f, struct fab_xfer *x, int status, const char *msg);
 void fab_xfer_fail_peer(odx_fab *f, struct fab_xfer *x, const char *why);
 void fab_recv_pull(odx_fab *f, struct fab_xfer *x, struct fab_xfer *r);
+/* A receive posted with odx_fab_recv_upto learns its sender's length (SIZE): posts its chunks. */
+void fab_recv_size_known(odx_fab *f, struct fab_xfer *x, size_t len);
 void fab_xfer_start(odx_fab *f, struct fab_xfer *x);
 void fab_data_op_release(odx_fab *f, struct fab_op *op);
 void fab_data_op_done(odx_fab *f, struct fab_op *op);

@@ -65,6 +65,8 @@ void fab_xfer_finish(odx_fab *f, struct fab_xfer *x, int status, const char *msg
 	}
 	if (x->is_send && x->mode == FAB_MODE_PULL)
 		mr_close(&x->mr); /* the read-only window closes with the transfer */
+	if (x->upto && x->len_out)
+		*x->len_out = status ? 0 : x->len;
 	if (x->done && !x->is_record)
 		x->done(x->arg, status, msg);
 	if (x->ops_out == 0)
@@ -219,6 +221,8 @@ void fab_recv_pull(odx_fab *f, struct fab_xfer *x, struct fab_xfer *r)
 /* A transfer to ourselves meets its other half: a copy. */
 static void self_match(odx_fab *f, struct fab_xfer *rx, struct fab_xfer *tx)
 {
+	if (rx->upto && tx->len <= rx->len)
+		rx->len = tx->len;
 	if (tx->len != rx->len) {
 		char msg[300];
 		snprintf(
@@ -251,6 +255,30 @@ static size_t xfer_chunk(odx_fab *f, int peer, size_t len)
 	return piece < rl->chunk ? piece : rl->chunk;
 }
 
+/* How a tagged transfer of x->len bytes is cut, and the check its chunks carry. */
+static void xfer_plan(odx_fab *f, struct fab_xfer *x)
+{
+	x->mode = FAB_MODE_TAGGED;
+	x->chunk = fab_chunk_size(x->len, xfer_chunk(f, x->peer, x->len));
+	x->nchunks = fab_chunk_count(x->len, x->chunk);
+	x->own_chunks = x->nchunks;
+	x->check = fab_data_check(f->wu.job_key, x->key, x->len, x->chunk, x->nchunks);
+}
+
+void fab_recv_size_known(odx_fab *f, struct fab_xfer *x, size_t len)
+{
+	struct fab_rail *rl = peer_rail(f, x->peer);
+
+	x->await_size = false;
+	/* Longer than its buffer: posted for its capacity, the chunks disagree, and the receive
+	 * drains the sender's chunks and fails both (recv_mismatch_begin), as any mismatch. */
+	if (len <= x->len)
+		x->len = len;
+	xfer_plan(f, x);
+	if (xfer_register(f, x, rl->has_rma ? FI_RECV | FI_READ : FI_RECV) == 0)
+		xfer_feed(f, x);
+}
+
 void fab_xfer_start(odx_fab *f, struct fab_xfer *x)
 {
 	xfer_activate(f, x);
@@ -271,11 +299,7 @@ void fab_xfer_start(odx_fab *f, struct fab_xfer *x)
 				bucket((uint64_t)x->peer, x->key), x);
 		return;
 	}
-	x->mode = FAB_MODE_TAGGED;
-	x->chunk = fab_chunk_size(x->len, xfer_chunk(f, x->peer, x->len));
-	x->nchunks = fab_chunk_count(x->len, x->chunk);
-	x->own_chunks = x->nchunks;
-	x->check = fab_data_check(f->wu.job_key, x->key, x->len, x->chunk, x->nchunks);
+	xfer_plan(f, x);
 	struct fab_rail *rl = peer_rail(f, x->peer);
 	if (!x->is_send) {
 		/* a pull announced before this receive: read at once */
@@ -287,6 +311,33 @@ void fab_xfer_start(odx_fab *f, struct fab_xfer *x)
 			return;
 		}
 		map_put(&f->posted_recvs, bucket((uint64_t)x->peer, x->key), x);
+		if (x->upto && (!r || !r->sized)) {
+			if (r) {
+				/* a plain send met a receive posted for a sized one */
+				char msg[200];
+				snprintf(msg, sizeof(msg),
+					 "rank %d sends key %#llx as a plain transfer (%zu bytes), but "
+					 "it was received with odx_fab_recv_upto",
+					 x->peer, (unsigned long long)x->key, r->len);
+				fab_xfer_release(f, r);
+				send_nack(f, x->peer, x->key, x->len, ODX_EINVAL);
+				fab_xfer_finish(f, x, ODX_EINVAL, msg);
+				return;
+			}
+			x->await_size = true; /* handle_size posts it */
+			return;
+		}
+		if (r && r->sized) {
+			size_t n = r->len;
+			fab_xfer_release(f, r);
+			if (x->upto)
+				fab_recv_size_known(f, x, n);
+			/* else a sized send met a plain receive: the chunks tell whether the
+			 * lengths agree */
+			else if (xfer_register(f, x, rl->has_rma ? FI_RECV | FI_READ : FI_RECV) == 0)
+				xfer_feed(f, x);
+			return;
+		}
 		if (r) {
 			fab_recv_pull(f, x, r);
 			return;
@@ -296,7 +347,7 @@ void fab_xfer_start(odx_fab *f, struct fab_xfer *x)
 		return;
 	}
 	map_put(&f->sends, bucket((uint64_t)x->peer, x->key), x);
-	if (x->len >= atomic_load(&f->pull_min) && x->len && rl->has_rma && !rl->mr_raw &&
+	if (!x->sized && x->len >= atomic_load(&f->pull_min) && x->len && rl->has_rma && !rl->mr_raw &&
 	    fab_mr_register(f, rl, x->buf, x->len, FI_REMOTE_READ, &x->mr) == 0) {
 		uint64_t key = fi_mr_key(x->mr);
 		if (key == FI_KEY_NOTAVAIL) {

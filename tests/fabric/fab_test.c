@@ -70,6 +70,8 @@ struct xfer {
 	size_t len, offset;
 	unsigned char *mem;
 	bool is_send;
+	bool sized;        /* odx_fab_send_sized / odx_fab_recv_upto (len: the receive's capacity) */
+	size_t got;        /* a sized receive: the length it reports */
 	int status, calls; /* written by on_done */
 	char msg[300];
 };
@@ -164,6 +166,7 @@ static void add_xfer(int peer, uint64_t key, size_t len, size_t offset, bool is_
 		xfers = realloc(xfers, cap * sizeof(*xfers));
 	}
 	struct xfer *x = &xfers[nxfers++];
+	*x = (struct xfer){0};
 	x->peer = peer;
 	x->key = key;
 	x->len = len;
@@ -234,10 +237,18 @@ static void post(odx_fab *f, struct xfer *x)
 	pthread_mutex_lock(&W.lock);
 	W.pending++;
 	pthread_mutex_unlock(&W.lock);
-	int ret =
-		x->is_send
-			? odx_fab_send(f, x->peer, x->key, x->mem + x->offset, x->len, on_done, x)
-			: odx_fab_recv(f, x->peer, x->key, x->mem + x->offset, x->len, on_done, x);
+	int ret;
+	if (x->sized)
+		ret = x->is_send ? odx_fab_send_sized(f, x->peer, x->key, x->mem + x->offset,
+						     x->len, on_done, x)
+				 : odx_fab_recv_upto(f, x->peer, x->key, x->mem + x->offset, x->len,
+						    &x->got, on_done, x);
+	else
+		ret = x->is_send
+			      ? odx_fab_send(f, x->peer, x->key, x->mem + x->offset, x->len, on_done,
+					     x)
+			      : odx_fab_recv(f, x->peer, x->key, x->mem + x->offset, x->len,
+					     on_done, x);
 	if (ret)
 		DIE("%s of key %llu: %s", x->is_send ? "send" : "recv", (unsigned long long)x->key,
 		    odx_err_name(ret));
@@ -408,6 +419,114 @@ static void forged_data(odx_fab *f)
  * chunks than the receive (FAB_TEST chunk 1 MiB), more than a send's window, and empty on
  * either side. Half the receives
  * are posted before the sends, half after. */
+/* Sized transfers: the receiver gives only a capacity and learns the length (odx_fab_send_sized,
+ * odx_fab_recv_upto), with receives posted before the sends (round 0) and after their data and
+ * length arrived (round 1), across chunk boundaries, zero bytes, exactly the capacity, a transfer
+ * to oneself; a sender longer than the capacity fails both sides; bytes past the length are
+ * untouched. Ranks 0 and 1. */
+static void run_sized(odx_fab *f)
+{
+	static const size_t pairs[][2] = {/* send length, receive capacity */
+					  {0, 100},
+					  {1, 1},
+					  {100, 200},
+					  {4095, 65536},
+					  {20000, 20000},
+					  {(1 << 20) + 13, 4 << 20},
+					  {(17 << 20) + 3, (20 << 20)},
+					  /* longer than the capacity: both fail */
+					  {200, 100},
+					  {(3 << 20) + 1, 3 << 20}};
+	enum {
+		NP = sizeof(pairs) / sizeof(pairs[0]),
+		NOK = NP - 2
+	};
+	static struct xfer xs[2 * NP + 2];
+	if (my_rank > 1)
+		return;
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < NP; i++) {
+			struct xfer *x = &xs[round * NP + i];
+			*x = (struct xfer){.peer = 1 - my_rank,
+					   .key = 700 + (uint64_t)(round * NP + i),
+					   .is_send = my_rank == 0,
+					   .sized = true,
+					   .offset = (size_t)i % 4};
+			x->len = pairs[i][my_rank == 0 ? 0 : 1];
+			x->mem = malloc(x->len + x->offset + 1);
+			for (size_t k = 0; k < x->len + x->offset + 1; k++)
+				x->mem[k] = x->is_send && k >= x->offset && k < x->offset + x->len
+						    ? pattern(0, 1, x->key, k - x->offset)
+						    : 0xa5;
+		}
+		if (my_rank == 1 && round == 0)
+			for (int i = 0; i < NP; i++)
+				post(f, &xs[i]);
+		int bret = odx_fab_barrier(f, BARRIER_MS);
+		if (bret)
+			DIE("sized barrier of round %d: %s", round, odx_err_name(bret));
+		for (int i = 0; my_rank == 0 && i < NP; i++)
+			post(f, &xs[round * NP + i]);
+		if (my_rank == 1 && round == 1) {
+			usleep(20000); /* the lengths (and small data) are there first */
+			for (int i = 0; i < NP; i++)
+				post(f, &xs[NP + i]);
+		}
+		if (wait_all(DEADLINE_S))
+			DIE("%d sized transfers still pending after %d s", W.pending, DEADLINE_S);
+	}
+	/* to oneself */
+	xs[2 * NP] = (struct xfer){.peer = my_rank, .key = 799, .len = 3000, .is_send = true,
+				   .sized = true};
+	xs[2 * NP + 1] = (struct xfer){.peer = my_rank, .key = 799, .len = 8000, .sized = true};
+	for (int k = 0; k < 2; k++) {
+		struct xfer *x = &xs[2 * NP + k];
+		x->mem = malloc(x->len + 1);
+		for (size_t i = 0; i < x->len + 1; i++)
+			x->mem[i] = x->is_send ? pattern(0, 1, x->key, i) : 0xa5;
+	}
+	post(f, &xs[2 * NP + 1]);
+	post(f, &xs[2 * NP]);
+	if (wait_all(DEADLINE_S))
+		DIE("sized self transfer still pending after %d s", DEADLINE_S);
+	for (int i = 0; i < 2 * NP + 2; i++) {
+		struct xfer *x = &xs[i];
+		bool over = i < 2 * NP && i % NP >= NOK;
+		size_t want = i >= 2 * NP ? 3000 : pairs[i % NP][0];
+		if (x->calls != 1)
+			DIE("sized key %llu: done called %d times", (unsigned long long)x->key,
+			    x->calls);
+		if (over) {
+			if (x->status != ODX_EINVAL && !(x->is_send && x->status == 0))
+				DIE("sized key %llu (%zu bytes into %zu) ended with %s: %s",
+				    (unsigned long long)x->key, pairs[i % NP][0], pairs[i % NP][1],
+				    odx_err_name(x->status), x->msg);
+			if (!x->is_send && (x->status != ODX_EINVAL || x->got != 0))
+				DIE("over-long sized receive of key %llu: %s, length %zu",
+				    (unsigned long long)x->key, odx_err_name(x->status), x->got);
+		} else if (x->status) {
+			DIE("sized key %llu failed: %s: %s", (unsigned long long)x->key,
+			    odx_err_name(x->status), x->msg);
+		} else if (!x->is_send) {
+			if (x->got != want)
+				DIE("sized receive of key %llu got %zu bytes, the sender sent %zu",
+				    (unsigned long long)x->key, x->got, want);
+			/* the sender's bytes at the offset, the guard bytes around them intact */
+			for (size_t k = 0; k < x->offset + x->len + 1; k++) {
+				bool in = k >= x->offset && k < x->offset + want;
+				unsigned char expect = in ? pattern(0, 1, x->key, k - x->offset)
+							  : (unsigned char)0xa5;
+				if (x->mem[k] != expect)
+					DIE("sized receive of key %llu: byte %zu is %#x, not %#x",
+					    (unsigned long long)x->key, k, x->mem[k], expect);
+			}
+		}
+		free(x->mem);
+	}
+	printf("rank %d: %d sized transfers, %d refused as too long\n", my_rank, 2 * NOK + 1,
+	       2 * (NP - NOK));
+}
+
 static void run_mismatch(odx_fab *f)
 {
 	static const size_t pairs[][2] = {
@@ -592,6 +711,8 @@ int main(int argc, char **argv)
 			DIE("rank 0 counted no bad messages");
 	} else if (!strcmp(mode, "mismatch")) {
 		run_mismatch(f);
+	} else if (!strcmp(mode, "sized")) {
+		run_sized(f);
 	} else if (!strcmp(mode, "kill")) {
 		int victim = size - 1;
 		if (my_rank == victim) {
