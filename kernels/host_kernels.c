@@ -19,9 +19,14 @@
 #include "src/gemm_f32.cl"
 #include "src/groupby_sum_i32.cl"
 #include "src/hash_partition_u32.cl"
+#include "src/hash_partition_u64.cl"
 #include "src/histogram_u32.cl"
+#include "src/partition_count.cl"
+#include "src/partition_rank.cl"
 #include "src/reduce_sum_f32.cl"
 #include "src/scale_f32.cl"
+#include "src/scan_u32.cl"
+#include "src/scatter_rows.cl"
 
 /*
  * The work-items a host variant runs: at most 2^31 - 1 per dimension (the kernels' ids are
@@ -273,5 +278,108 @@ int odx__host_groupby_sum_i32(const odx_host_launch *l)
 		return 1;
 	for (; w.g < w.end; walk_next(&w))
 		odx_groupby_sum_i32(&w.it, l->buffers[0], l->buffers[1], l->buffers[2], n, nkeys);
+	return 0;
+}
+
+/* Launches of the data kernels that split rows into one chunk per group: 1-D only. */
+static int check_1d(const odx_host_launch *l, const char *kernel, uint32_t max_block)
+{
+	if (l->grid[1] > 1 || l->grid[2] > 1 || l->block[1] > 1 || l->block[2] > 1 ||
+	    l->block[0] > max_block) {
+		snprintf(l->error, l->error_size, "%s: needs a 1-D launch with block.x <= %u",
+			 kernel, max_block);
+		return -1;
+	}
+	return 0;
+}
+
+static int check_parts(const odx_host_launch *l, const char *kernel, int32_t parts)
+{
+	if (parts < 1 || parts > ODX_PARTITION_MAX_PARTS) {
+		snprintf(l->error, l->error_size, "%s: parts is %d, must be in [1, %d]", kernel,
+			 parts, ODX_PARTITION_MAX_PARTS);
+		return -1;
+	}
+	return 0;
+}
+
+int odx__host_hash_partition_u64(const odx_host_launch *l)
+{
+	int32_t n = arg_i32(l, 2), parts = arg_i32(l, 3);
+	walk w;
+
+	if (parts < 1)
+		return fail(l, "odx.hash_partition_u64: parts must be >= 1");
+	if (check_buffer(l, "odx.hash_partition_u64", 0, n, 8) ||
+	    check_buffer(l, "odx.hash_partition_u64", 1, n, 4) ||
+	    walk_first(&w, l, "odx.hash_partition_u64", n))
+		return 1;
+	for (; w.g < w.end; walk_next(&w))
+		odx_hash_partition_u64(&w.it, l->buffers[0], l->buffers[1], n, parts);
+	return 0;
+}
+
+int odx__host_partition_count(const odx_host_launch *l)
+{
+	int32_t n = arg_i32(l, 2), parts = arg_i32(l, 3);
+	walk w;
+
+	if (check_1d(l, "odx.partition_count", UINT32_MAX) ||
+	    check_parts(l, "odx.partition_count", parts) ||
+	    check_buffer(l, "odx.partition_count", 0, n, 4) ||
+	    check_buffer(l, "odx.partition_count", 1, (int64_t)parts * l->grid[0], 4) ||
+	    walk_first(&w, l, "odx.partition_count", -1))
+		return 1;
+	for (; w.g < w.end; walk_next(&w))
+		odx_partition_count(&w.it, l->buffers[0], l->buffers[1], n, parts);
+	return 0;
+}
+
+int odx__host_scan_u32(const odx_host_launch *l)
+{
+	int32_t n = arg_i32(l, 2);
+	walk w;
+
+	if (check_1d(l, "odx.scan_u32", ODX_DATA_MAX_BLOCK) ||
+	    check_buffer(l, "odx.scan_u32", 0, n, 4) ||
+	    check_buffer(l, "odx.scan_u32", 1, (int64_t)n + 1, 4) ||
+	    walk_first(&w, l, "odx.scan_u32", -1))
+		return 1;
+	for (; w.g < w.end; walk_next(&w))
+		odx_scan_u32(&w.it, l->buffers[0], l->buffers[1], n);
+	return 0;
+}
+
+int odx__host_partition_rank(const odx_host_launch *l)
+{
+	int32_t n = arg_i32(l, 3), parts = arg_i32(l, 4);
+	walk w;
+
+	if (check_1d(l, "odx.partition_rank", ODX_DATA_MAX_BLOCK) ||
+	    check_parts(l, "odx.partition_rank", parts) ||
+	    check_buffer(l, "odx.partition_rank", 0, n, 4) ||
+	    check_buffer(l, "odx.partition_rank", 1, (int64_t)parts * l->grid[0], 4) ||
+	    check_buffer(l, "odx.partition_rank", 2, n, 4) ||
+	    walk_first(&w, l, "odx.partition_rank", -1))
+		return 1;
+	for (; w.g < w.end; walk_next(&w))
+		odx_partition_rank(&w.it, l->buffers[0], l->buffers[1], l->buffers[2], n, parts);
+	return 0;
+}
+
+int odx__host_scatter_rows(const odx_host_launch *l)
+{
+	int32_t n = arg_i32(l, 3), width = arg_i32(l, 4), m = arg_i32(l, 5);
+	walk w;
+
+	if (width < 0 || m < 0)
+		return fail(l, "odx.scatter_rows: negative width or m");
+	if (check_buffer(l, "odx.scatter_rows", 0, (int64_t)n * width, 4) ||
+	    check_buffer(l, "odx.scatter_rows", 1, n, 4) ||
+	    check_buffer(l, "odx.scatter_rows", 2, (int64_t)m * width, 4) ||
+	    walk_first(&w, l, "odx.scatter_rows", n))
+		return 1;
+	for (; w.g < w.end; walk_next(&w))
+		odx_scatter_rows(&w.it, l->buffers[0], l->buffers[1], l->buffers[2], n, width, m);
 	return 0;
 }
