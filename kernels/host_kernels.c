@@ -9,6 +9,7 @@
  * their work-items. Several threads of a host device may run disjoint group ranges at once.
  */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "builtin.h"
 #include "odx_dialect.h"
@@ -252,17 +253,47 @@ int odx__host_hash_partition_u32(const odx_host_launch *l)
 	return 0;
 }
 
+/*
+ * Private counts, then a merge: the rows this call's groups visit (the kernel's grid-stride
+ * order) are counted in memory of this thread, and each nonzero bin is added to `counts` with
+ * one atomic add, where the kernel source would take one per row (0.11 s against 0.02 s for
+ * 16M rows into a few bins on 2 cores, issue 20). Histograms much wider than the call's rows
+ * keep the per-row atomics: clearing and scanning the private copy would cost more.
+ */
 int odx__host_histogram_u32(const odx_host_launch *l)
 {
 	int32_t n = arg_i32(l, 2), nbins = arg_i32(l, 3);
+	const uint32_t *bins = l->buffers[0];
+	uint32_t *counts = l->buffers[1], *priv = NULL;
+	uint64_t groups = (uint64_t)l->grid[0] * (l->grid[1] ? l->grid[1] : 1) *
+			  (l->grid[2] ? l->grid[2] : 1);
+	uint64_t rows = groups ? (uint64_t)(n > 0 ? n : 0) * l->group_count / groups + 1 : 0;
 	walk w;
 
 	if (check_buffer(l, "odx.histogram_u32", 0, n, 4) ||
 	    check_buffer(l, "odx.histogram_u32", 1, nbins, 4) ||
 	    walk_first(&w, l, "odx.histogram_u32", n))
 		return 1;
-	for (; w.g < w.end; walk_next(&w))
-		odx_histogram_u32(&w.it, l->buffers[0], l->buffers[1], n, nbins);
+	if (nbins > 0 && (uint64_t)nbins <= 4 * rows + 1024)
+		priv = calloc((size_t)nbins, sizeof(*priv));
+	if (!priv) { /* wide histogram, or no memory: the kernel's per-row atomics */
+		for (; w.g < w.end; walk_next(&w))
+			odx_histogram_u32(&w.it, bins, counts, n, nbins);
+		return 0;
+	}
+	for (; w.g < w.end; walk_next(&w)) {
+		const odx_item *it = &w.it;
+		int64_t step = (int64_t)it->grid[0] * it->block[0];
+
+		for (int64_t i = (int64_t)it->group[0] * it->block[0] + it->local[0]; i < n;
+		     i += step)
+			if (bins[i] < (uint32_t)nbins)
+				priv[bins[i]]++;
+	}
+	for (int32_t b = 0; b < nbins; b++)
+		if (priv[b])
+			__atomic_fetch_add(&counts[b], priv[b], __ATOMIC_RELAXED);
+	free(priv);
 	return 0;
 }
 
