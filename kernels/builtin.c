@@ -97,6 +97,9 @@ static const builtin builtins[] = {
 	      I32("n"), I32("parts")),
 	ENTRY(scatter_rows, 6, BUF(ODX_R, "src"), BUF(ODX_R, "dest"), BUF(ODX_W, "dst"), I32("n"),
 	      I32("width"), I32("m")),
+	ENTRY(hash_groupby, 8, BUF(ODX_R, "keys"), BUF(ODX_R, "values"), BUF(ODX_RW, "table"),
+	      BUF(ODX_RW, "status"), I32("n"), I32("capacity"), I32("key_words"),
+	      I32("value_kind")),
 };
 
 #define NBUILTINS ((int)(sizeof(builtins) / sizeof(builtins[0])))

@@ -20,7 +20,8 @@
 	X(partition_count)                                                                         \
 	X(scan_u32)                                                                                \
 	X(partition_rank)                                                                          \
-	X(scatter_rows)
+	X(scatter_rows)                                                                            \
+	X(hash_groupby)
 
 #define ODX__DECLARE_HOST(k) int odx__host_##k(const odx_host_launch *l);
 ODX__STD_KERNELS(ODX__DECLARE_HOST)

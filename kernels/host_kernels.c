@@ -19,6 +19,7 @@
 #include "src/fill_u32.cl"
 #include "src/gemm_f32.cl"
 #include "src/groupby_sum_i32.cl"
+#include "src/hash_groupby.cl"
 #include "src/hash_partition_u32.cl"
 #include "src/hash_partition_u64.cl"
 #include "src/histogram_u32.cl"
@@ -412,5 +413,30 @@ int odx__host_scatter_rows(const odx_host_launch *l)
 		return 1;
 	for (; w.g < w.end; walk_next(&w))
 		odx_scatter_rows(&w.it, l->buffers[0], l->buffers[1], l->buffers[2], n, width, m);
+	return 0;
+}
+
+int odx__host_hash_groupby(const odx_host_launch *l)
+{
+	int32_t n = arg_i32(l, 4), cap = arg_i32(l, 5), kw = arg_i32(l, 6), vk = arg_i32(l, 7);
+	static const int value_words[] = {1, 2, 2, 8, 8};
+	walk w;
+
+	if (cap < 1 || cap > (1 << 30) || (cap & (cap - 1)) != 0)
+		return fail(l, "odx.hash_groupby: capacity must be a power of two in [1, 2^30]");
+	if (kw != 1 && kw != 2)
+		return fail(l, "odx.hash_groupby: key_words must be 1 (u32 keys) or 2 (u64)");
+	if (vk < 0 || vk > 4)
+		return fail(l, "odx.hash_groupby: value_kind must be 0 (f32), 1 (f64), 2 (i64), "
+			       "3 (f64 records) or 4 (i64 records)");
+	if (check_buffer(l, "odx.hash_groupby", 0, (int64_t)n * kw, 4) ||
+	    check_buffer(l, "odx.hash_groupby", 1, (int64_t)n * value_words[vk], 4) ||
+	    check_buffer(l, "odx.hash_groupby", 2, ((int64_t)cap + 1) * 5, 8) ||
+	    check_buffer(l, "odx.hash_groupby", 3, 1, 4) ||
+	    walk_first(&w, l, "odx.hash_groupby", n))
+		return 1;
+	for (; w.g < w.end; walk_next(&w))
+		odx_hash_groupby(&w.it, l->buffers[0], l->buffers[1], l->buffers[2], l->buffers[3],
+				 n, cap, kw, vk);
 	return 0;
 }
