@@ -100,6 +100,9 @@ static const builtin builtins[] = {
 	ENTRY(hash_groupby, 8, BUF(ODX_R, "keys"), BUF(ODX_R, "values"), BUF(ODX_RW, "table"),
 	      BUF(ODX_RW, "status"), I32("n"), I32("capacity"), I32("key_words"),
 	      I32("value_kind")),
+	ENTRY(hash_combine, 10, BUF(ODX_R, "keys"), BUF(ODX_R, "values"), BUF(ODX_W, "pids"),
+	      BUF(ODX_W, "rec_keys"), BUF(ODX_W, "rec_vals"), BUF(ODX_W, "rec_pids"), I32("n"),
+	      I32("parts"), I32("key_words"), I32("value_kind")),
 };
 
 #define NBUILTINS ((int)(sizeof(builtins) / sizeof(builtins[0])))

@@ -21,7 +21,8 @@
 	X(scan_u32)                                                                                \
 	X(partition_rank)                                                                          \
 	X(scatter_rows)                                                                            \
-	X(hash_groupby)
+	X(hash_groupby)                                                                            \
+	X(hash_combine)
 
 #define ODX__DECLARE_HOST(k) int odx__host_##k(const odx_host_launch *l);
 ODX__STD_KERNELS(ODX__DECLARE_HOST)

@@ -19,6 +19,7 @@
 #include "src/fill_u32.cl"
 #include "src/gemm_f32.cl"
 #include "src/groupby_sum_i32.cl"
+#include "src/hash_combine.cl"
 #include "src/hash_groupby.cl"
 #include "src/hash_partition_u32.cl"
 #include "src/hash_partition_u64.cl"
@@ -438,5 +439,32 @@ int odx__host_hash_groupby(const odx_host_launch *l)
 	for (; w.g < w.end; walk_next(&w))
 		odx_hash_groupby(&w.it, l->buffers[0], l->buffers[1], l->buffers[2], l->buffers[3],
 				 n, cap, kw, vk);
+	return 0;
+}
+
+int odx__host_hash_combine(const odx_host_launch *l)
+{
+	int32_t n = arg_i32(l, 6), parts = arg_i32(l, 7), kw = arg_i32(l, 8), vk = arg_i32(l, 9);
+	int64_t recs = (int64_t)l->grid[0] * ODX_COMBINE_SLOTS;
+	walk w;
+
+	if (parts < 1)
+		return fail(l, "odx.hash_combine: parts must be >= 1");
+	if (kw != 1 && kw != 2)
+		return fail(l, "odx.hash_combine: key_words must be 1 (u32 keys) or 2 (u64)");
+	if (vk < 0 || vk > 2)
+		return fail(l, "odx.hash_combine: value_kind must be 0 (f32), 1 (f64) or 2 (i64)");
+	if (check_1d(l, "odx.hash_combine", UINT32_MAX) ||
+	    check_buffer(l, "odx.hash_combine", 0, (int64_t)n * kw, 4) ||
+	    check_buffer(l, "odx.hash_combine", 1, (int64_t)n * (vk == 0 ? 1 : 2), 4) ||
+	    check_buffer(l, "odx.hash_combine", 2, n, 4) ||
+	    check_buffer(l, "odx.hash_combine", 3, recs * kw, 4) ||
+	    check_buffer(l, "odx.hash_combine", 4, recs * 8, 4) ||
+	    check_buffer(l, "odx.hash_combine", 5, recs, 4) ||
+	    walk_first(&w, l, "odx.hash_combine", -1))
+		return 1;
+	for (; w.g < w.end; walk_next(&w))
+		odx_hash_combine(&w.it, l->buffers[0], l->buffers[1], l->buffers[2], l->buffers[3],
+				 l->buffers[4], l->buffers[5], n, parts, kw, vk);
 	return 0;
 }
