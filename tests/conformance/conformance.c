@@ -1139,6 +1139,33 @@ static void kernel_data_groupby(int d, uint64_t *rng)
 						 what, d, SMALL, NKEYS, status,
 						 (unsigned long long)counted, N);
 				assert_ok(odx_buffer_destroy(small));
+				{
+					/* the documented growth: the next power of two at or above
+					 * 2 x (capacity + status), one rerun over all rows */
+					int32_t cap2 = 1;
+
+					while (cap2 < 2 * (SMALL + (int32_t)status))
+						cap2 *= 2;
+					small = new_buffer(((size_t)cap2 + 1) * 40, NULL);
+					status = 0;
+					assert_ok(odx_buffer_write(bs, 0, &status, 4, TEST_TIMEOUT_MS));
+					odx_arg a4[] = {ODX_BUF(bk, 0),	   ODX_BUF(bv, 0),
+							ODX_BUF(small, 0), ODX_BUF(bs, 0),
+							ODX_I32(N),	   ODX_I32(cap2),
+							ODX_I32(kw),	   ODX_I32(vk)};
+
+					wait_ok(launch("odx.hash_groupby", a4, 8, d, 7, 1, 32, 1),
+						"hash_groupby (regrown)");
+					free(table);
+					table = xmalloc(((size_t)cap2 + 1) * 40);
+					read_all(small, table, ((size_t)cap2 + 1) * 40);
+					read_all(bs, &status, 4);
+					assert_int_equal(status, 0);
+					gb_check("hash_groupby (regrown)", d, table, cap2, &r);
+					assert_ok(odx_buffer_destroy(small));
+					free(table);
+					table = xmalloc((CAP + 1) * 40);
+				}
 			}
 			assert_ok(odx_buffer_destroy(bk));
 			assert_ok(odx_buffer_destroy(bv));
