@@ -74,8 +74,9 @@ ODX_KERNEL(odx_hash_combine, ODX_GLOBAL const ODX_U32 *keys, ODX_GLOBAL const OD
 	for (ODX_IDX i = first; i < end; i++) {
 		ODX_U64 key = key_words == 2 ? (ODX_U64)keys[2 * i] | (ODX_U64)keys[2 * i + 1] << 32
 					     : (ODX_U64)keys[i];
-		ODX_U64 vb = value_kind == 0 ? ODX_F64_BITS((double)ODX_BITS_F32(values[i]))
-					     : (ODX_U64)values[2 * i] | (ODX_U64)values[2 * i + 1] << 32;
+		ODX_U64 vb = value_kind == 0
+				     ? ODX_F64_BITS((double)ODX_BITS_F32(values[i]))
+				     : (ODX_U64)values[2 * i] | (ODX_U64)values[2 * i + 1] << 32;
 		ODX_U32 h = (ODX_U32)(odx__cb_fmix64(key) & (ODX_COMBINE_SLOTS - 1));
 		int s = -1;
 
@@ -99,14 +100,15 @@ ODX_KERNEL(odx_hash_combine, ODX_GLOBAL const ODX_U32 *keys, ODX_GLOBAL const OD
 			tmin[s] = (long)vb < (long)tmin[s] ? vb : tmin[s];
 			tmax[s] = (long)vb > (long)tmax[s] ? vb : tmax[s];
 		} else {
-			double v = ODX_BITS_F64(vb);
+			double v = ODX_BITS_F64(vb), mn = ODX_BITS_F64(tmin[s]);
+			double mx = ODX_BITS_F64(tmax[s]);
 
 			tsum[s] = ODX_F64_BITS(ODX_BITS_F64(tsum[s]) + v);
 			/* NaN never replaces a minimum or maximum (as in odx.hash_groupby) */
-			if (v < ODX_BITS_F64(tmin[s]) || ODX_BITS_F64(tmin[s]) != ODX_BITS_F64(tmin[s]))
-				tmin[s] = v == v ? vb : tmin[s];
-			if (v > ODX_BITS_F64(tmax[s]) || ODX_BITS_F64(tmax[s]) != ODX_BITS_F64(tmax[s]))
-				tmax[s] = v == v ? vb : tmax[s];
+			if ((v < mn || mn != mn) && v == v)
+				tmin[s] = vb;
+			if ((v > mx || mx != mx) && v == v)
+				tmax[s] = vb;
 		}
 		tcnt[s]++;
 	}

@@ -12,8 +12,8 @@
 #include "odx_dialect.h"
 #endif
 
-ODX_KERNEL(odx_partition_count, ODX_GLOBAL const ODX_U32 *pids, ODX_GLOBAL ODX_U32 *counts,
-	   int n, int parts)
+ODX_KERNEL(odx_partition_count, ODX_GLOBAL const ODX_U32 *pids, ODX_GLOBAL ODX_U32 *counts, int n,
+	   int parts)
 {
 	int g = ODX_GROUP_ID(0), groups = ODX_NUM_GROUPS(0);
 	ODX_IDX chunk = ((ODX_IDX)n + groups - 1) / groups;
