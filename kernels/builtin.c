@@ -51,7 +51,7 @@ ODX__STD_KERNELS(DECLARE_HIP)
 #endif
 /* clang-format on */
 
-#define MAX_PARAMS 6
+#define MAX_PARAMS 10
 /* clang-format off */
 #define BUF(mode, name) {ODX_ARG_BUFFER, mode, name}
 #define I32(name) {ODX_ARG_I32, 0, name}
@@ -88,6 +88,21 @@ static const builtin builtins[] = {
 	ENTRY(histogram_u32, 4, BUF(ODX_R, "bins"), BUF(ODX_RW, "counts"), I32("n"), I32("nbins")),
 	ENTRY(groupby_sum_i32, 5, BUF(ODX_R, "keys"), BUF(ODX_R, "values"), BUF(ODX_RW, "sums"),
 	      I32("n"), I32("nkeys")),
+	ENTRY(hash_partition_u64, 4, BUF(ODX_R, "keys"), BUF(ODX_W, "buckets"), I32("n"),
+	      I32("parts")),
+	ENTRY(partition_count, 4, BUF(ODX_R, "pids"), BUF(ODX_W, "counts"), I32("n"),
+	      I32("parts")),
+	ENTRY(scan_u32, 3, BUF(ODX_R, "in"), BUF(ODX_W, "out"), I32("n")),
+	ENTRY(partition_rank, 5, BUF(ODX_R, "pids"), BUF(ODX_R, "offsets"), BUF(ODX_W, "dest"),
+	      I32("n"), I32("parts")),
+	ENTRY(scatter_rows, 6, BUF(ODX_R, "src"), BUF(ODX_R, "dest"), BUF(ODX_W, "dst"), I32("n"),
+	      I32("width"), I32("m")),
+	ENTRY(hash_groupby, 8, BUF(ODX_R, "keys"), BUF(ODX_R, "values"), BUF(ODX_RW, "table"),
+	      BUF(ODX_RW, "status"), I32("n"), I32("capacity"), I32("key_words"),
+	      I32("value_kind")),
+	ENTRY(hash_combine, 10, BUF(ODX_R, "keys"), BUF(ODX_R, "values"), BUF(ODX_W, "pids"),
+	      BUF(ODX_W, "rec_keys"), BUF(ODX_W, "rec_vals"), BUF(ODX_W, "rec_pids"), I32("n"),
+	      I32("parts"), I32("key_words"), I32("value_kind")),
 };
 
 #define NBUILTINS ((int)(sizeof(builtins) / sizeof(builtins[0])))

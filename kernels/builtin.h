@@ -15,7 +15,14 @@
 	X(gemm_f32)                                                                                \
 	X(hash_partition_u32)                                                                      \
 	X(histogram_u32)                                                                           \
-	X(groupby_sum_i32)
+	X(groupby_sum_i32)                                                                         \
+	X(hash_partition_u64)                                                                      \
+	X(partition_count)                                                                         \
+	X(scan_u32)                                                                                \
+	X(partition_rank)                                                                          \
+	X(scatter_rows)                                                                            \
+	X(hash_groupby)                                                                            \
+	X(hash_combine)
 
 #define ODX__DECLARE_HOST(k) int odx__host_##k(const odx_host_launch *l);
 ODX__STD_KERNELS(ODX__DECLARE_HOST)

@@ -23,6 +23,12 @@
  *   ODX_BARRIER()                 work-group barrier with shared-memory fence
  *   ODX_ATOMIC_ADD_U32(p, v)      relaxed 32-bit atomic add on global memory
  *   ODX_ATOMIC_ADD_I32(p, v)
+ *   ODX_LOCAL_ATOMIC_ADD_U32(p, v) the same on ODX_SHARED memory (not in C: no shared memory)
+ *   ODX_ATOMIC_ADD_U64(p, v)      relaxed 64-bit atomic add on global memory; returns nothing
+ *   ODX_ATOMIC_CAS_U64(p, c, v)   64-bit compare-and-swap on global memory: returns the old
+ *                                 value (stored v when it equalled c). OpenCL needs
+ *                                 cl_khr_int64_base_atomics, enabled by the kernels using it
+ *   ODX_F64_BITS(d), ODX_BITS_F64(u), ODX_BITS_F32(u)   bit casts (double <-> u64, u32 -> float)
  *   ODX_U64                       64-bit unsigned integer type
  *   ODX_IDX                       64-bit signed index: grid-stride loops and row * width
  *                                 products (i + ODX_GLOBAL_SIZE never wraps an int)
@@ -50,6 +56,12 @@
 #define ODX_BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
 #define ODX_ATOMIC_ADD_U32(p, v) atomic_add((volatile __global uint *)(p), (uint)(v))
 #define ODX_ATOMIC_ADD_I32(p, v) atomic_add((volatile __global int *)(p), (int)(v))
+#define ODX_LOCAL_ATOMIC_ADD_U32(p, v) atomic_add((volatile __local uint *)(p), (uint)(v))
+#define ODX_ATOMIC_ADD_U64(p, v) atom_add((volatile __global ulong *)(p), (ulong)(v))
+#define ODX_ATOMIC_CAS_U64(p, c, v) atom_cmpxchg((volatile __global ulong *)(p), (ulong)(c), (ulong)(v))
+#define ODX_F64_BITS(d) as_ulong(d)
+#define ODX_BITS_F64(u) as_double(u)
+#define ODX_BITS_F32(u) as_float(u)
 #define ODX_U64 ulong
 #define ODX_IDX long
 #define ODX_U32 uint
@@ -77,6 +89,19 @@
 #define ODX_ATOMIC_ADD_U32(p, v)                                                                   \
 	__atomic_fetch_add((unsigned *)(p), (unsigned)(v), __ATOMIC_RELAXED)
 #define ODX_ATOMIC_ADD_I32(p, v) __atomic_fetch_add((int *)(p), (int)(v), __ATOMIC_RELAXED)
+#define ODX_LOCAL_ATOMIC_ADD_U32(p, v) ODX_ATOMIC_ADD_U32(p, v)
+#define ODX_ATOMIC_ADD_U64(p, v)                                                                   \
+	__atomic_fetch_add((unsigned long long *)(p), (unsigned long long)(v), __ATOMIC_RELAXED)
+ODX_FUNC unsigned long long odx__cas_u64(unsigned long long *p, unsigned long long c,
+					 unsigned long long v)
+{
+	__atomic_compare_exchange_n(p, &c, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+	return c;
+}
+#define ODX_ATOMIC_CAS_U64(p, c, v) odx__cas_u64((unsigned long long *)(p), (c), (v))
+#define ODX_F64_BITS(d) __builtin_bit_cast(unsigned long long, (double)(d))
+#define ODX_BITS_F64(u) __builtin_bit_cast(double, (unsigned long long)(u))
+#define ODX_BITS_F32(u) __builtin_bit_cast(float, (unsigned)(u))
 #define ODX_U64 unsigned long long
 #define ODX_IDX long long
 #define ODX_U32 unsigned
@@ -98,6 +123,13 @@
 #define ODX_BARRIER() __syncthreads()
 #define ODX_ATOMIC_ADD_U32(p, v) atomicAdd((unsigned *)(p), (unsigned)(v))
 #define ODX_ATOMIC_ADD_I32(p, v) atomicAdd((int *)(p), (int)(v))
+#define ODX_LOCAL_ATOMIC_ADD_U32(p, v) atomicAdd((unsigned *)(p), (unsigned)(v))
+#define ODX_ATOMIC_ADD_U64(p, v) atomicAdd((unsigned long long *)(p), (unsigned long long)(v))
+#define ODX_ATOMIC_CAS_U64(p, c, v)                                                                \
+	atomicCAS((unsigned long long *)(p), (unsigned long long)(c), (unsigned long long)(v))
+#define ODX_F64_BITS(d) ((unsigned long long)__double_as_longlong(d))
+#define ODX_BITS_F64(u) __longlong_as_double((long long)(u))
+#define ODX_BITS_F32(u) __uint_as_float(u)
 #define ODX_U64 unsigned long long
 #define ODX_IDX long long
 #define ODX_U32 unsigned
@@ -105,6 +137,7 @@
 #else
 /* ---- C (host variants) ------------------------------------------------------------------- */
 #include <stdint.h>
+#include <string.h>
 
 #define ODX_DIALECT_C 1
 
@@ -129,6 +162,38 @@ typedef struct odx_item {
 #define ODX_ATOMIC_ADD_U32(p, v)                                                                   \
 	__atomic_fetch_add((uint32_t *)(p), (uint32_t)(v), __ATOMIC_RELAXED)
 #define ODX_ATOMIC_ADD_I32(p, v) __atomic_fetch_add((int32_t *)(p), (int32_t)(v), __ATOMIC_RELAXED)
+#define ODX_ATOMIC_ADD_U64(p, v)                                                                   \
+	__atomic_fetch_add((uint64_t *)(p), (uint64_t)(v), __ATOMIC_RELAXED)
+static inline uint64_t odx__cas_u64(uint64_t *p, uint64_t c, uint64_t v)
+{
+	__atomic_compare_exchange_n(p, &c, v, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+	return c;
+}
+#define ODX_ATOMIC_CAS_U64(p, c, v) odx__cas_u64((uint64_t *)(p), (c), (v))
+static inline uint64_t odx__f64_bits(double d)
+{
+	uint64_t u;
+
+	memcpy(&u, &d, 8);
+	return u;
+}
+static inline double odx__bits_f64(uint64_t u)
+{
+	double d;
+
+	memcpy(&d, &u, 8);
+	return d;
+}
+static inline float odx__bits_f32(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, 4);
+	return f;
+}
+#define ODX_F64_BITS(d) odx__f64_bits(d)
+#define ODX_BITS_F64(u) odx__bits_f64(u)
+#define ODX_BITS_F32(u) odx__bits_f32(u)
 #define ODX_U64 uint64_t
 #define ODX_IDX int64_t
 #define ODX_U32 uint32_t
@@ -141,5 +206,14 @@ typedef struct odx_item {
 /* Limits the standard kernels that use shared memory are compiled for. */
 #define ODX_REDUCE_MAX_BLOCK 256
 #define ODX_GEMM_TILE 16
+/* The data kernels (docs/kernels.md): partitions counted in shared memory, the block of the
+ * scan and the rank kernels, the bins a work-group histogram keeps in shared memory, the slots
+ * of a combiner's private table. */
+#define ODX_PARTITION_MAX_PARTS 4096
+#define ODX_DATA_MAX_BLOCK 256
+#define ODX_HISTOGRAM_SHARED_BINS 1024
+#define ODX_COMBINE_SLOTS 256
+/* A row that goes to no partition (dropped by the count, rank and scatter kernels). */
+#define ODX_NO_PART 0xffffffffu
 
 #endif /* ODX_DIALECT_H */

@@ -48,7 +48,10 @@ static int vkb_create_device(vkb_dev *d, char *msg, size_t msg_size)
 	uint32_t cfam, tfam, tindex;
 	VkPhysicalDeviceVulkan12Features f12 = {
 		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
-	VkPhysicalDeviceFeatures2 have = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+	VkPhysicalDeviceVulkan12Features have12 = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+	VkPhysicalDeviceFeatures2 have = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+					  .pNext = &have12};
 	VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
 					.pNext = &f12};
 	VkDeviceQueueCreateInfo qci[2] = {
@@ -79,6 +82,8 @@ static int vkb_create_device(vkb_dev *d, char *msg, size_t msg_size)
 	d->st->fn.vkGetPhysicalDeviceFeatures2(d->phys, &have);
 	f2.features.shaderInt64 = have.features.shaderInt64;
 	f2.features.shaderFloat64 = have.features.shaderFloat64;
+	/* 64-bit atomics on buffers: odx.hash_groupby's table (claims and sums) */
+	f12.shaderBufferInt64Atomics = have12.shaderBufferInt64Atomics;
 	f12.timelineSemaphore = VK_TRUE;
 	rc = vkb_check(d->st->fn.vkCreateDevice(d->phys, &dci, NULL, &d->device), "vkCreateDevice",
 		       msg, msg_size);

@@ -16,6 +16,9 @@
  *  - every standard kernel against a host reference: integers bit-exact; floats within 1e-5
  *    relative (scale, axpy), 1e-3 relative (reduce), 1e-4 * sqrt(k) (gemm, relative to the sum
  *    of |a| |b| products);
+ *  - the data kernels (partition count, scan, stable rank, scatter, private-count histogram,
+ *    hash group-by with u32 and u64 keys over f32, f64 and i64 values, table overflow and
+ *    regrowth, the combiner before a partition) against sequential references, exact;
  *  - 1000 tiny launches; two devices when the backend has them;
  *  - error paths: a kernel with only another backend's variant (ODX_ENOVARIANT), a wrong
  *    argument count (ODX_EINVAL), an unknown built-in name (ODX_ENOENT);
@@ -36,7 +39,7 @@
 
 #define MIB (1024 * 1024)
 #define MAX_DEVICES 16
-#define NBUILTIN 16
+#define NBUILTIN 32
 
 static struct {
 	odx_context *ctx;
@@ -682,6 +685,649 @@ static void test_standard_kernels(void **state)
 	assert_ok(odx_wait_all(g.ctx, TEST_TIMEOUT_MS));
 }
 
+/* ---- the data kernels (docs/kernels.md, "Data kernels") ---------------------------------- */
+
+#define NO_PART 0xffffffffu
+
+static uint64_t fmix64(uint64_t k)
+{
+	k ^= k >> 33;
+	k *= 0xff51afd7ed558ccdull;
+	k ^= k >> 33;
+	k *= 0xc4ceb9fe1a85ec53ull;
+	k ^= k >> 33;
+	return k;
+}
+
+/* count -> scan -> rank -> scatter of `pids` (some dropped) on the device, every step checked
+ * against a sequential stable partition; scatters a 1-word and a 2-word column. */
+static void partition_pipeline(int d, const uint32_t *pids, int n, int parts, uint32_t groups,
+			       uint32_t block, uint64_t *rng)
+{
+	size_t ncounts = (size_t)parts * groups;
+	uint32_t *counts = xmalloc(ncounts * 4), *offs = xmalloc((ncounts + 1) * 4);
+	uint32_t *want_dest = xmalloc((size_t)n * 4);
+	uint32_t *got = xmalloc(((size_t)n > ncounts ? (size_t)n : ncounts) * 8 + 8);
+	uint32_t *col1 = xmalloc((size_t)n * 4), *col2 = xmalloc((size_t)n * 8);
+	uint32_t *want1 = xmalloc((size_t)n * 4 + 4), *want2 = xmalloc((size_t)n * 8 + 8);
+	int64_t chunk = ((int64_t)n + groups - 1) / groups;
+	uint32_t m = 0, run = 0;
+	odx_buffer *bp, *bc, *bo, *bd, *b1, *b2, *o1, *o2;
+
+	memset(counts, 0, ncounts * 4);
+	for (int i = 0; i < n; i++) {
+		col1[i] = (uint32_t)test_rand(rng);
+		col2[2 * i] = (uint32_t)test_rand(rng);
+		col2[2 * i + 1] = (uint32_t)test_rand(rng);
+		if (pids[i] < (uint32_t)parts)
+			counts[(size_t)pids[i] * groups + (size_t)(i / chunk)]++;
+	}
+	for (size_t c = 0; c < ncounts; c++) {
+		offs[c] = run;
+		run += counts[c];
+	}
+	offs[ncounts] = m = run;
+	/* the sequential stable partition: partition by partition, rows in input order */
+	{
+		uint32_t next = 0;
+
+		for (int p = 0; p < parts; p++)
+			for (int i = 0; i < n; i++)
+				if (pids[i] == (uint32_t)p)
+					want_dest[i] = next++;
+		for (int i = 0; i < n; i++)
+			if (pids[i] >= (uint32_t)parts)
+				want_dest[i] = NO_PART;
+	}
+	for (int i = 0; i < n; i++) {
+		if (want_dest[i] == NO_PART)
+			continue;
+		want1[want_dest[i]] = col1[i];
+		memcpy(want2 + 2 * (size_t)want_dest[i], col2 + 2 * (size_t)i, 8);
+	}
+	bp = new_buffer((size_t)n * 4, pids);
+	bc = new_buffer(ncounts * 4, NULL);
+	bo = new_buffer((ncounts + 1) * 4, NULL);
+	bd = new_buffer((size_t)n * 4, NULL);
+	b1 = new_buffer((size_t)n * 4, col1);
+	b2 = new_buffer((size_t)n * 8, col2);
+	o1 = new_buffer((size_t)m * 4 + 4, NULL);
+	o2 = new_buffer((size_t)m * 8 + 8, NULL);
+	{
+		odx_arg cnt[] = {ODX_BUF(bp, 0), ODX_BUF(bc, 0), ODX_I32(n), ODX_I32(parts)};
+		odx_arg scan[] = {ODX_BUF(bc, 0), ODX_BUF(bo, 0), ODX_I32((int32_t)ncounts)};
+		odx_arg rank[] = {ODX_BUF(bp, 0), ODX_BUF(bo, 0), ODX_BUF(bd, 0), ODX_I32(n),
+				  ODX_I32(parts)};
+		odx_arg sc1[] = {ODX_BUF(b1, 0), ODX_BUF(bd, 0), ODX_BUF(o1, 0), ODX_I32(n),
+				 ODX_I32(1), ODX_I32((int32_t)m)};
+		odx_arg sc2[] = {ODX_BUF(b2, 0), ODX_BUF(bd, 0), ODX_BUF(o2, 0), ODX_I32(n),
+				 ODX_I32(2), ODX_I32((int32_t)m)};
+
+		/* the whole chain on the device, no host step between */
+		odx_event_release(launch("odx.partition_count", cnt, 4, d, groups, 1, block, 1));
+		odx_event_release(launch("odx.scan_u32", scan, 3, d, 1, 1, 100, 1));
+		odx_event_release(launch("odx.partition_rank", rank, 5, d, groups, 1, block, 1));
+		odx_event_release(launch("odx.scatter_rows", sc1, 6, d, 5, 1, 64, 1));
+		wait_ok(launch("odx.scatter_rows", sc2, 6, d, 3, 1, 96, 1), "scatter_rows");
+	}
+	read_all(bc, got, ncounts * 4);
+	check_u32("partition_count", d, got, counts, (int)ncounts);
+	read_all(bo, got, (ncounts + 1) * 4);
+	check_u32("scan_u32 (of the counts)", d, got, offs, (int)ncounts + 1);
+	read_all(bd, got, (size_t)n * 4);
+	check_u32("partition_rank (stable)", d, got, want_dest, n);
+	read_all(o1, got, (size_t)m * 4);
+	check_u32("scatter_rows (width 1)", d, got, want1, (int)m);
+	read_all(o2, got, (size_t)m * 8);
+	check_u32("scatter_rows (width 2)", d, got, want2, 2 * (int)m);
+	assert_ok(odx_buffer_destroy(bp));
+	assert_ok(odx_buffer_destroy(bc));
+	assert_ok(odx_buffer_destroy(bo));
+	assert_ok(odx_buffer_destroy(bd));
+	assert_ok(odx_buffer_destroy(b1));
+	assert_ok(odx_buffer_destroy(b2));
+	assert_ok(odx_buffer_destroy(o1));
+	assert_ok(odx_buffer_destroy(o2));
+	free(counts);
+	free(offs);
+	free(want_dest);
+	free(got);
+	free(col1);
+	free(col2);
+	free(want1);
+	free(want2);
+}
+
+static void kernel_data_partition(int d, uint64_t *rng)
+{
+	enum {
+		N = 10007,
+		N2 = 5003
+	};
+	uint32_t *keys = xmalloc(N * 8), *pids = xmalloc(N * 4), *got = xmalloc(N * 4);
+	odx_buffer *bk, *bb;
+
+	/* u64 keys -> partitions, against fmix64 */
+	for (int i = 0; i < 2 * N; i++)
+		keys[i] = (uint32_t)test_rand(rng);
+	bk = new_buffer(N * 8, keys);
+	bb = new_buffer(N * 4, NULL);
+	{
+		odx_arg hp[] = {ODX_BUF(bk, 0), ODX_BUF(bb, 0), ODX_I32(N), ODX_I32(11)};
+
+		wait_ok(launch("odx.hash_partition_u64", hp, 4, d, 9, 1, 64, 1),
+			"hash_partition_u64");
+		for (int i = 0; i < N; i++)
+			pids[i] = (uint32_t)(fmix64((uint64_t)keys[2 * i] |
+						    (uint64_t)keys[2 * i + 1] << 32) %
+					     11);
+		read_all(bb, got, N * 4);
+		check_u32("hash_partition_u64", d, got, pids, N);
+	}
+	/* those partitions: groups that do not divide n, a block larger than a chunk's tail */
+	partition_pipeline(d, pids, N, 11, 7, 64, rng);
+	partition_pipeline(d, pids, N, 11, 1, 256, rng);
+	/* dropped rows (ODX_NO_PART and ids >= parts), one partition far larger than the rest,
+	 * an empty one, a block that is not a power of two */
+	for (int i = 0; i < N2; i++) {
+		uint32_t r = (uint32_t)test_rand_below(rng, 20);
+
+		pids[i] = r < 2 ? NO_PART : r == 2 ? 5 : r < 12 ? 0 : r % 4;
+		if (pids[i] == 2)
+			pids[i] = 1;
+	}
+	partition_pipeline(d, pids, N2, 5, 3, 33, rng);
+	/* more groups than rows: empty chunks */
+	partition_pipeline(d, pids, 5, 5, 16, 8, rng);
+	{
+		/* a long scan: segments of many elements per work-item */
+		enum {
+			NS = 100003
+		};
+		uint32_t *in = xmalloc(NS * 4), *want = xmalloc(NS * 4 + 4), *out = xmalloc(NS * 4 + 4);
+		uint32_t acc = 0;
+		odx_buffer *bi, *bo;
+
+		for (int i = 0; i < NS; i++) {
+			in[i] = (uint32_t)test_rand(rng) >> 8; /* wraps mod 2^32 */
+			want[i] = acc;
+			acc += in[i];
+		}
+		want[NS] = acc;
+		bi = new_buffer(NS * 4, in);
+		bo = new_buffer(NS * 4 + 4, NULL);
+		odx_arg scan[] = {ODX_BUF(bi, 0), ODX_BUF(bo, 0), ODX_I32(NS)};
+
+		wait_ok(launch("odx.scan_u32", scan, 3, d, 1, 1, 256, 1), "scan_u32");
+		read_all(bo, out, NS * 4 + 4);
+		check_u32("scan_u32", d, out, want, NS + 1);
+		assert_ok(odx_buffer_destroy(bi));
+		assert_ok(odx_buffer_destroy(bo));
+		free(in);
+		free(want);
+		free(out);
+	}
+	assert_ok(odx_buffer_destroy(bk));
+	assert_ok(odx_buffer_destroy(bb));
+	free(keys);
+	free(pids);
+	free(got);
+}
+
+/* histogram_u32 wider than a work-group's shared bins, and wider than the rows (the host's
+ * per-row atomics): the same counts as the narrow case in kernel_partition. */
+static void kernel_data_histogram(int d, uint64_t *rng)
+{
+	enum {
+		N = 10007
+	};
+	static const int32_t widths[] = {1024, 5000, 100000};
+	uint32_t *bins = xmalloc(N * 4);
+
+	for (size_t c = 0; c < sizeof(widths) / sizeof(widths[0]); c++) {
+		int32_t nb = widths[c];
+		uint32_t *want = xmalloc((size_t)nb * 4), *got = xmalloc((size_t)nb * 4);
+		odx_buffer *bb, *bc;
+
+		for (int i = 0; i < N; i++)
+			bins[i] = (uint32_t)test_rand_below(rng, (uint64_t)nb + nb / 8);
+		for (int32_t b = 0; b < nb; b++)
+			want[b] = (uint32_t)b; /* counts add to what the buffer holds */
+		bb = new_buffer(N * 4, bins);
+		bc = new_buffer((size_t)nb * 4, want);
+		for (int i = 0; i < N; i++)
+			if (bins[i] < (uint32_t)nb)
+				want[bins[i]]++;
+		odx_arg hi[] = {ODX_BUF(bb, 0), ODX_BUF(bc, 0), ODX_I32(N), ODX_I32(nb)};
+
+		wait_ok(launch("odx.histogram_u32", hi, 4, d, 6, 1, 128, 1), "histogram_u32");
+		read_all(bc, got, (size_t)nb * 4);
+		check_u32("histogram_u32 (wide)", d, got, want, nb);
+		assert_ok(odx_buffer_destroy(bb));
+		assert_ok(odx_buffer_destroy(bc));
+		free(want);
+		free(got);
+	}
+	free(bins);
+}
+
+/* A group-by reference: per distinct key (index into the key list), count, sum, min, max.
+ * Sums of doubles are exact here (values are multiples of 1/8 well inside 2^53), so the
+ * table's bits are compared with no tolerance whatever order the device added in. */
+typedef struct gb_ref {
+	int nkeys;
+	uint64_t *key;
+	uint64_t *count;
+	uint64_t *sum; /* f64 bits or i64 */
+	uint64_t *min, *max;
+	bool is_f64;
+} gb_ref;
+
+static void gb_ref_init(gb_ref *r, const uint64_t *klist, int nkeys, bool is_f64)
+{
+	r->nkeys = nkeys;
+	r->is_f64 = is_f64;
+	r->key = xmalloc((size_t)nkeys * 8);
+	memcpy(r->key, klist, (size_t)nkeys * 8);
+	r->count = calloc((size_t)nkeys, 8);
+	r->sum = calloc((size_t)nkeys, 8);
+	r->min = xmalloc((size_t)nkeys * 8);
+	r->max = xmalloc((size_t)nkeys * 8);
+	assert_non_null(r->count);
+	assert_non_null(r->sum);
+}
+
+static void gb_ref_add(gb_ref *r, int k, uint64_t vb)
+{
+	if (r->is_f64) {
+		double v, s, lo, hi;
+
+		memcpy(&v, &vb, 8);
+		memcpy(&s, &r->sum[k], 8);
+		memcpy(&lo, &r->min[k], 8);
+		memcpy(&hi, &r->max[k], 8);
+		s += v;
+		memcpy(&r->sum[k], &s, 8);
+		if (r->count[k] == 0 || v < lo)
+			r->min[k] = vb;
+		if (r->count[k] == 0 || v > hi)
+			r->max[k] = vb;
+	} else {
+		r->sum[k] += vb;
+		if (r->count[k] == 0 || (int64_t)vb < (int64_t)r->min[k])
+			r->min[k] = vb;
+		if (r->count[k] == 0 || (int64_t)vb > (int64_t)r->max[k])
+			r->max[k] = vb;
+	}
+	r->count[k]++;
+}
+
+static void gb_ref_free(gb_ref *r)
+{
+	free(r->key);
+	free(r->count);
+	free(r->sum);
+	free(r->min);
+	free(r->max);
+}
+
+/* Decodes a table (docs/kernels.md: [~key, count, sum, min ^ MIN0, max ^ MAX0], slot
+ * `capacity` for the key ~0) and compares it with the reference, bit for bit. */
+static void gb_check(const char *what, int d, const uint64_t *t, int cap, const gb_ref *r)
+{
+	uint64_t min0 = r->is_f64 ? 0x7ff0000000000000ull : 0x7fffffffffffffffull;
+	uint64_t max0 = r->is_f64 ? 0xfff0000000000000ull : 0x8000000000000000ull;
+	int found = 0, present = 0;
+
+	for (int k = 0; k < r->nkeys; k++)
+		present += r->count[k] != 0; /* a listed key may have no row */
+	for (int s = 0; s <= cap; s++) {
+		const uint64_t *e = t + (size_t)s * 5;
+		uint64_t key;
+		int k;
+
+		if (s < cap ? e[0] == 0 : e[1] == 0)
+			continue;
+		key = s < cap ? ~e[0] : ~0ull;
+		for (k = 0; k < r->nkeys && r->key[k] != key; k++)
+			;
+		if (k == r->nkeys)
+			fail_msg("%s on device %d: slot %d holds key 0x%llx, not in the input", what,
+				 d, s, (unsigned long long)key);
+		found++;
+		if (e[1] != r->count[k] || e[2] != r->sum[k] || (e[3] ^ min0) != r->min[k] ||
+		    (e[4] ^ max0) != r->max[k])
+			fail_msg("%s on device %d: key 0x%llx: count %llu sum 0x%llx min 0x%llx max "
+				 "0x%llx, reference %llu 0x%llx 0x%llx 0x%llx",
+				 what, d, (unsigned long long)key, (unsigned long long)e[1],
+				 (unsigned long long)e[2], (unsigned long long)(e[3] ^ min0),
+				 (unsigned long long)(e[4] ^ max0), (unsigned long long)r->count[k],
+				 (unsigned long long)r->sum[k], (unsigned long long)r->min[k],
+				 (unsigned long long)r->max[k]);
+	}
+	if (found != present)
+		fail_msg("%s on device %d: %d keys in the table, %d in the input", what, d, found,
+			 present);
+}
+
+/* NKEYS distinct keys (0 and ~0 among them), value bits of row i for value_kind vk. */
+static void gb_input(uint64_t *rng, int kw, int vk, int n, int nkeys, uint64_t *klist,
+		     int *kidx, uint32_t *keys, uint32_t *vals, uint64_t *vbits)
+{
+	for (int k = 0; k < nkeys; k++) {
+		bool dup;
+
+		do { /* distinct */
+			klist[k] = k == 0 ? 0 : k == 1 ? (kw == 2 ? ~0ull : 0xffffffffull)
+				 : kw == 2 ? test_rand(rng)
+					   : (uint32_t)test_rand(rng);
+			dup = false;
+			for (int j = 0; j < k; j++)
+				dup |= klist[j] == klist[k];
+		} while (dup);
+	}
+	for (int i = 0; i < n; i++) {
+		/* skewed: a quarter of the rows on key 2 */
+		int k = test_rand_below(rng, 4) == 0 ? 2 : (int)test_rand_below(rng, (uint64_t)nkeys);
+		int64_t q = (int64_t)test_rand_below(rng, 1 << 16) - (1 << 15); /* in 1/8 */
+
+		kidx[i] = k;
+		keys[i * kw] = (uint32_t)klist[k];
+		if (kw == 2)
+			keys[i * 2 + 1] = (uint32_t)(klist[k] >> 32);
+		if (vk == 0) {
+			float f = (float)q / 8.0f;
+			double v = f;
+
+			memcpy(&vals[i], &f, 4);
+			memcpy(&vbits[i], &v, 8);
+		} else {
+			uint64_t b;
+
+			if (vk == 1) {
+				double v = (double)q / 8.0;
+
+				memcpy(&b, &v, 8);
+			} else {
+				b = test_rand(rng); /* whole range: sums wrap */
+			}
+			vbits[i] = b;
+			vals[2 * i] = (uint32_t)b;
+			vals[2 * i + 1] = (uint32_t)(b >> 32);
+		}
+	}
+}
+
+static void kernel_data_groupby(int d, uint64_t *rng)
+{
+	enum {
+		N = 20011,
+		NKEYS = 600,
+		CAP = 1024
+	};
+	uint64_t *klist = xmalloc(NKEYS * 8), *vbits = xmalloc(N * 8);
+	uint64_t *table = xmalloc((CAP + 1) * 40);
+	uint32_t *keys = xmalloc(N * 8), *vals = xmalloc(N * 8);
+	int *kidx = xmalloc(N * sizeof(int));
+
+	for (int kw = 1; kw <= 2; kw++) {
+		for (int vk = 0; vk <= 2; vk++) {
+			gb_ref r;
+			char what[64];
+			uint32_t status;
+			odx_buffer *bk, *bv, *bt, *bs;
+
+			gb_input(rng, kw, vk, N, NKEYS, klist, kidx, keys, vals, vbits);
+			gb_ref_init(&r, klist, NKEYS, vk != 2);
+			for (int i = 0; i < N; i++)
+				gb_ref_add(&r, kidx[i], vbits[i]);
+			bk = new_buffer((size_t)N * 4 * kw, keys);
+			bv = new_buffer((size_t)N * (vk == 0 ? 4 : 8), vals);
+			bt = new_buffer((CAP + 1) * 40, NULL); /* zeros: an empty table */
+			bs = new_buffer(4, NULL);
+			{
+				/* in two launches: the second adds to the first's table */
+				odx_arg a1[] = {ODX_BUF(bk, 0),	 ODX_BUF(bv, 0), ODX_BUF(bt, 0),
+						ODX_BUF(bs, 0),	 ODX_I32(N / 3), ODX_I32(CAP),
+						ODX_I32(kw),	 ODX_I32(vk)};
+				odx_arg a2[] = {ODX_BUF(bk, 0),	 ODX_BUF(bv, 0), ODX_BUF(bt, 0),
+						ODX_BUF(bs, 0),	 ODX_I32(N),	 ODX_I32(CAP),
+						ODX_I32(kw),	 ODX_I32(vk)};
+
+				wait_ok(launch("odx.hash_groupby", a1, 8, d, 4, 1, 64, 1),
+					"hash_groupby");
+				/* then all rows again into a fresh table: the first launch was only
+				 * a third; reset by writing zeros */
+				memset(table, 0, (CAP + 1) * 40);
+				assert_ok(odx_buffer_write(bt, 0, table, (CAP + 1) * 40,
+							   TEST_TIMEOUT_MS));
+				wait_ok(launch("odx.hash_groupby", a2, 8, d, 13, 1, 96, 1),
+					"hash_groupby");
+			}
+			read_all(bt, table, (CAP + 1) * 40);
+			read_all(bs, &status, 4);
+			snprintf(what, sizeof(what), "hash_groupby (key_words %d, value_kind %d)", kw,
+				 vk);
+			if (status != 0)
+				fail_msg("%s on device %d: status %u, the table had room", what, d,
+					 status);
+			gb_check(what, d, table, CAP, &r);
+			{
+				/* too small a table: every row is aggregated or counted in status,
+				 * never lost silently; then the pass again, twice as large
+				 * (docs/kernels.md, "growing"), is complete */
+				enum {
+					SMALL = 256
+				};
+				odx_buffer *small = new_buffer((SMALL + 1) * 40, NULL);
+				odx_arg a3[] = {ODX_BUF(bk, 0),	    ODX_BUF(bv, 0), ODX_BUF(small, 0),
+						ODX_BUF(bs, 0),	    ODX_I32(N),	    ODX_I32(SMALL),
+						ODX_I32(kw),	    ODX_I32(vk)};
+				uint64_t counted = 0;
+
+				status = 0;
+				assert_ok(odx_buffer_write(bs, 0, &status, 4, TEST_TIMEOUT_MS));
+				wait_ok(launch("odx.hash_groupby", a3, 8, d, 13, 1, 96, 1),
+					"hash_groupby (full)");
+				read_all(small, table, (SMALL + 1) * 40);
+				read_all(bs, &status, 4);
+				for (int s = 0; s <= SMALL; s++)
+					counted += table[s * 5 + 1];
+				if (status == 0 || counted + status != N)
+					fail_msg("%s on device %d, capacity %d for %d keys: status %u, "
+						 "%llu rows in the table, %d rows",
+						 what, d, SMALL, NKEYS, status,
+						 (unsigned long long)counted, N);
+				assert_ok(odx_buffer_destroy(small));
+				{
+					/* the documented growth: the next power of two at or above
+					 * 2 x (capacity + status), one rerun over all rows */
+					int32_t cap2 = 1;
+
+					while (cap2 < 2 * (SMALL + (int32_t)status))
+						cap2 *= 2;
+					small = new_buffer(((size_t)cap2 + 1) * 40, NULL);
+					status = 0;
+					assert_ok(odx_buffer_write(bs, 0, &status, 4, TEST_TIMEOUT_MS));
+					odx_arg a4[] = {ODX_BUF(bk, 0),	   ODX_BUF(bv, 0),
+							ODX_BUF(small, 0), ODX_BUF(bs, 0),
+							ODX_I32(N),	   ODX_I32(cap2),
+							ODX_I32(kw),	   ODX_I32(vk)};
+
+					wait_ok(launch("odx.hash_groupby", a4, 8, d, 7, 1, 32, 1),
+						"hash_groupby (regrown)");
+					free(table);
+					table = xmalloc(((size_t)cap2 + 1) * 40);
+					read_all(small, table, ((size_t)cap2 + 1) * 40);
+					read_all(bs, &status, 4);
+					assert_int_equal(status, 0);
+					gb_check("hash_groupby (regrown)", d, table, cap2, &r);
+					assert_ok(odx_buffer_destroy(small));
+					free(table);
+					table = xmalloc((CAP + 1) * 40);
+				}
+			}
+			assert_ok(odx_buffer_destroy(bk));
+			assert_ok(odx_buffer_destroy(bv));
+			assert_ok(odx_buffer_destroy(bt));
+			assert_ok(odx_buffer_destroy(bs));
+			gb_ref_free(&r);
+		}
+	}
+	free(klist);
+	free(vbits);
+	free(table);
+	free(keys);
+	free(vals);
+	free(kidx);
+}
+
+/* The combiner before a partition, then everything aggregated on the device: rows that passed
+ * through with value_kind vk, records with vk's record kind, into one table that must equal
+ * the reference over the original rows. */
+static void kernel_data_combine(int d, uint64_t *rng)
+{
+	enum {
+		N = 20011,
+		NKEYS = 3000,
+		P = 3,
+		G = 5,
+		SLOTS = 256,
+		CAP = 4096
+	};
+	uint64_t *klist = xmalloc(NKEYS * 8), *vbits = xmalloc(N * 8);
+	uint64_t *table = xmalloc((CAP + 1) * 40);
+	uint32_t *keys = xmalloc(N * 8), *vals = xmalloc(N * 8), *pids = xmalloc(N * 4);
+	uint32_t *rpids = xmalloc(G * SLOTS * 4), *rvals = xmalloc(G * SLOTS * 32);
+	int *kidx = xmalloc(N * sizeof(int));
+	static const int cases[][2] = {{1, 0}, {2, 2}, {1, 1}};
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		int kw = cases[c][0], vk = cases[c][1], vw = vk == 0 ? 1 : 2;
+		uint64_t passed = 0, combined = 0;
+		uint32_t status;
+		gb_ref r;
+		odx_buffer *bk, *bv, *bp, *rk, *rv, *rp, *bt, *bs;
+
+		gb_input(rng, kw, vk, N, NKEYS, klist, kidx, keys, vals, vbits);
+		gb_ref_init(&r, klist, NKEYS, vk != 2);
+		for (int i = 0; i < N; i++)
+			gb_ref_add(&r, kidx[i], vbits[i]);
+		bk = new_buffer((size_t)N * 4 * kw, keys);
+		bv = new_buffer((size_t)N * 4 * vw, vals);
+		bp = new_buffer(N * 4, NULL);
+		rk = new_buffer((size_t)G * SLOTS * 4 * kw, NULL);
+		rv = new_buffer(G * SLOTS * 32, NULL);
+		rp = new_buffer(G * SLOTS * 4, NULL);
+		odx_arg cb[] = {ODX_BUF(bk, 0), ODX_BUF(bv, 0), ODX_BUF(bp, 0), ODX_BUF(rk, 0),
+				ODX_BUF(rv, 0), ODX_BUF(rp, 0), ODX_I32(N),	ODX_I32(P),
+				ODX_I32(kw),	ODX_I32(vk)};
+
+		wait_ok(launch("odx.hash_combine", cb, 10, d, G, 1, 1, 1), "hash_combine");
+		read_all(bp, pids, N * 4);
+		read_all(rp, rpids, G * SLOTS * 4);
+		read_all(rv, rvals, G * SLOTS * 32);
+		/* each row passed to its partition or was combined; records carry the rest */
+		for (int i = 0; i < N; i++) {
+			uint32_t want = kw == 2 ? (uint32_t)(fmix64(klist[kidx[i]]) % P)
+						: fmix32((uint32_t)klist[kidx[i]]) % P;
+
+			if (pids[i] != NO_PART && pids[i] != want)
+				fail_msg("hash_combine on device %d: row %d to partition %u, not %u",
+					 d, i, pids[i], want);
+			passed += pids[i] != NO_PART;
+		}
+		for (int j = 0; j < G * SLOTS; j++) {
+			uint64_t cnt = (uint64_t)rvals[8 * j] | (uint64_t)rvals[8 * j + 1] << 32;
+
+			combined += cnt;
+			if ((cnt == 0) != (rpids[j] == NO_PART))
+				fail_msg("hash_combine on device %d: record %d counts %llu, partition "
+					 "%u",
+					 d, j, (unsigned long long)cnt, rpids[j]);
+		}
+		/* the hot key is combined: far fewer rows move than came in */
+		if (passed + combined != N || passed >= N - N / 8)
+			fail_msg("hash_combine on device %d: %llu rows passed, %llu combined, of %d",
+				 d, (unsigned long long)passed, (unsigned long long)combined, N);
+		/* rows and records through the stable partition, checked on the way */
+		partition_pipeline(d, pids, N, P, 4, 64, rng);
+		partition_pipeline(d, rpids, G * SLOTS, P, 2, 32, rng);
+		/* all of it into one table: rows, then records */
+		bt = new_buffer((CAP + 1) * 40, NULL);
+		bs = new_buffer(4, NULL);
+		{
+			odx_buffer *zk = new_buffer((size_t)N * 4 * kw, NULL);
+			odx_buffer *zv = new_buffer((size_t)N * 4 * vw, NULL);
+			uint32_t *tk = xmalloc((size_t)N * 8), *tv = xmalloc((size_t)N * 8);
+			int m = 0;
+
+			/* the passed rows, compacted here (the pipeline above checked the device's
+			 * compaction): the table must not see the combined ones twice */
+			for (int i = 0; i < N; i++) {
+				if (pids[i] == NO_PART)
+					continue;
+				memcpy(tk + (size_t)m * kw, keys + (size_t)i * kw, 4 * (size_t)kw);
+				memcpy(tv + (size_t)m * vw, vals + (size_t)i * vw, 4 * (size_t)vw);
+				m++;
+			}
+			assert_ok(odx_buffer_write(zk, 0, tk, (size_t)N * 4 * kw, TEST_TIMEOUT_MS));
+			assert_ok(odx_buffer_write(zv, 0, tv, (size_t)N * 4 * vw, TEST_TIMEOUT_MS));
+			odx_arg rows[] = {ODX_BUF(zk, 0), ODX_BUF(zv, 0), ODX_BUF(bt, 0),
+					  ODX_BUF(bs, 0), ODX_I32(m),	  ODX_I32(CAP),
+					  ODX_I32(kw),	  ODX_I32(vk)};
+			/* records of count 0 (unused) are skipped by the merge */
+			odx_arg recs[] = {ODX_BUF(rk, 0), ODX_BUF(rv, 0),	  ODX_BUF(bt, 0),
+					  ODX_BUF(bs, 0), ODX_I32(G * SLOTS),	  ODX_I32(CAP),
+					  ODX_I32(kw),	  ODX_I32(vk == 2 ? 4 : 3)};
+
+			odx_event_release(launch("odx.hash_groupby", rows, 8, d, 8, 1, 64, 1));
+			wait_ok(launch("odx.hash_groupby", recs, 8, d, 8, 1, 64, 1),
+				"hash_groupby (records)");
+			assert_ok(odx_buffer_destroy(zk));
+			assert_ok(odx_buffer_destroy(zv));
+			free(tk);
+			free(tv);
+		}
+		read_all(bt, table, (CAP + 1) * 40);
+		read_all(bs, &status, 4);
+		assert_int_equal(status, 0);
+		gb_check("hash_combine + hash_groupby", d, table, CAP, &r);
+		assert_ok(odx_buffer_destroy(bk));
+		assert_ok(odx_buffer_destroy(bv));
+		assert_ok(odx_buffer_destroy(bp));
+		assert_ok(odx_buffer_destroy(rk));
+		assert_ok(odx_buffer_destroy(rv));
+		assert_ok(odx_buffer_destroy(rp));
+		assert_ok(odx_buffer_destroy(bt));
+		assert_ok(odx_buffer_destroy(bs));
+		gb_ref_free(&r);
+	}
+	free(klist);
+	free(vbits);
+	free(table);
+	free(keys);
+	free(vals);
+	free(pids);
+	free(rpids);
+	free(rvals);
+	free(kidx);
+}
+
+static void test_data_kernels(void **state)
+{
+	(void)state;
+	for (int d = 0; d < g.ndev; d++) {
+		uint64_t rng = 4321 + (uint64_t)d;
+
+		kernel_data_partition(d, &rng);
+		kernel_data_histogram(d, &rng);
+		kernel_data_groupby(d, &rng);
+		kernel_data_combine(d, &rng);
+	}
+	assert_ok(odx_wait_all(g.ctx, TEST_TIMEOUT_MS));
+}
+
 /* ---- many launches, two devices --------------------------------------------------------- */
 
 static void test_tiny_launches(void **state)
@@ -840,6 +1486,7 @@ int main(void)
 		cmocka_unit_test(test_enumeration),	cmocka_unit_test(test_alloc_odd_sizes),
 		cmocka_unit_test(test_round_trips),	cmocka_unit_test(test_lane_ordering),
 		cmocka_unit_test(test_cross_lane_join), cmocka_unit_test(test_standard_kernels),
+		cmocka_unit_test(test_data_kernels),
 		cmocka_unit_test(test_tiny_launches),	cmocka_unit_test(test_two_devices),
 		cmocka_unit_test(test_error_paths),	cmocka_unit_test(test_deps_property),
 	};

@@ -1,0 +1,23 @@
+#version 450
+/* SPDX-License-Identifier: Apache-2.0 */
+/* odx.scatter_rows - GLSL twin of kernels/src/scatter_rows.cl; bindings and push constants follow docs/kernel-abi.md. */
+layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
+layout(set = 0, binding = 0) readonly buffer Src { uint src[]; };
+layout(set = 0, binding = 1) readonly buffer Dest { uint dest[]; };
+layout(set = 0, binding = 2) writeonly buffer Dst { uint dst[]; };
+layout(push_constant, std430) uniform Args { int n; int width; int m; };
+
+void main()
+{
+	uint gsize = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+	uint w = uint(width);
+
+	for (uint i = gl_GlobalInvocationID.x; i < uint(n); i += gsize) {
+		uint d = dest[i];
+
+		if (d >= uint(m))
+			continue;
+		for (uint k = 0u; k < w; k++)
+			dst[d * w + k] = src[i * w + k];
+	}
+}
