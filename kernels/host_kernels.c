@@ -511,8 +511,8 @@ int odx__host_gemm_f32(const odx_host_launch *l)
 	for (uint64_t g = l->group_first; cscratch && g < l->group_first + l->group_count; g++) {
 		uint64_t gx = g % l->grid[0], gy = g / l->grid[0] % (l->grid[1] ? l->grid[1] : 1);
 
-		for (uint64_t r = gy * ODX_GEMM_TILE; r < (gy + 1) * ODX_GEMM_TILE && r < (uint64_t)m;
-		     r++)
+		for (uint64_t r = gy * ODX_GEMM_TILE;
+		     r < (gy + 1) * ODX_GEMM_TILE && r < (uint64_t)m; r++)
 			for (uint64_t cc = gx * ODX_GEMM_TILE;
 			     cc < (gx + 1) * ODX_GEMM_TILE && cc < (uint64_t)n; cc++)
 				scatter_f32(l, 2, cscratch, r * (uint64_t)n + cc);
