@@ -363,6 +363,7 @@ struct odx__task {
 	int peer;                   /* sends and receives: the other rank */
 	uint64_t xfer_key;          /* sends and receives: the transfer's key on the fabric */
 	bool xfer_posted;           /* sends: handed to the fabric (else a failure sends an abort) */
+	void *xfer_stage;           /* sends and receives of a strided part: its packed bytes */
 	/* Reads and writes: could the copy be queued behind the unfinished predecessors seen at
 	 * submission (odx__task_submit)? AFTER_UNSEEN none yet, AFTER_NO no, else the one device
 	 * they were all launched on; after_producer (a reference) the one among them whose

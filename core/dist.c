@@ -586,12 +586,49 @@ static void trace_xfer(odx__task *t, int status, uint64_t t0, uint64_t t1)
 			      t->args[0].v.buffer->id);
 }
 
+/* A part whose home copy is strided inside its parent (a 2D tile): it travels packed. */
+static bool part_strided(const odx_buffer *b)
+{
+	return b->part_of && b->part_shape.count > 1 && b->part_shape.pitch != b->part_shape.width;
+}
+
+/* Between a part's packed bytes and its runs in the parent's host copy at `home`. */
+static void part_pack(const odx_buffer *b, void *packed, const char *home)
+{
+	for (size_t i = 0; i < b->part_shape.count; i++)
+		memcpy((char *)packed + i * b->part_shape.width, home + i * b->part_shape.pitch,
+		       b->part_shape.width);
+}
+
+static void part_unpack(const odx_buffer *b, char *home, const void *packed)
+{
+	for (size_t i = 0; i < b->part_shape.count; i++)
+		memcpy(home + i * b->part_shape.pitch,
+		       (const char *)packed + i * b->part_shape.width, b->part_shape.width);
+}
+
+static void *home_bytes(odx_buffer *b)
+{
+	odx__replica *r0 = &b->replicas[odx__home(b)]; /* staged there (odx__task_memnode) */
+
+	return (char *)(uintptr_t)r0->mem + r0->off;
+}
+
 static void xfer_done(void *arg, int status, const char *msg)
 {
 	odx__task *t = arg;
 	odx_context *ctx = t->ctx;
 	char why[ODX__MSG_MAX];
 	uint64_t id = t->args[0].v.buffer->id;
+
+	/* A strided part: what came lands in its runs before the task completes. */
+	if (t->xfer_stage) {
+		if (status == 0 && t->kind == ODX__TASK_RECV)
+			part_unpack(t->args[0].v.buffer, home_bytes(t->args[0].v.buffer),
+				    t->xfer_stage);
+		free(t->xfer_stage);
+		t->xfer_stage = NULL;
+	}
 
 	/* Before the task finishes: a waiter woken by it may close the context. */
 	if (t->t_start) {
@@ -630,13 +667,24 @@ int odx__dist_run(odx__task *t)
 {
 	odx_context *ctx = t->ctx;
 	odx_buffer *b = t->args[0].v.buffer;
-	odx__replica *r0 = &b->replicas[odx__home(b)]; /* staged there (odx__task_memnode) */
-	void *host = (char *)(uintptr_t)r0->mem + r0->off;
-
+	void *host = home_bytes(b);
 	int rc;
 
 	if (!ctx->fab)
 		return ODX_ECLOSED;
+	/* A tile's home copy is its runs inside the parent: the fabric moves it packed, through
+	 * a staging copy (packed here for a send, unpacked by xfer_done for a receive). */
+	t->xfer_stage = NULL;
+	if (part_strided(b)) {
+		t->xfer_stage = malloc(b->size);
+		if (!t->xfer_stage)
+			return odx__fail(ctx, ODX_ENOMEM, "out of memory staging %zu bytes of part "
+					 "#%llu for rank %d", b->size, (unsigned long long)b->id,
+					 t->peer);
+		if (t->kind == ODX__TASK_SEND)
+			part_pack(b, t->xfer_stage, host);
+		host = t->xfer_stage;
+	}
 	/* Timed from here (the trace's span, the per-peer statistics); set before the fabric
 	 * sees it: done may run on the progress thread before the call returns. */
 	if (ctx->tracing || ctx->peers) {
@@ -655,6 +703,10 @@ int odx__dist_run(odx__task *t)
 	}
 	if (!rc)
 		odx_fab_kick(ctx->fab); /* nobody waits on the fabric for it: start it now */
+	if (rc) {
+		free(t->xfer_stage); /* done will not run */
+		t->xfer_stage = NULL;
+	}
 	if (rc && t->t_start) {
 		/* Refused: done will not run; the span says so, and a send's abort adds none. */
 		uint64_t now = odx__now_ns();

@@ -10,6 +10,11 @@
  * odx__replica_is_alias), and whose other replicas are packed copies the memory wing moves with
  * strided copies (mem/copy.c). An unpartition waits for the parts' users and writes each part's
  * latest copy back into its alias. Above the memory wing, like buffer.c.
+ *
+ * On several ranks (docs/partitions.md, "Several ranks") a partition first brings every rank
+ * the parent's latest bytes and an unpartition every rank each part's latest bytes (dist.c,
+ * collective like odx_buffer_read); in between the parts are buffers of the replicated task
+ * flow like any other, sent and received packed (dist.c, odx__dist_run).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,12 +213,6 @@ ODX_API int odx_buffer_partition(odx_buffer *buf, const odx_partition *p, int np
 	rc = odx__buffer_partitioned(buf, fn);
 	if (rc)
 		return rc;
-	if (ctx->fab)
-		return odx__fail(ctx, ODX_ENOSYS,
-				 "%s: partitions on several ranks are not implemented yet (a part's "
-				 "transfers between ranks would move its parent's bytes: "
-				 "docs/partitions.md, Limits)",
-				 fn);
 	rc = describe(buf, p, nparts, NULL, &n, fn);
 	if (rc)
 		return rc;
@@ -228,6 +227,12 @@ ODX_API int odx_buffer_partition(odx_buffer *buf, const odx_partition *p, int np
 		goto out_free;
 	}
 	describe(buf, p, nparts, d, &n, fn);
+	/* Several ranks: every rank gets the parent's latest bytes (nothing moves when each one
+	 * has them already, as for registered or written memory), so every part starts valid on
+	 * every rank, where tasks on it may run. */
+	rc = odx__dist_read(buf);
+	if (rc)
+		goto out_free;
 	/* The latest bytes into the host copy, every other copy gone: the parts alias it. */
 	rc = odx__buffer_gather(buf, timeout_ms, fn);
 	if (rc)
@@ -277,6 +282,14 @@ ODX_API int odx_buffer_unpartition(odx_buffer *buf, int timeout_ms)
 	if (n == 0)
 		return odx__fail(buf->ctx, ODX_EINVAL, "%s: buffer #%llu is not partitioned", fn,
 				 (unsigned long long)buf->id);
+	/* Several ranks: each part's latest version goes to every rank that lacks it (from the
+	 * rank that wrote it last), received straight into its runs in the parent's host copy,
+	 * so that every rank's parent ends whole. Transfers already made count on a second call. */
+	for (i = 0; i < n; i++) {
+		rc = odx__dist_read(buf->parts[i]);
+		if (rc)
+			return rc;
+	}
 	/* Each part's latest bytes into its alias, in the parent's memory; a timeout leaves the
 	 * partition as it is (gathered parts stay valid parts). */
 	for (i = 0; i < n; i++) {
@@ -297,6 +310,7 @@ ODX_API int odx_buffer_unpartition(odx_buffer *buf, int timeout_ms)
 	buf->zero = false;
 	buf->wversion++;
 	pthread_mutex_unlock(&buf->lock);
+	odx__dist_write(buf, true); /* whole on every rank, as a full write leaves a buffer */
 	atomic_store(&buf->nparts, 0);
 	return 0;
 }

@@ -2,26 +2,34 @@
 /*
  * cholesky.c - tiled Cholesky factorisation A = L L^T of a symmetric positive definite matrix.
  *
- * The N x N matrix is cut into NT x NT tiles of T x T doubles, each stored column-major in its
- * own ODX buffer; only the lower triangle of tiles exists. The factorisation is right-looking, in
- * the order (and with the priorities) of StarPU's cholesky_implicit example:
+ * The N x N matrix is one column-major array of doubles in the program's memory, registered with
+ * ODX as one buffer and partitioned into NT x NT tiles of T x T (odx_buffer_partition): each tile
+ * is a buffer of its own for tasks, used in place inside the matrix on the host (its leading
+ * dimension N, ODX_LD) and copied packed to a device that needs it; only the lower triangle of
+ * tiles is used. Nothing is packed or unpacked in this program: after odx_buffer_unpartition the
+ * matrix holds the factor. The factorisation is right-looking, in the order (and with the
+ * priorities) of StarPU's cholesky_implicit example:
  *
  *   for k:  POTRF  A[k][k] = chol(A[k][k])                      (dpotrf)
  *           TRSM   A[m][k] = A[m][k] A[k][k]^-T     for m > k   (dtrsm)
  *           SYRK   A[n][n] -= A[n][k] A[n][k]^T     for n > k   (dsyrk)
  *           GEMM   A[m][n] -= A[m][k] A[n][k]^T     for m > n > k (dgemm)
  *
- * Each kernel is a host variant calling OpenBLAS; ODX orders the tasks from the access modes alone
- * and runs independent ones side by side on every host device. On several ranks (scripts/odx-run
- * -n R) the tiles are owned 2D block-cyclic and ODX moves them between ranks; the factor is the
- * same bit for bit (the checksum line), since every tile sees the same operations in the same
- * order wherever it runs.
+ * Each kernel is a one-call host variant (ODX_FORMAT_HOST_CALL) calling OpenBLAS once per task
+ * with the tiles' leading dimensions from ODX_LD, and the host device's threads for OpenBLAS
+ * (l->threads) unless OPENBLAS_NUM_THREADS fixes their count; ODX orders the tasks from the access
+ * modes alone and runs independent ones side by side on every host device. On several ranks
+ * (scripts/odx-run -n R) every rank registers its own copy of the matrix, the tiles are owned 2D
+ * block-cyclic and ODX moves them between ranks (packed); the unpartition brings every rank the
+ * whole factor, the same bit for bit (the checksum line), since every tile sees the same
+ * operations in the same order wherever it runs.
  *
  * --std-gemm factorises in single precision and runs GEMM through the standard kernels
  * odx.gemm_f32 and odx.axpy_f32 (there is no f64 standard gemm), which have a variant for every
  * backend: with ODX_BACKENDS=host,vulkan the GEMMs may run on the GPU while POTRF, TRSM and SYRK
  * stay on the host. odx.gemm_f32 is row-major c = a b, so TRSM also writes each panel tile
- * transposed (a column-major tile read row-major is its transpose).
+ * transposed into a buffer of its own (a column-major tile read row-major is its transpose); the
+ * standard kernels take the tiles in place on the host (docs/kernels.md, "Tiles").
  *
  *	usage: cholesky [--std-gemm] [--no-check] [--no-prio] [N [T]]   (default 1920 320)
  *	       ODX_HOST_DEVICES=2 OPENBLAS_NUM_THREADS=1 cholesky 3840 320
@@ -93,78 +101,96 @@ static double matrix_element(size_t r, size_t c, size_t n)
 	return r == c ? v + (double)n : v;
 }
 
-/* ---- the kernels: one host variant each, a single call per task (grid 1) ------------------ */
+/* ---- the kernels: one call of OpenBLAS per task (ODX_FORMAT_HOST_CALL) ------------------- */
 
-/* Scalar parameter i of a launch, an i32 (the tile size). */
+/* Scalar parameter i of a launch, an i32 (the tile size, a leading dimension). */
 static int launch_i32(const odx_host_launch *l, int i)
 {
 	return *(const int32_t *)l->scalars[i];
 }
 
-/* potrf(A RW, T): A = chol(A), lower. */
+/* Set in main: OpenBLAS takes each call's thread count from the device (OPENBLAS_NUM_THREADS
+ * unset), which is 1 per device with host.threads = 1, all of a device's cores otherwise. */
+static int blas_follows_device;
+
+static void blas_threads(const odx_host_launch *l)
+{
+	if (blas_follows_device)
+		openblas_set_num_threads(l->threads);
+}
+
+/* potrf(A RW, T, lda): A = chol(A), lower. */
 static int potrf_f64(const odx_host_launch *l)
 {
-	int t = launch_i32(l, 1), info = 0;
+	int t = launch_i32(l, 1), lda = launch_i32(l, 2), info = 0;
 
-	dpotrf_("L", &t, l->buffers[0], &t, &info);
+	blas_threads(l);
+	dpotrf_("L", &t, l->buffers[0], &lda, &info);
 	if (info)
 		snprintf(l->error, l->error_size, "dpotrf: info %d (not positive definite)", info);
 	return info;
 }
 
-/* trsm(Lkk R, A RW, T): A = A Lkk^-T. */
+/* trsm(Lkk R, A RW, T, ldl, lda): A = A Lkk^-T. */
 static int trsm_f64(const odx_host_launch *l)
 {
 	int t = launch_i32(l, 2);
 
+	blas_threads(l);
 	cblas_dtrsm(CblasColMajor, CblasRight, CblasLower, CblasTrans, CblasNonUnit, t, t, 1.0,
-		    l->buffers[0], t, l->buffers[1], t);
+		    l->buffers[0], launch_i32(l, 3), l->buffers[1], launch_i32(l, 4));
 	return 0;
 }
 
-/* syrk(Lnk R, A RW, T): A -= Lnk Lnk^T, lower. */
+/* syrk(Lnk R, A RW, T, ldl, lda): A -= Lnk Lnk^T, lower. */
 static int syrk_f64(const odx_host_launch *l)
 {
 	int t = launch_i32(l, 2);
 
-	cblas_dsyrk(CblasColMajor, CblasLower, CblasNoTrans, t, t, -1.0, l->buffers[0], t, 1.0,
-		    l->buffers[1], t);
+	blas_threads(l);
+	cblas_dsyrk(CblasColMajor, CblasLower, CblasNoTrans, t, t, -1.0, l->buffers[0],
+		    launch_i32(l, 3), 1.0, l->buffers[1], launch_i32(l, 4));
 	return 0;
 }
 
-/* gemm(Lmk R, Lnk R, A RW, T): A -= Lmk Lnk^T. */
+/* gemm(Lmk R, Lnk R, A RW, T, ldm, ldn, lda): A -= Lmk Lnk^T. */
 static int gemm_f64(const odx_host_launch *l)
 {
 	int t = launch_i32(l, 3);
 
-	cblas_dgemm(CblasColMajor, CblasNoTrans, CblasTrans, t, t, t, -1.0, l->buffers[0], t,
-		    l->buffers[1], t, 1.0, l->buffers[2], t);
+	blas_threads(l);
+	cblas_dgemm(CblasColMajor, CblasNoTrans, CblasTrans, t, t, t, -1.0, l->buffers[0],
+		    launch_i32(l, 4), l->buffers[1], launch_i32(l, 5), 1.0, l->buffers[2],
+		    launch_i32(l, 6));
 	return 0;
 }
 
 /* The single-precision twins of --std-gemm. */
 static int potrf_f32(const odx_host_launch *l)
 {
-	int t = launch_i32(l, 1), info = 0;
+	int t = launch_i32(l, 1), lda = launch_i32(l, 2), info = 0;
 
-	spotrf_("L", &t, l->buffers[0], &t, &info);
+	blas_threads(l);
+	spotrf_("L", &t, l->buffers[0], &lda, &info);
 	if (info)
 		snprintf(l->error, l->error_size, "spotrf: info %d (not positive definite)", info);
 	return info;
 }
 
-/* trsm(Lkk R, A RW, AT W, T): A = A Lkk^-T, and AT = A transposed, for odx.gemm_f32. */
+/* trsm(Lkk R, A RW, AT W, T, ldl, lda): A = A Lkk^-T, and AT = A transposed (T x T, packed
+ * row-major: a buffer of its own), for odx.gemm_f32. */
 static int trsm_f32(const odx_host_launch *l)
 {
-	int t = launch_i32(l, 3);
+	int t = launch_i32(l, 3), lda = launch_i32(l, 5);
 	const float *a = l->buffers[1];
 	float *at = l->buffers[2];
 
+	blas_threads(l);
 	cblas_strsm(CblasColMajor, CblasRight, CblasLower, CblasTrans, CblasNonUnit, t, t, 1.0f,
-		    l->buffers[0], t, l->buffers[1], t);
+		    l->buffers[0], launch_i32(l, 4), l->buffers[1], lda);
 	for (int c = 0; c < t; c++)
 		for (int r = 0; r < t; r++)
-			at[(size_t)r * t + c] = a[(size_t)c * t + r];
+			at[(size_t)r * t + c] = a[(size_t)c * lda + r];
 	return 0;
 }
 
@@ -172,8 +198,9 @@ static int syrk_f32(const odx_host_launch *l)
 {
 	int t = launch_i32(l, 2);
 
-	cblas_ssyrk(CblasColMajor, CblasLower, CblasNoTrans, t, t, -1.0f, l->buffers[0], t, 1.0f,
-		    l->buffers[1], t);
+	blas_threads(l);
+	cblas_ssyrk(CblasColMajor, CblasLower, CblasNoTrans, t, t, -1.0f, l->buffers[0],
+		    launch_i32(l, 3), 1.0f, l->buffers[1], launch_i32(l, 4));
 	return 0;
 }
 
@@ -181,7 +208,7 @@ static odx_kernel *host_kernel(odx_context *ctx, const char *name, odx_host_fn f
 			       const odx_param *params, int nparams)
 {
 	const odx_kernel_variant variant = {
-		.backend_name = "host", .format = ODX_FORMAT_HOST_FN, .host_fn = fn,
+		.backend_name = "host", .format = ODX_FORMAT_HOST_CALL, .host_fn = fn,
 	};
 	odx_kernel *kernel;
 
@@ -193,23 +220,24 @@ static odx_kernel *host_kernel(odx_context *ctx, const char *name, odx_host_fn f
 /* ---- the tiles ------------------------------------------------------------------------------ */
 
 /*
- * Today one ODX buffer per tile, as tiled_gemm.c does. Everything below reaches a tile only
- * through tile_buf() and tiles_create(): when buffer partitions exist, tiles_create() makes one
- * buffer for the whole matrix and partitions it into tiles, tile_buf() returns the partition, and
- * the rest of the program stays as it is.
+ * The matrix and its tiles. One registered buffer for the whole matrix, partitioned into tiles:
+ * tile (i, j) is the partition's part i + j * NT, a buffer for tasks whose bytes stay inside the
+ * matrix. --std-gemm adds two plain buffers per panel tile (its transpose, and a GEMM's product).
  */
 struct tiles {
 	odx_context *ctx;
 	size_t n, t, nt;	/* matrix size, tile size, tiles per dimension */
 	size_t elem;		/* sizeof(double), or sizeof(float) with --std-gemm */
-	odx_buffer **a;		/* lower tiles: a[i * nt + j], j <= i */
-	odx_buffer **at;	/* --std-gemm: panel tiles transposed (row-major), same index */
+	void *matrix;		/* n x n, column-major, ld n: the program's own memory */
+	odx_buffer *whole;	/* the matrix registered, partitioned while factorising */
+	odx_buffer **a;		/* its tiles: a[i + j * nt] */
+	odx_buffer **at;	/* --std-gemm: panel tiles transposed (row-major), at[i * nt + j] */
 	odx_buffer **p;		/* --std-gemm: the product of a GEMM before it is subtracted */
 };
 
 static odx_buffer *tile_buf(const struct tiles *m, size_t i, size_t j)
 {
-	return m->a[i * m->nt + j];
+	return m->a[i + j * m->nt];
 }
 
 /*
@@ -227,17 +255,17 @@ static int tile_owner(size_t i, size_t j, int size)
 	return (int)(i % (size_t)p) * q + (int)(j % (size_t)q);
 }
 
-/* Fills a column-major tile (i, j) of the test matrix, in doubles or floats. */
-static void tile_fill(const struct tiles *m, size_t i, size_t j, void *tile)
+/* Fills the whole test matrix (symmetric: POTRF reads the lower triangle only). */
+static void matrix_fill(const struct tiles *m)
 {
-	for (size_t c = 0; c < m->t; c++) {
-		for (size_t r = 0; r < m->t; r++) {
-			double v = matrix_element(i * m->t + r, j * m->t + c, m->n);
+	for (size_t c = 0; c < m->n; c++) {
+		for (size_t r = 0; r < m->n; r++) {
+			double v = matrix_element(r, c, m->n);
 
 			if (m->elem == sizeof(double))
-				((double *)tile)[c * m->t + r] = v;
+				((double *)m->matrix)[c * m->n + r] = v;
 			else
-				((float *)tile)[c * m->t + r] = (float)v;
+				((float *)m->matrix)[c * m->n + r] = (float)v;
 		}
 	}
 }
@@ -253,42 +281,51 @@ static odx_buffer *new_tile_buffer(odx_context *ctx, size_t bytes, int owner)
 
 static void tiles_create(struct tiles *m, int std_gemm)
 {
-	size_t nt = m->nt, bytes = m->t * m->t * m->elem;
-	void *scratch = xmalloc(bytes);
+	size_t nt = m->nt, bytes = m->n * m->n * m->elem;
 	int size = odx_size(m->ctx);
+	const odx_partition part = {.kind = ODX_PART_TILES, .elem_size = m->elem, .rows = m->n,
+				    .cols = m->n, .ld = m->n, .tile_rows = m->t,
+				    .tile_cols = m->t};
 
+	/* Every rank fills its own copy with the same bytes, so the partition moves nothing. */
+	m->matrix = xmalloc(bytes);
+	matrix_fill(m);
+	check(m->ctx, odx_buffer_register(m->ctx, m->matrix, bytes, 0, &m->whole),
+	      "odx_buffer_register");
 	m->a = calloc(nt * nt, sizeof(*m->a));
 	m->at = calloc(nt * nt, sizeof(*m->at));
 	m->p = calloc(nt * nt, sizeof(*m->p));
 	if (!m->a || !m->at || !m->p)
 		check(m->ctx, ODX_ENOMEM, "calloc");
+	check(m->ctx, odx_buffer_partition(m->whole, &part, (int)(nt * nt), m->a, -1),
+	      "odx_buffer_partition");
 	for (size_t i = 0; i < nt; i++) {
 		for (size_t j = 0; j <= i; j++) {
 			int owner = tile_owner(i, j, size);
 
-			m->a[i * nt + j] = new_tile_buffer(m->ctx, bytes, owner);
-			tile_fill(m, i, j, scratch);
-			/* every rank writes the same bytes (docs/distributed.md) */
-			check(m->ctx, odx_buffer_write(m->a[i * nt + j], 0, scratch, bytes, -1),
-			      "odx_buffer_write");
+			check(m->ctx, odx_buffer_set_owner(tile_buf(m, i, j), owner),
+			      "odx_buffer_set_owner");
 			if (std_gemm && j < i) {
-				m->at[i * nt + j] = new_tile_buffer(m->ctx, bytes, owner);
-				m->p[i * nt + j] = new_tile_buffer(m->ctx, bytes, owner);
+				size_t tb = m->t * m->t * m->elem;
+
+				m->at[i * nt + j] = new_tile_buffer(m->ctx, tb, owner);
+				m->p[i * nt + j] = new_tile_buffer(m->ctx, tb, owner);
 			}
 		}
 	}
-	free(scratch);
 }
 
+/* The tiles and buffers go; the matrix itself is freed after odx_close. */
 static void tiles_destroy(struct tiles *m)
 {
 	for (size_t id = 0; id < m->nt * m->nt; id++) {
-		odx_buffer *bufs[3] = {m->a[id], m->at[id], m->p[id]};
+		odx_buffer *bufs[2] = {m->at[id], m->p[id]};
 
-		for (int b = 0; b < 3; b++)
+		for (int b = 0; b < 2; b++)
 			if (bufs[b])
 				check(m->ctx, odx_buffer_destroy(bufs[b]), "odx_buffer_destroy");
 	}
+	check(m->ctx, odx_buffer_destroy(m->whole), "odx_buffer_destroy");
 	free(m->p);
 	free(m->at);
 	free(m->a);
@@ -301,10 +338,7 @@ struct kernels {
 	odx_kernel *std_gemm, *std_axpy;	/* --std-gemm: odx.gemm_f32, odx.axpy_f32 */
 };
 
-/*
- * Submits one task on a single work-group: the host variants call BLAS once per task. (A one-call
- * host kernel that hands BLAS the device's threads would change only this function's options.)
- */
+/* Submits one task: a one-call host variant, run once with the device's threads. */
 static void submit(odx_context *ctx, odx_kernel *k, const odx_arg *args, int nargs, int prio,
 		   const char *name, size_t row, size_t col, size_t kk)
 {
@@ -322,6 +356,7 @@ static void submit_std_gemm(const struct tiles *m, const struct kernels *k, size
 	const int32_t ti = (int32_t)m->t;
 	odx_buffer *p = m->p[row * m->nt + col];
 	/* Row-major views: AT[n][k] is A[n][k], A[m][k] is A[m][k]^T; c = P^T row-major = P. */
+	/* The tiles go in place to the host variants, packed to devices. */
 	const odx_arg gemm_args[] = {
 		ODX_BUF(m->at[col * m->nt + kk], ODX_R), ODX_BUF(tile_buf(m, row, kk), ODX_R),
 		ODX_BUF(p, ODX_W), ODX_I32(ti), ODX_I32(ti), ODX_I32(ti),
@@ -358,19 +393,25 @@ static void factorise(const struct tiles *m, const struct kernels *k, int std_ge
 
 	for (size_t kk = 0; kk < nt; kk++) {
 		int base = (int)(2 * nt - 2 * kk);
-		const odx_arg potrf_args[] = {ODX_BUF(tile_buf(m, kk, kk), ODX_RW), ODX_I32(ti)};
+		const odx_arg potrf_args[] = {ODX_BUF(tile_buf(m, kk, kk), ODX_RW), ODX_I32(ti),
+					      ODX_LD(0)};
 
-		submit(m->ctx, k->potrf, potrf_args, 2, use_prio ? base : 0, "potrf",
+		submit(m->ctx, k->potrf, potrf_args, 3, use_prio ? base : 0, "potrf",
 		       kk, kk, kk);
 		for (size_t row = kk + 1; row < nt; row++) {
-			const odx_arg args[] = {
+			const odx_arg args_f64[] = {
+				ODX_BUF(tile_buf(m, kk, kk), ODX_R),
+				ODX_BUF(tile_buf(m, row, kk), ODX_RW), ODX_I32(ti), ODX_LD(0),
+				ODX_LD(1),
+			};
+			const odx_arg args_f32[] = {
 				ODX_BUF(tile_buf(m, kk, kk), ODX_R),
 				ODX_BUF(tile_buf(m, row, kk), ODX_RW),
-				std_gemm ? ODX_BUF(m->at[row * nt + kk], ODX_W) : ODX_I32(ti),
-				ODX_I32(ti),
+				ODX_BUF(m->at[row * nt + kk], ODX_W), ODX_I32(ti), ODX_LD(0),
+				ODX_LD(1),
 			};
 
-			submit(m->ctx, k->trsm, args, std_gemm ? 4 : 3,
+			submit(m->ctx, k->trsm, std_gemm ? args_f32 : args_f64, std_gemm ? 6 : 5,
 			       use_prio ? base - (int)row : 0, "trsm", row, kk, kk);
 		}
 		for (size_t col = kk + 1; col < nt; col++) {
@@ -381,8 +422,9 @@ static void factorise(const struct tiles *m, const struct kernels *k, int std_ge
 					const odx_arg args[] = {
 						ODX_BUF(tile_buf(m, row, kk), ODX_R),
 						ODX_BUF(tile_buf(m, row, row), ODX_RW), ODX_I32(ti),
+						ODX_LD(0), ODX_LD(1),
 					};
-					submit(m->ctx, k->syrk, args, 3, prio, "syrk",
+					submit(m->ctx, k->syrk, args, 5, prio, "syrk",
 					       row, row, kk);
 				} else if (std_gemm) {
 					submit_std_gemm(m, k, row, col, kk, prio);
@@ -391,8 +433,9 @@ static void factorise(const struct tiles *m, const struct kernels *k, int std_ge
 						ODX_BUF(tile_buf(m, row, kk), ODX_R),
 						ODX_BUF(tile_buf(m, col, kk), ODX_R),
 						ODX_BUF(tile_buf(m, row, col), ODX_RW), ODX_I32(ti),
+						ODX_LD(0), ODX_LD(1), ODX_LD(2),
 					};
-					submit(m->ctx, k->gemm, args, 4, prio, "gemm",
+					submit(m->ctx, k->gemm, args, 7, prio, "gemm",
 					       row, col, kk);
 				}
 			}
@@ -403,31 +446,33 @@ static void factorise(const struct tiles *m, const struct kernels *k, int std_ge
 /* ---- checking ------------------------------------------------------------------------------- */
 
 /*
- * Reads the factor back (collective: every rank gets every tile) into a column-major n x n
- * matrix of doubles, zero above the diagonal, and hashes the tiles' bytes as computed
- * (FNV-1a), so that runs on different rank counts can be compared bit for bit.
+ * Gathers the tiles (odx_buffer_unpartition, collective: every rank's matrix gets every tile),
+ * copies the factor into a column-major n x n matrix of doubles, zero above the diagonal, and
+ * hashes the tiles' bytes as computed (FNV-1a, each tile column by column), so that runs on
+ * different rank counts can be compared bit for bit.
  */
 static double *read_factor(const struct tiles *m, uint64_t *checksum)
 {
-	size_t n = m->n, t = m->t, bytes = t * t * m->elem;
+	size_t n = m->n, t = m->t;
 	double *l = calloc(n * n, sizeof(double));
-	unsigned char *tile = xmalloc(bytes);
+	const unsigned char *bytes = m->matrix;
 	uint64_t h = 0xcbf29ce484222325ull;
 
 	if (!l)
 		check(m->ctx, ODX_ENOMEM, "calloc");
+	check(m->ctx, odx_buffer_unpartition(m->whole, -1), "odx_buffer_unpartition");
 	for (size_t i = 0; i < m->nt; i++) {
 		for (size_t j = 0; j <= i; j++) {
-			check(m->ctx, odx_buffer_read(tile_buf(m, i, j), 0, tile, bytes, -1),
-			      "odx_buffer_read");
-			for (size_t b = 0; b < bytes; b++)
-				h = (h ^ tile[b]) * 0x100000001b3ull;
 			for (size_t c = 0; c < t; c++) {
+				size_t gc = j * t + c, first = (gc * n + i * t) * m->elem;
+
+				for (size_t b = 0; b < t * m->elem; b++)
+					h = (h ^ bytes[first + b]) * 0x100000001b3ull;
 				for (size_t r = 0; r < t; r++) {
-					size_t gr = i * t + r, gc = j * t + c;
+					size_t gr = i * t + r;
 					double v = m->elem == sizeof(double)
-						? ((double *)tile)[c * t + r]
-						: ((float *)tile)[c * t + r];
+						? ((const double *)m->matrix)[gc * n + gr]
+						: ((const float *)m->matrix)[gc * n + gr];
 
 					/* POTRF leaves the upper triangle of diagonal tiles alone */
 					if (gr >= gc)
@@ -436,7 +481,6 @@ static double *read_factor(const struct tiles *m, uint64_t *checksum)
 			}
 		}
 	}
-	free(tile);
 	*checksum = h;
 	return l;
 }
@@ -495,38 +539,47 @@ int main(int argc, char **argv)
 		usage(argv[0]);
 
 	/*
-	 * Parallelism comes from running tiles side by side on every device thread: BLAS itself
-	 * runs on one thread unless OPENBLAS_NUM_THREADS says otherwise.
+	 * Parallelism comes from running tiles side by side on every host device, and within a
+	 * task from OpenBLAS on the device's threads (blas_threads) unless OPENBLAS_NUM_THREADS
+	 * fixes their count.
 	 */
-	if (!getenv("OPENBLAS_NUM_THREADS"))
+	blas_follows_device = !getenv("OPENBLAS_NUM_THREADS");
+	if (blas_follows_device)
 		openblas_set_num_threads(1);
 
 	odx_context *ctx;
 	check(NULL, odx_open(&ctx, NULL), "odx_open");
 
-	const odx_param potrf_p[] = {{ODX_ARG_BUFFER, ODX_RW, "a"}, {ODX_ARG_I32, 0, "t"}};
+	/* Each tile comes with its leading dimension (ODX_LD: n in place, t where packed). */
+	const odx_param potrf_p[] = {{ODX_ARG_BUFFER, ODX_RW, "a"}, {ODX_ARG_I32, 0, "t"},
+				     {ODX_ARG_I32, 0, "lda"}};
 	const odx_param trsm_p[] = {{ODX_ARG_BUFFER, ODX_R, "lkk"}, {ODX_ARG_BUFFER, ODX_RW, "a"},
-				    {ODX_ARG_I32, 0, "t"}};
+				    {ODX_ARG_I32, 0, "t"},	    {ODX_ARG_I32, 0, "ldl"},
+				    {ODX_ARG_I32, 0, "lda"}};
 	const odx_param trsm_t_p[] = {{ODX_ARG_BUFFER, ODX_R, "lkk"}, {ODX_ARG_BUFFER, ODX_RW, "a"},
-				      {ODX_ARG_BUFFER, ODX_W, "at"}, {ODX_ARG_I32, 0, "t"}};
+				      {ODX_ARG_BUFFER, ODX_W, "at"}, {ODX_ARG_I32, 0, "t"},
+				      {ODX_ARG_I32, 0, "ldl"},	    {ODX_ARG_I32, 0, "lda"}};
 	const odx_param syrk_p[] = {{ODX_ARG_BUFFER, ODX_R, "lnk"}, {ODX_ARG_BUFFER, ODX_RW, "a"},
-				    {ODX_ARG_I32, 0, "t"}};
+				    {ODX_ARG_I32, 0, "t"},	    {ODX_ARG_I32, 0, "ldl"},
+				    {ODX_ARG_I32, 0, "lda"}};
 	const odx_param gemm_p[] = {{ODX_ARG_BUFFER, ODX_R, "lmk"}, {ODX_ARG_BUFFER, ODX_R, "lnk"},
-				    {ODX_ARG_BUFFER, ODX_RW, "a"}, {ODX_ARG_I32, 0, "t"}};
+				    {ODX_ARG_BUFFER, ODX_RW, "a"},  {ODX_ARG_I32, 0, "t"},
+				    {ODX_ARG_I32, 0, "ldm"},	    {ODX_ARG_I32, 0, "ldn"},
+				    {ODX_ARG_I32, 0, "lda"}};
 	struct kernels k = {0};
 	if (std_gemm) {
-		k.potrf = host_kernel(ctx, "cholesky.spotrf", potrf_f32, potrf_p, 2);
-		k.trsm = host_kernel(ctx, "cholesky.strsm_t", trsm_f32, trsm_t_p, 4);
-		k.syrk = host_kernel(ctx, "cholesky.ssyrk", syrk_f32, syrk_p, 3);
+		k.potrf = host_kernel(ctx, "cholesky.spotrf", potrf_f32, potrf_p, 3);
+		k.trsm = host_kernel(ctx, "cholesky.strsm_t", trsm_f32, trsm_t_p, 6);
+		k.syrk = host_kernel(ctx, "cholesky.ssyrk", syrk_f32, syrk_p, 5);
 		check(ctx, odx_kernel_builtin(ctx, "odx.gemm_f32", &k.std_gemm),
 		      "odx_kernel_builtin");
 		check(ctx, odx_kernel_builtin(ctx, "odx.axpy_f32", &k.std_axpy),
 		      "odx_kernel_builtin");
 	} else {
-		k.potrf = host_kernel(ctx, "cholesky.dpotrf", potrf_f64, potrf_p, 2);
-		k.trsm = host_kernel(ctx, "cholesky.dtrsm", trsm_f64, trsm_p, 3);
-		k.syrk = host_kernel(ctx, "cholesky.dsyrk", syrk_f64, syrk_p, 3);
-		k.gemm = host_kernel(ctx, "cholesky.dgemm", gemm_f64, gemm_p, 4);
+		k.potrf = host_kernel(ctx, "cholesky.dpotrf", potrf_f64, potrf_p, 3);
+		k.trsm = host_kernel(ctx, "cholesky.dtrsm", trsm_f64, trsm_p, 5);
+		k.syrk = host_kernel(ctx, "cholesky.dsyrk", syrk_f64, syrk_p, 5);
+		k.gemm = host_kernel(ctx, "cholesky.dgemm", gemm_f64, gemm_p, 7);
 	}
 
 	struct tiles m = {.ctx = ctx, .n = n, .t = t, .nt = n / t,
@@ -567,5 +620,6 @@ int main(int argc, char **argv)
 	tiles_destroy(&m);
 	/* The trace, if asked for, is written by odx_close. */
 	check(NULL, odx_close(ctx), "odx_close");
+	free(m.matrix); /* registered: the program's until the buffer is gone */
 	return failed ? 1 : 0;
 }

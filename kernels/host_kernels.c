@@ -7,9 +7,17 @@
  * check that every buffer holds what the scalars promise (a GPU variant cannot refuse a launch;
  * the reference can), and walk the work-groups [group_first, group_first + group_count) and
  * their work-items. Several threads of a host device may run disjoint group ranges at once.
+ *
+ * A buffer may be a tile of a partitioned matrix used in place (backend ABI 1.7: buffer_shapes
+ * says `count` runs of `width` bytes, `pitch` apart; docs/partitions.md). The element-wise
+ * kernels run over stretches where every buffer is contiguous; reduce_sum and gemm read strided
+ * inputs from a packed copy and write strided outputs through a packed one, each thread only
+ * the elements of its own groups; buffers indexed by value (histogram counts, group-by sums)
+ * must be contiguous and are refused otherwise (docs/kernels.md, "Tiles").
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "builtin.h"
 #include "odx_dialect.h"
@@ -127,7 +135,99 @@ static float arg_f32(const odx_host_launch *l, int p)
 	return *(const float *)l->scalars[p];
 }
 
-/* Buffer parameter `b` must hold `count` elements of `elem` bytes (count >= 0). */
+static int fail(const odx_host_launch *l, const char *msg)
+{
+	snprintf(l->error, l->error_size, "%s", msg);
+	return -1;
+}
+
+/* ---- layouts ------------------------------------------------------------------------------- */
+
+/* Buffer parameter b's layout: the backend's shape (ABI 1.7), or one run of its size. */
+static odx_shape shape_of(const odx_host_launch *l, int b)
+{
+	if (l->buffer_shapes && l->buffer_shapes[b].count > 0 && l->buffer_shapes[b].width > 0)
+		return l->buffer_shapes[b];
+	return (odx_shape){l->buffer_sizes[b], 1, l->buffer_sizes[b]};
+}
+
+static bool is_strided(odx_shape s)
+{
+	return s.count > 1 && s.pitch != s.width;
+}
+
+/* The bytes buffer b holds, its runs end to end (a tile's span has gaps). */
+static size_t packed_bytes(const odx_host_launch *l, int b)
+{
+	odx_shape s = shape_of(l, b);
+
+	return is_strided(s) ? s.width * s.count : l->buffer_sizes[b];
+}
+
+/* Byte `at` of a buffer's packed contents, in its memory. */
+static char *byte_at(void *base, odx_shape s, uint64_t at)
+{
+	return (char *)base + at / s.width * s.pitch + at % s.width;
+}
+
+/* A strided buffer's runs must hold whole elements of `elem` bytes (one never straddles two). */
+static int check_runs(const odx_host_launch *l, const char *kernel, int b, size_t elem)
+{
+	odx_shape s = shape_of(l, b);
+
+	if (!is_strided(s) || s.width % elem == 0)
+		return 0;
+	snprintf(l->error, l->error_size,
+		 "%s: buffer %d is %zu runs of %zu bytes, not a whole number of %zu-byte elements",
+		 kernel, b, s.count, s.width, elem);
+	return -1;
+}
+
+/* Buffer b is indexed by value (an accumulator): a strided one is refused. */
+static int check_contiguous(const odx_host_launch *l, const char *kernel, int b, const char *name)
+{
+	odx_shape s = shape_of(l, b);
+
+	if (!is_strided(s))
+		return 0;
+	snprintf(l->error, l->error_size,
+		 "%s: %s (buffer %d) is a tile in place (%zu runs of %zu bytes, %zu apart); it is "
+		 "indexed by value and must be contiguous: a plain buffer or a 1D block",
+		 kernel, name, b, s.count, s.width, s.pitch);
+	return -1;
+}
+
+/* Copies the first `bytes` packed bytes of a strided buffer into `dst`, run by run. */
+static void pack(void *dst, const void *src, odx_shape s, size_t bytes)
+{
+	for (size_t at = 0; at < bytes; at += s.width) {
+		size_t n = bytes - at < s.width ? bytes - at : s.width;
+
+		memcpy((char *)dst + at, byte_at((void *)(uintptr_t)src, s, at), n);
+	}
+}
+
+/* Input buffer b as contiguous memory of `bytes` packed bytes: itself, or a packed copy in
+ * *copy (freed by the caller). Each thread packs its own: inputs are never written. */
+static const void *packed_input(const odx_host_launch *l, const char *kernel, int b, size_t bytes,
+				void **copy)
+{
+	odx_shape s = shape_of(l, b);
+
+	*copy = NULL;
+	if (!is_strided(s))
+		return l->buffers[b];
+	*copy = malloc(bytes ? bytes : 1);
+	if (!*copy) {
+		snprintf(l->error, l->error_size, "%s: out of memory packing buffer %d (%zu bytes)",
+			 kernel, b, bytes);
+		return NULL;
+	}
+	pack(*copy, l->buffers[b], s, bytes);
+	return *copy;
+}
+
+/* Buffer b's size against the scalars: it must hold `count` elements of `elem` bytes. */
 static int check_buffer(const odx_host_launch *l, const char *kernel, int b, int64_t count,
 			size_t elem)
 {
@@ -136,134 +236,177 @@ static int check_buffer(const odx_host_launch *l, const char *kernel, int b, int
 			 (long long)count);
 		return -1;
 	}
-	if ((uint64_t)count * elem > l->buffer_sizes[b]) {
+	if ((uint64_t)count * elem > packed_bytes(l, b)) {
 		snprintf(l->error, l->error_size,
 			 "%s: buffer %d holds %zu bytes, the launch needs %llu x %zu", kernel, b,
-			 l->buffer_sizes[b], (unsigned long long)count, elem);
+			 packed_bytes(l, b), (unsigned long long)count, elem);
 		return -1;
 	}
 	return 0;
 }
 
-static int fail(const odx_host_launch *l, const char *msg)
+/* ---- element-wise kernels ------------------------------------------------------------------ */
+
+#define MAX_WISE 3 /* buffers walked element by element in one kernel */
+
+/* Runs the launch's work-items (the walk w) over n elements at p[0 .. nb). */
+typedef void (*items_fn)(const odx_host_launch *l, walk *w, void *const *p, int32_t n);
+
+/*
+ * An element-wise kernel over n 4-byte elements of the buffers `bufs`: one pass when they are
+ * all contiguous, else one pass per stretch of elements that is contiguous in every one of them
+ * (a tile's column, or less where two layouts cut differently). Which work-item handles which
+ * element does not matter to these kernels, so each stretch is a grid-stride launch of its own.
+ */
+static int run_wise(const odx_host_launch *l, const char *kernel, const int *bufs, int nb,
+		    int32_t n, items_fn fn)
 {
-	snprintf(l->error, l->error_size, "%s", msg);
-	return -1;
+	odx_shape s[MAX_WISE];
+	void *p[MAX_WISE];
+	bool strided = false;
+	int64_t done;
+	walk w;
+
+	for (int i = 0; i < nb; i++) {
+		s[i] = shape_of(l, bufs[i]);
+		p[i] = l->buffers[bufs[i]];
+		if (check_runs(l, kernel, bufs[i], 4))
+			return -1;
+		strided |= is_strided(s[i]);
+	}
+	if (!strided) {
+		if (walk_first(&w, l, kernel, n))
+			return -1;
+		fn(l, &w, p, n);
+		return 0;
+	}
+	for (done = 0; done < n;) {
+		uint64_t at = (uint64_t)done * 4;
+		int64_t len = n - done;
+
+		for (int i = 0; i < nb; i++) {
+			if (!is_strided(s[i])) {
+				p[i] = (char *)l->buffers[bufs[i]] + at;
+				continue;
+			}
+			if ((int64_t)((s[i].width - at % s[i].width) / 4) < len)
+				len = (int64_t)((s[i].width - at % s[i].width) / 4);
+			p[i] = byte_at(l->buffers[bufs[i]], s[i], at);
+		}
+		if (walk_first(&w, l, kernel, len))
+			return -1;
+		fn(l, &w, p, (int32_t)len);
+		done += len;
+	}
+	return 0;
+}
+
+static void fill_items(const odx_host_launch *l, walk *w, void *const *p, int32_t n)
+{
+	for (; w->g < w->end; walk_next(w))
+		odx_fill_u32(&w->it, p[0], arg_i32(l, 1), n);
 }
 
 int odx__host_fill_u32(const odx_host_launch *l)
 {
-	int32_t value = arg_i32(l, 1), n = arg_i32(l, 2);
-	walk w;
+	static const int bufs[] = {0};
+	int32_t n = arg_i32(l, 2);
 
-	if (check_buffer(l, "odx.fill_u32", 0, n, 4) || walk_first(&w, l, "odx.fill_u32", n))
+	if (check_buffer(l, "odx.fill_u32", 0, n, 4) ||
+	    run_wise(l, "odx.fill_u32", bufs, 1, n, fill_items))
 		return 1;
-	for (; w.g < w.end; walk_next(&w))
-		odx_fill_u32(&w.it, l->buffers[0], value, n);
 	return 0;
+}
+
+static void copy_items(const odx_host_launch *l, walk *w, void *const *p, int32_t n)
+{
+	(void)l;
+	for (; w->g < w->end; walk_next(w))
+		odx_copy_u32(&w->it, p[0], p[1], n);
 }
 
 int odx__host_copy_u32(const odx_host_launch *l)
 {
+	static const int bufs[] = {0, 1};
 	int32_t n = arg_i32(l, 2);
-	walk w;
 
 	if (check_buffer(l, "odx.copy_u32", 0, n, 4) || check_buffer(l, "odx.copy_u32", 1, n, 4) ||
-	    walk_first(&w, l, "odx.copy_u32", n))
+	    run_wise(l, "odx.copy_u32", bufs, 2, n, copy_items))
 		return 1;
-	for (; w.g < w.end; walk_next(&w))
-		odx_copy_u32(&w.it, l->buffers[0], l->buffers[1], n);
 	return 0;
+}
+
+static void scale_items(const odx_host_launch *l, walk *w, void *const *p, int32_t n)
+{
+	for (; w->g < w->end; walk_next(w))
+		odx_scale_f32(&w->it, p[0], arg_f32(l, 1), n);
 }
 
 int odx__host_scale_f32(const odx_host_launch *l)
 {
-	float a = arg_f32(l, 1);
+	static const int bufs[] = {0};
 	int32_t n = arg_i32(l, 2);
-	walk w;
 
-	if (check_buffer(l, "odx.scale_f32", 0, n, 4) || walk_first(&w, l, "odx.scale_f32", n))
+	if (check_buffer(l, "odx.scale_f32", 0, n, 4) ||
+	    run_wise(l, "odx.scale_f32", bufs, 1, n, scale_items))
 		return 1;
-	for (; w.g < w.end; walk_next(&w))
-		odx_scale_f32(&w.it, l->buffers[0], a, n);
 	return 0;
+}
+
+static void axpy_items(const odx_host_launch *l, walk *w, void *const *p, int32_t n)
+{
+	for (; w->g < w->end; walk_next(w))
+		odx_axpy_f32(&w->it, p[0], p[1], arg_f32(l, 2), n);
 }
 
 int odx__host_axpy_f32(const odx_host_launch *l)
 {
-	float a = arg_f32(l, 2);
+	static const int bufs[] = {0, 1};
 	int32_t n = arg_i32(l, 3);
-	walk w;
 
 	if (check_buffer(l, "odx.axpy_f32", 0, n, 4) || check_buffer(l, "odx.axpy_f32", 1, n, 4) ||
-	    walk_first(&w, l, "odx.axpy_f32", n))
+	    run_wise(l, "odx.axpy_f32", bufs, 2, n, axpy_items))
 		return 1;
-	for (; w.g < w.end; walk_next(&w))
-		odx_axpy_f32(&w.it, l->buffers[0], l->buffers[1], a, n);
 	return 0;
 }
 
-int odx__host_reduce_sum_f32(const odx_host_launch *l)
+static void hash_items(const odx_host_launch *l, walk *w, void *const *p, int32_t n)
 {
-	int32_t n = arg_i32(l, 2);
-	walk w;
-
-	if (l->block[0] > ODX_REDUCE_MAX_BLOCK || l->block[1] > 1 || l->block[2] > 1 ||
-	    l->grid[1] > 1 || l->grid[2] > 1)
-		return fail(l, "odx.reduce_sum_f32: needs a 1-D launch with block.x <= 256");
-	if (check_buffer(l, "odx.reduce_sum_f32", 0, n, 4) ||
-	    check_buffer(l, "odx.reduce_sum_f32", 1, l->grid[0], 4) ||
-	    walk_first(&w, l, "odx.reduce_sum_f32", -1))
-		return 1;
-	for (; w.g < w.end; walk_next(&w))
-		odx_reduce_sum_f32(&w.it, l->buffers[0], l->buffers[1], n);
-	return 0;
-}
-
-int odx__host_gemm_f32(const odx_host_launch *l)
-{
-	int32_t m = arg_i32(l, 3), n = arg_i32(l, 4), k = arg_i32(l, 5);
-	walk w;
-
-	if (l->block[0] != ODX_GEMM_TILE || l->block[1] != ODX_GEMM_TILE || l->block[2] > 1)
-		return fail(l, "odx.gemm_f32: needs block = (16, 16, 1)");
-	if (m < 0 || n < 0 || k < 0)
-		return fail(l, "odx.gemm_f32: negative dimension");
-	if (check_buffer(l, "odx.gemm_f32", 0, (int64_t)m * k, 4) ||
-	    check_buffer(l, "odx.gemm_f32", 1, (int64_t)k * n, 4) ||
-	    check_buffer(l, "odx.gemm_f32", 2, (int64_t)m * n, 4) ||
-	    walk_first(&w, l, "odx.gemm_f32", n))
-		return 1;
-	for (; w.g < w.end; walk_next(&w))
-		odx_gemm_f32(&w.it, l->buffers[0], l->buffers[1], l->buffers[2], m, n, k);
-	return 0;
+	for (; w->g < w->end; walk_next(w))
+		odx_hash_partition_u32(&w->it, p[0], p[1], n, arg_i32(l, 3));
 }
 
 int odx__host_hash_partition_u32(const odx_host_launch *l)
 {
+	static const int bufs[] = {0, 1};
 	int32_t n = arg_i32(l, 2), parts = arg_i32(l, 3);
-	walk w;
 
 	if (parts < 1)
 		return fail(l, "odx.hash_partition_u32: parts must be >= 1");
 	if (check_buffer(l, "odx.hash_partition_u32", 0, n, 4) ||
 	    check_buffer(l, "odx.hash_partition_u32", 1, n, 4) ||
-	    walk_first(&w, l, "odx.hash_partition_u32", n))
+	    run_wise(l, "odx.hash_partition_u32", bufs, 2, n, hash_items))
 		return 1;
-	for (; w.g < w.end; walk_next(&w))
-		odx_hash_partition_u32(&w.it, l->buffers[0], l->buffers[1], n, parts);
 	return 0;
+}
+
+/* counts (buffer 1) is indexed by bin: contiguous, checked by the caller. */
+static void histogram_items(const odx_host_launch *l, walk *w, void *const *p, int32_t n)
+{
+	for (; w->g < w->end; walk_next(w))
+		odx_histogram_u32(&w->it, p[0], l->buffers[1], n, arg_i32(l, 3));
 }
 
 /*
  * Private counts, then a merge: the rows this call's groups visit (the kernel's grid-stride
  * order) are counted in memory of this thread, and each nonzero bin is added to `counts` with
- * one atomic add, where the kernel source would take one per row (0.11 s against 0.02 s for
- * 16M rows into a few bins on 2 cores, issue 20). Histograms much wider than the call's rows
- * keep the per-row atomics: clearing and scanning the private copy would cost more.
+ * one atomic add, where the kernel source takes one per row (about 4x faster on 16M rows into
+ * a few bins, issue 20; docs/performance-log.md). Histograms much wider than the call's rows, and
+ * bins in a tile in place (strided), keep the per-row atomics.
  */
 int odx__host_histogram_u32(const odx_host_launch *l)
 {
+	static const int bufs[] = {0};
 	int32_t n = arg_i32(l, 2), nbins = arg_i32(l, 3);
 	const uint32_t *bins = l->buffers[0];
 	uint32_t *counts = l->buffers[1], *priv = NULL;
@@ -274,14 +417,15 @@ int odx__host_histogram_u32(const odx_host_launch *l)
 
 	if (check_buffer(l, "odx.histogram_u32", 0, n, 4) ||
 	    check_buffer(l, "odx.histogram_u32", 1, nbins, 4) ||
-	    walk_first(&w, l, "odx.histogram_u32", n))
+	    check_contiguous(l, "odx.histogram_u32", 1, "counts"))
 		return 1;
-	if (nbins > 0 && (uint64_t)nbins <= 4 * rows + 1024)
+	if (!is_strided(shape_of(l, 0)) && nbins > 0 && (uint64_t)nbins <= 4 * rows + 1024)
 		priv = calloc((size_t)nbins, sizeof(*priv));
-	if (!priv) { /* wide histogram, or no memory: the kernel's per-row atomics */
-		for (; w.g < w.end; walk_next(&w))
-			odx_histogram_u32(&w.it, bins, counts, n, nbins);
-		return 0;
+	if (!priv) /* strided or wide, or no memory: the kernel's per-row atomics */
+		return run_wise(l, "odx.histogram_u32", bufs, 1, n, histogram_items) ? 1 : 0;
+	if (walk_first(&w, l, "odx.histogram_u32", n)) {
+		free(priv);
+		return 1;
 	}
 	for (; w.g < w.end; walk_next(&w)) {
 		const odx_item *it = &w.it;
@@ -299,19 +443,126 @@ int odx__host_histogram_u32(const odx_host_launch *l)
 	return 0;
 }
 
+/* sums (buffer 2) is indexed by key: contiguous, checked by the caller. */
+static void groupby_items(const odx_host_launch *l, walk *w, void *const *p, int32_t n)
+{
+	for (; w->g < w->end; walk_next(w))
+		odx_groupby_sum_i32(&w->it, p[0], p[1], l->buffers[2], n, arg_i32(l, 4));
+}
+
 int odx__host_groupby_sum_i32(const odx_host_launch *l)
 {
+	static const int bufs[] = {0, 1};
 	int32_t n = arg_i32(l, 3), nkeys = arg_i32(l, 4);
-	walk w;
 
 	if (check_buffer(l, "odx.groupby_sum_i32", 0, n, 4) ||
 	    check_buffer(l, "odx.groupby_sum_i32", 1, n, 4) ||
 	    check_buffer(l, "odx.groupby_sum_i32", 2, nkeys, 4) ||
-	    walk_first(&w, l, "odx.groupby_sum_i32", n))
+	    check_contiguous(l, "odx.groupby_sum_i32", 2, "sums") ||
+	    run_wise(l, "odx.groupby_sum_i32", bufs, 2, n, groupby_items))
 		return 1;
-	for (; w.g < w.end; walk_next(&w))
-		odx_groupby_sum_i32(&w.it, l->buffers[0], l->buffers[1], l->buffers[2], n, nkeys);
 	return 0;
+}
+
+/* ---- kernels whose work-items are not interchangeable ---------------------------------------- */
+
+/* Output buffer b of `bytes` packed bytes: itself when contiguous, else a scratch the caller
+ * scatters back (only the elements its own groups wrote: other threads write the rest). */
+static void *packed_output(const odx_host_launch *l, const char *kernel, int b, size_t bytes,
+			   void **scratch)
+{
+	*scratch = NULL;
+	if (!is_strided(shape_of(l, b)))
+		return l->buffers[b];
+	if (check_runs(l, kernel, b, 4))
+		return NULL;
+	*scratch = calloc(bytes / 4 ? bytes / 4 : 1, 4);
+	if (!*scratch)
+		snprintf(l->error, l->error_size, "%s: out of memory for buffer %d (%zu bytes)",
+			 kernel, b, bytes);
+	return *scratch;
+}
+
+/* Float i of a scratch into its place in strided buffer b. */
+static void scatter_f32(const odx_host_launch *l, int b, const float *scratch, uint64_t i)
+{
+	memcpy(byte_at(l->buffers[b], shape_of(l, b), i * 4), &scratch[i], 4);
+}
+
+int odx__host_reduce_sum_f32(const odx_host_launch *l)
+{
+	static const char kernel[] = "odx.reduce_sum_f32";
+	int32_t n = arg_i32(l, 2);
+	void *xcopy = NULL, *pscratch = NULL;
+	const float *x;
+	float *partial;
+	int rc = 1;
+	walk w;
+
+	if (l->block[0] > ODX_REDUCE_MAX_BLOCK || l->block[1] > 1 || l->block[2] > 1 ||
+	    l->grid[1] > 1 || l->grid[2] > 1)
+		return fail(l, "odx.reduce_sum_f32: needs a 1-D launch with block.x <= 256");
+	if (check_buffer(l, kernel, 0, n, 4) || check_buffer(l, kernel, 1, l->grid[0], 4) ||
+	    walk_first(&w, l, kernel, -1))
+		return 1;
+	x = packed_input(l, kernel, 0, (size_t)n * 4, &xcopy);
+	partial = x ? packed_output(l, kernel, 1, (size_t)l->grid[0] * 4, &pscratch) : NULL;
+	if (!partial)
+		goto out_free;
+	for (; w.g < w.end; walk_next(&w))
+		odx_reduce_sum_f32(&w.it, x, partial, n);
+	/* 1-D: group g wrote partial[g]. */
+	for (uint64_t g = l->group_first; pscratch && g < l->group_first + l->group_count; g++)
+		scatter_f32(l, 1, pscratch, g);
+	rc = 0;
+out_free:
+	free(pscratch);
+	free(xcopy);
+	return rc;
+}
+
+int odx__host_gemm_f32(const odx_host_launch *l)
+{
+	static const char kernel[] = "odx.gemm_f32";
+	int32_t m = arg_i32(l, 3), n = arg_i32(l, 4), k = arg_i32(l, 5);
+	void *acopy = NULL, *bcopy = NULL, *cscratch = NULL;
+	const float *a, *b;
+	float *c = NULL;
+	int rc = 1;
+	walk w;
+
+	if (l->block[0] != ODX_GEMM_TILE || l->block[1] != ODX_GEMM_TILE || l->block[2] > 1)
+		return fail(l, "odx.gemm_f32: needs block = (16, 16, 1)");
+	if (m < 0 || n < 0 || k < 0)
+		return fail(l, "odx.gemm_f32: negative dimension");
+	if (check_buffer(l, kernel, 0, (int64_t)m * k, 4) ||
+	    check_buffer(l, kernel, 1, (int64_t)k * n, 4) ||
+	    check_buffer(l, kernel, 2, (int64_t)m * n, 4) || walk_first(&w, l, kernel, n))
+		return 1;
+	a = packed_input(l, kernel, 0, (size_t)m * (size_t)k * 4, &acopy);
+	b = a ? packed_input(l, kernel, 1, (size_t)k * (size_t)n * 4, &bcopy) : NULL;
+	if (b)
+		c = packed_output(l, kernel, 2, (size_t)m * (size_t)n * 4, &cscratch);
+	if (!c)
+		goto out_free;
+	for (; w.g < w.end; walk_next(&w))
+		odx_gemm_f32(&w.it, a, b, c, m, n, k);
+	/* Group (gx, gy) wrote the 16 x 16 block of c at row gy * 16, column gx * 16. */
+	for (uint64_t g = l->group_first; cscratch && g < l->group_first + l->group_count; g++) {
+		uint64_t gx = g % l->grid[0], gy = g / l->grid[0] % (l->grid[1] ? l->grid[1] : 1);
+
+		for (uint64_t r = gy * ODX_GEMM_TILE;
+		     r < (gy + 1) * ODX_GEMM_TILE && r < (uint64_t)m; r++)
+			for (uint64_t cc = gx * ODX_GEMM_TILE;
+			     cc < (gx + 1) * ODX_GEMM_TILE && cc < (uint64_t)n; cc++)
+				scatter_f32(l, 2, cscratch, r * (uint64_t)n + cc);
+	}
+	rc = 0;
+out_free:
+	free(cscratch);
+	free(bcopy);
+	free(acopy);
+	return rc;
 }
 
 /* Launches of the data kernels that split rows into one chunk per group: 1-D only. */

@@ -406,10 +406,12 @@ typedef struct odx_partition {
  * partition (ODX_EBUSY). Each part is a buffer of its packed size (a tile's rows x columns x
  * elem_size bytes), with its own dependencies and copies; kernels get a tile's layout through
  * odx_host_launch.buffer_shapes and ODX_LD. `parts` receives nparts handles, which die at
- * odx_buffer_unpartition (or with `buf`); odx_buffer_destroy refuses them. Returns 0, ODX_EINVAL
+ * odx_buffer_unpartition (or with `buf`); odx_buffer_destroy refuses them. On several ranks the
+ * call is collective, like every call of the replicated task flow: every rank first gets `buf`'s
+ * latest bytes, and each part starts with the parent's owner. Returns 0, ODX_EINVAL
  * (a description that does not fit the buffer, or a part count other than what it makes: the
- * message says which), ODX_EBUSY (already partitioned), ODX_ENOSYS (`buf` is itself a part;
- * several ranks), ODX_ETIMEDOUT (nothing changed) or ODX_ENOMEM. `parts` is untouched on failure.
+ * message says which), ODX_EBUSY (already partitioned), ODX_ENOSYS (`buf` is itself a part),
+ * ODX_ETIMEDOUT (nothing changed) or ODX_ENOMEM. `parts` is untouched on failure.
  */
 ODX_API int odx_buffer_partition(odx_buffer *buf, const odx_partition *p, int nparts,
 				 odx_buffer **parts, int timeout_ms);
@@ -418,8 +420,9 @@ ODX_API int odx_buffer_partition(odx_buffer *buf, const odx_partition *p, int np
  * Gathers a partition: waits up to `timeout_ms` for every task using a part, writes every part
  * whose latest copy is elsewhere (a device) back into `buf`'s host memory, and ends the partition:
  * `buf` holds every part's latest contents and is usable again; the part handles are dead
- * (refused like destroyed buffers). ODX_ETIMEDOUT leaves the partition in place (some parts may
- * have been written back; call again). ODX_EINVAL when `buf` is not partitioned.
+ * (refused like destroyed buffers). On several ranks every rank receives each part's latest
+ * bytes (collective, like odx_buffer_read). ODX_ETIMEDOUT leaves the partition in place (some
+ * parts may have been written back; call again). ODX_EINVAL when `buf` is not partitioned.
  */
 ODX_API int odx_buffer_unpartition(odx_buffer *buf, int timeout_ms);
 

@@ -9,7 +9,8 @@
  * registered user memory (ABI 1.3 host_register: page-locked once per range, copied without a
  * bounce, unlocked once; a refusal costs only the direct path), and reads and writes straight to
  * and from a device's copy (ABI 1.3 copy_sync: one driver copy per call on the application's
- * thread, or one per piece when staged; odd offsets; failures named with the native error).
+ * thread, or one per piece when staged; odd offsets; failures named with the native error),
+ * and tiles of a partitioned buffer moved by the core's one-copy-per-run fallback (no 2D copy).
  * Results are labelled "fake driver": nothing here touches a GPU.
  */
 #include <dlfcn.h>
@@ -1336,6 +1337,78 @@ static void fake_driver_copy_sync_failure(void **state)
 	free(out);
 }
 
+/* Async copies the fake has seen, whatever their host side. */
+static long fake_copies(void)
+{
+	return fake_stat("direct_copies") + fake_stat("pinned_copies") +
+	       fake_stat("pageable_copies");
+}
+
+/*
+ * Tiles of a partitioned matrix on a device whose driver has no 2D copy (the fakes export no
+ * cuMemcpy2D / hipMemcpy2D, so copy_2d answers ODX_ENOSYS): the core's fallback moves each tile
+ * between its runs inside the parent and the packed device copy with one 1D copy per run, both
+ * ways. axpy on every tile on the device, a read of a tile from its device copy, then the parent
+ * gathered: every element as computed here, the padding between tiles untouched.
+ */
+static void fake_driver_partition_fallback(void **state)
+{
+	enum { ROWS = 40, COLS = 30, LD = 45, TR = 16, TC = 16, MT = 3, NT = 2 };
+	odx_partition p = {.kind = ODX_PART_TILES, .elem_size = 4, .rows = ROWS, .cols = COLS,
+			   .ld = LD, .tile_rows = TR, .tile_cols = TC};
+	static float mat[LD * COLS], want[LD * COLS], got[LD * COLS], xs[TR * TC], tile[TR * TC];
+	odx_context *ctx = open_fake();
+	odx_kernel *k = fake_kernel(ctx, good_image(), 4);
+	odx_buffer *a, *parts[MT * NT], *x;
+	long copies, runs = 0;
+	char msg[1024];
+
+	(void)state;
+	for (int e = 0; e < LD * COLS; e++)
+		mat[e] = want[e] = (float)(e % 53);
+	for (int e = 0; e < TR * TC; e++)
+		xs[e] = (float)(e % 7) - 3.0f;
+	assert_ok(odx_buffer_create(ctx, sizeof(mat), 0, &a));
+	assert_ok(odx_buffer_write(a, 0, mat, sizeof(mat), TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_create(ctx, sizeof(xs), 0, &x));
+	assert_ok(odx_buffer_write(x, 0, xs, sizeof(xs), TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_partition(a, &p, MT * NT, parts, TEST_TIMEOUT_MS));
+	copies = fake_copies();
+	for (int j = 0; j < NT; j++)
+		for (int i = 0; i < MT; i++) {
+			int h = ROWS - i * TR < TR ? ROWS - i * TR : TR;
+			int w = COLS - j * TC < TC ? COLS - j * TC : TC;
+
+			/* y (the tile, packed on the device: column after column) += 2 x */
+			assert_rc(axpy(ctx, k, x, parts[i + j * MT], 2.0f, h * w, 1, msg,
+				       sizeof(msg)), 0);
+			for (int c = 0; c < w; c++)
+				for (int r = 0; r < h; r++)
+					want[(j * TC + c) * LD + i * TR + r] += 2.0f * xs[c * h + r];
+			runs += w;
+		}
+	/* A tile read from its device copy: its packed bytes. */
+	assert_ok(odx_buffer_read(parts[1], 0, tile, (size_t)TR * TC * 4, TEST_TIMEOUT_MS));
+	for (int c = 0; c < TC; c++)
+		for (int r = 0; r < TR; r++)
+			if (tile[c * TR + r] != want[c * LD + TR + r])
+				fail_msg("tile (1, 0) element (%d, %d): %g, expected %g", r, c,
+					 (double)tile[c * TR + r], (double)want[c * LD + TR + r]);
+	assert_ok(odx_buffer_unpartition(a, TEST_TIMEOUT_MS));
+	/* In, and back out at the unpartition: one driver copy per column each way. */
+	if (fake_copies() - copies < 2 * runs)
+		fail_msg("%ld driver copies for %ld tile columns moved both ways: not the "
+			 "row-by-row fallback", fake_copies() - copies, runs);
+	assert_ok(odx_buffer_read(a, 0, got, sizeof(got), TEST_TIMEOUT_MS));
+	for (int e = 0; e < LD * COLS; e++)
+		if (got[e] != want[e])
+			fail_msg("element %d (row %d, column %d): %g, expected %g", e, e % LD,
+				 e / LD, (double)got[e], (double)want[e]);
+	odx_buffer_destroy(x);
+	odx_buffer_destroy(a);
+	close_checked(ctx);
+}
+
 /* Tells the fake that this thread is the application's: its driver copies are copy_sync's (the
  * lanes issue theirs on threads of their own). Every test runs on this thread. */
 static bool mark_caller(void)
@@ -1377,6 +1450,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(fake_driver_copy_sync_partial, reset_env),
 		cmocka_unit_test_teardown(fake_driver_copy_sync_page_locked, reset_env),
 		cmocka_unit_test_teardown(fake_driver_copy_sync_failure, reset_env),
+		cmocka_unit_test_teardown(fake_driver_partition_fallback, reset_env),
 		cmocka_unit_test_teardown(fake_driver_stub_library, reset_env),
 		cmocka_unit_test_teardown(fake_driver_old_driver, reset_env),
 		cmocka_unit_test_teardown(fake_driver_driver_11, reset_env),
