@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * metg_starpu.c - the METG task graphs (metg.h) on StarPU 1.3, written against its public API as
+ * a user would: W CPU workers (conf.ncpus, and STARPU_NCPU=W from bench/metg.sh), no CUDA or
+ * OpenCL, StarPU's default scheduler (lws, work stealing, unless STARPU_SCHED says otherwise;
+ * the JSON lines name it), one 8-byte variable handle per point and ring slot, implicit
+ * dependencies from the access modes (inputs STARPU_R, the output STARPU_W), one
+ * starpu_task_insert per task and one starpu_task_wait_for_all per graph.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <starpu.h>
+
+#include "metg.h"
+
+const char *const metg_runtime_name = "starpu";
+
+static void cpu_kernel(void *buffers[], void *cl_arg)
+{
+	const uint64_t *inputs[METG_MAX_DEPS];
+	int nbuffers = (int)STARPU_TASK_GET_NBUFFERS(starpu_task_get_current());
+	uint64_t id, iters;
+
+	starpu_codelet_unpack_args(cl_arg, &id, &iters);
+	/* buffers: the inputs in metg_deps order, then the output (none for trivial tasks) */
+	for (int k = 0; k < nbuffers - 1; k++)
+		inputs[k] = (const uint64_t *)STARPU_VARIABLE_GET_PTR(buffers[k]);
+	metg_task(id, iters, inputs, nbuffers > 0 ? nbuffers - 1 : 0,
+		  nbuffers > 0 ? (uint64_t *)STARPU_VARIABLE_GET_PTR(buffers[nbuffers - 1]) : NULL);
+}
+
+static struct starpu_codelet codelet = {
+	.where = STARPU_CPU,
+	.cpu_funcs = {cpu_kernel},
+	.cpu_funcs_name = {"metg_cpu_kernel"},
+	.nbuffers = STARPU_VARIABLE_NBUFFERS,
+	.name = "metg",
+};
+
+int metg_rt_open(int workers, char *sched, size_t sched_size)
+{
+	struct starpu_conf conf;
+	int rc;
+
+	starpu_conf_init(&conf);
+	conf.ncpus = workers;
+	conf.ncuda = 0;
+	conf.nopencl = 0;
+	rc = starpu_init(&conf);
+	if (rc != 0) {
+		fprintf(stderr, "metg_starpu: starpu_init failed: %s\n", strerror(-rc));
+		return -1;
+	}
+	if ((int)starpu_cpu_worker_get_count() != workers)
+		fprintf(stderr, "metg_starpu: warning: %u CPU workers, not %d (STARPU_NCPU?)\n",
+			starpu_cpu_worker_get_count(), workers);
+	struct starpu_sched_policy *policy = starpu_sched_ctx_get_sched_policy(0);
+	snprintf(sched, sched_size, "%s", policy && policy->policy_name ? policy->policy_name : "?");
+	return 0;
+}
+
+int metg_rt_run(const struct metg_graph *g, double *submit_s, double *total_s)
+{
+	static uint64_t values[METG_RING * 64];
+	starpu_data_handle_t handles[METG_RING * 64];
+	struct starpu_data_descr descr[METG_MAX_DEPS + 1];
+	int nbuf = g->width * METG_RING, deps[METG_MAX_DEPS], rc = 0;
+
+	if (nbuf > (int)(sizeof(handles) / sizeof(handles[0]))) {
+		fprintf(stderr, "metg_starpu: width %d is too wide (at most 64)\n", g->width);
+		return -1;
+	}
+	if (g->pattern == METG_TRIVIAL)
+		nbuf = 0;
+	for (int k = 0; k < nbuf; k++)
+		starpu_variable_data_register(&handles[k], STARPU_MAIN_RAM, (uintptr_t)&values[k],
+					      sizeof(values[k]));
+
+	double t0 = metg_now_s();
+	for (long t = 0; t < g->steps && rc == 0; t++) {
+		for (int i = 0; i < g->width && rc == 0; i++) {
+			int n = metg_deps(g, t, i, deps), nd = 0;
+			uint64_t id = (uint64_t)(t * g->width + i), iters = g->iters;
+
+			if (g->pattern != METG_TRIVIAL) {
+				for (int k = 0; k < n; k++)
+					descr[nd++] = (struct starpu_data_descr){
+						handles[metg_slot(g, t - 1, deps[k])], STARPU_R};
+				descr[nd++] = (struct starpu_data_descr){handles[metg_slot(g, t, i)],
+									 STARPU_W};
+			}
+			rc = starpu_task_insert(&codelet, STARPU_DATA_MODE_ARRAY, descr, nd,
+						STARPU_VALUE, &id, sizeof(id), STARPU_VALUE, &iters,
+						sizeof(iters), 0);
+			if (rc != 0)
+				fprintf(stderr, "metg_starpu: starpu_task_insert failed: %s\n",
+					strerror(-rc));
+		}
+	}
+	double t1 = metg_now_s();
+	starpu_task_wait_for_all();
+	*submit_s = t1 - t0;
+	*total_s = metg_now_s() - t0;
+	for (int k = 0; k < nbuf; k++)
+		starpu_data_unregister(handles[k]);
+	return rc == 0 ? 0 : -1;
+}
+
+void metg_rt_close(void)
+{
+	starpu_shutdown();
+}
+
+int main(int argc, char **argv)
+{
+	return metg_main(argc, argv);
+}
