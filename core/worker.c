@@ -560,11 +560,16 @@ static bool poll_for_work(odx_context *ctx, odx__device *dev)
 	deadline = odx__now_ns() + ctx->idle_spin_ns;
 	for (;;) {
 		if (atomic_load_explicit(&dev->load, memory_order_relaxed) > 0 ||
-		    (ctx->use_shared && atomic_load_explicit(&ctx->shared_count, memory_order_relaxed) > 0) ||
-		    (dev->steal_peers && odx__sched_stealable(ctx, dev, false)))
+		    (ctx->use_shared && atomic_load_explicit(&ctx->shared_count, memory_order_relaxed) > 0))
 			return true;
-		if ((++i & 63) == 0 && odx__now_ns() > deadline)
-			return false;
+		/* the peers' load counters only now and then: the submitting thread writes them at
+		 * every push, and a poller reading them each round slows it (cache line traffic) */
+		if ((++i & 63) == 0) {
+			if (dev->steal_peers && odx__sched_stealable(ctx, dev, false))
+				return true;
+			if (odx__now_ns() > deadline)
+				return false;
+		}
 		__builtin_ia32_pause();
 	}
 }
