@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 #
-# bench/cholesky.sh - tiled Cholesky in double precision, ODX (bench/cholesky, built from
-# examples/cholesky.c) against StarPU's cholesky_implicit (starpu-examples), both with OpenBLAS on
+# bench/cholesky.sh - tiled Cholesky in single precision, ODX (bench/cholesky --f32, built from
+# examples/cholesky.c) against StarPU's cholesky_implicit (starpu-examples, which factorises floats:
+# spotrf, strsm, ssyrk, sgemm; until 2026-11-26 ODX ran in double precision here, half of sgemm's
+# speed, so earlier ratios understate ODX by about 2x), both with OpenBLAS on
 # one thread per worker (OPENBLAS_NUM_THREADS=1) and the same number of workers: W host devices of
 # one thread each against STARPU_NCPU=W. Same N and tile count on both sides; both time from the
 # first submission to the end of the last task and count N^3 / 3 flops.
@@ -89,7 +91,7 @@ raw=$outdir/raw.tsv
 run_odx() {
 	local n=$1 nb=$2 out
 	out=$(env ODX_CONFIG= ODX_BACKENDS=host ODX_HOST_DEVICES="$workers" ODX_HOST_THREADS=1 \
-		OPENBLAS_NUM_THREADS=1 "$odx_bin" --no-check "$n" $((n / nb)) 2>&1) ||
+		OPENBLAS_NUM_THREADS=1 "$odx_bin" --f32 --no-check "$n" $((n / nb)) 2>&1) ||
 		{ echo "$out" >&2; return 1; }
 	awk '$1 == "rate" {print $2; found = 1} END {exit !found}' <<<"$out" ||
 		{ echo "no rate in ODX's output: $out" >&2; return 1; }
@@ -149,7 +151,7 @@ for (n, nb), rs in sorted(runs.items()):
     rows.append(out)
 
 print()
-print("Tiled Cholesky (f64, OpenBLAS 1 thread per worker), %s workers, %s, %s" % (workers, cpu,
+print("Tiled Cholesky (f32 as StarPU's, OpenBLAS 1 thread per worker), %s workers, %s, %s" % (workers, cpu,
                                                                                   date))
 print("GFLOP/s: median [min-max]; ratio = median over pairs of ODX/StarPU (> 1: ODX faster)")
 fmt = "%-10s %5s  %-24s %-24s %s"

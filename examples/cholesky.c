@@ -24,6 +24,8 @@
  * whole factor, the same bit for bit (the checksum line), since every tile sees the same
  * operations in the same order wherever it runs.
  *
+ * --f32 factorises in single precision with the same four OpenBLAS calls (spotrf, strsm, ssyrk,
+ * sgemm): what StarPU's cholesky_implicit computes, so bench/cholesky.sh compares the same work.
  * --std-gemm factorises in single precision and runs GEMM through the standard kernels
  * odx.gemm_f32 and odx.axpy_f32 (there is no f64 standard gemm), which have a variant for every
  * backend: with ODX_BACKENDS=host,vulkan the GEMMs may run on the GPU while POTRF, TRSM and SYRK
@@ -31,7 +33,7 @@
  * transposed into a buffer of its own (a column-major tile read row-major is its transpose); the
  * standard kernels take the tiles in place on the host (docs/kernels.md, "Tiles").
  *
- *	usage: cholesky [--std-gemm] [--no-check] [--no-prio] [N [T]]   (default 1920 320)
+ *	usage: cholesky [--f32 | --std-gemm] [--no-check] [--no-prio] [N [T]]   (default 1920 320)
  *	       ODX_HOST_DEVICES=2 OPENBLAS_NUM_THREADS=1 cholesky 3840 320
  *
  * The residual ||A - L L^T||_F / ||A||_F is checked against a bound (exit status 1 above it).
@@ -194,6 +196,29 @@ static int trsm_f32(const odx_host_launch *l)
 	return 0;
 }
 
+/* --f32: trsm(Lkk R, A RW, T, ldl, lda) and gemm(Lmk R, Lnk R, A RW, T, ldm, ldn, lda) as the
+ * f64 ones, in single precision (what StarPU's cholesky_implicit computes). */
+static int trsm_f32_blas(const odx_host_launch *l)
+{
+	int t = launch_i32(l, 2);
+
+	blas_threads(l);
+	cblas_strsm(CblasColMajor, CblasRight, CblasLower, CblasTrans, CblasNonUnit, t, t, 1.0f,
+		    l->buffers[0], launch_i32(l, 3), l->buffers[1], launch_i32(l, 4));
+	return 0;
+}
+
+static int gemm_f32_blas(const odx_host_launch *l)
+{
+	int t = launch_i32(l, 3);
+
+	blas_threads(l);
+	cblas_sgemm(CblasColMajor, CblasNoTrans, CblasTrans, t, t, t, -1.0f, l->buffers[0],
+		    launch_i32(l, 4), l->buffers[1], launch_i32(l, 5), 1.0f, l->buffers[2],
+		    launch_i32(l, 6));
+	return 0;
+}
+
 static int syrk_f32(const odx_host_launch *l)
 {
 	int t = launch_i32(l, 2);
@@ -227,7 +252,7 @@ static odx_kernel *host_kernel(odx_context *ctx, const char *name, odx_host_fn f
 struct tiles {
 	odx_context *ctx;
 	size_t n, t, nt;	/* matrix size, tile size, tiles per dimension */
-	size_t elem;		/* sizeof(double), or sizeof(float) with --std-gemm */
+	size_t elem;		/* sizeof(double), or sizeof(float) with --f32 and --std-gemm */
 	void *matrix;		/* n x n, column-major, ld n: the program's own memory */
 	odx_buffer *whole;	/* the matrix registered, partitioned while factorising */
 	odx_buffer **a;		/* its tiles: a[i + j * nt] */
@@ -513,7 +538,7 @@ static double residual(const double *l, size_t n)
 
 static void usage(const char *argv0)
 {
-	fprintf(stderr, "usage: %s [--std-gemm] [--no-check] [--no-prio] [N [T]]\n"
+	fprintf(stderr, "usage: %s [--f32 | --std-gemm] [--no-check] [--no-prio] [N [T]]\n"
 		"  T divides N (default 1920 320); with --std-gemm T is a multiple of 16\n", argv0);
 	exit(2);
 }
@@ -521,11 +546,13 @@ static void usage(const char *argv0)
 int main(int argc, char **argv)
 {
 	size_t n = 1920, t = 320;
-	int std_gemm = 0, do_check = 1, use_prio = 1, npos = 0;
+	int std_gemm = 0, f32 = 0, do_check = 1, use_prio = 1, npos = 0;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--std-gemm"))
 			std_gemm = 1;
+		else if (!strcmp(argv[i], "--f32"))
+			f32 = 1;
 		else if (!strcmp(argv[i], "--no-check"))
 			do_check = 0;
 		else if (!strcmp(argv[i], "--no-prio"))
@@ -535,8 +562,10 @@ int main(int argc, char **argv)
 		else
 			usage(argv[0]);
 	}
-	if (n == 0 || t == 0 || n % t || t > 46340 || n > 1u << 20 || (std_gemm && t % 16))
+	if (n == 0 || t == 0 || n % t || t > 46340 || n > 1u << 20 || (std_gemm && t % 16) ||
+	    (std_gemm && f32))
 		usage(argv[0]);
+	f32 |= std_gemm;
 
 	/*
 	 * Parallelism comes from running tiles side by side on every host device, and within a
@@ -575,6 +604,11 @@ int main(int argc, char **argv)
 		      "odx_kernel_builtin");
 		check(ctx, odx_kernel_builtin(ctx, "odx.axpy_f32", &k.std_axpy),
 		      "odx_kernel_builtin");
+	} else if (f32) {
+		k.potrf = host_kernel(ctx, "cholesky.spotrf", potrf_f32, potrf_p, 3);
+		k.trsm = host_kernel(ctx, "cholesky.strsm", trsm_f32_blas, trsm_p, 5);
+		k.syrk = host_kernel(ctx, "cholesky.ssyrk", syrk_f32, syrk_p, 5);
+		k.gemm = host_kernel(ctx, "cholesky.sgemm", gemm_f32_blas, gemm_p, 7);
 	} else {
 		k.potrf = host_kernel(ctx, "cholesky.dpotrf", potrf_f64, potrf_p, 3);
 		k.trsm = host_kernel(ctx, "cholesky.dtrsm", trsm_f64, trsm_p, 5);
@@ -583,7 +617,7 @@ int main(int argc, char **argv)
 	}
 
 	struct tiles m = {.ctx = ctx, .n = n, .t = t, .nt = n / t,
-			  .elem = std_gemm ? sizeof(float) : sizeof(double)};
+			  .elem = f32 ? sizeof(float) : sizeof(double)};
 	tiles_create(&m, std_gemm);
 	check(ctx, odx_wait_all_ranks(ctx, -1), "odx_wait_all_ranks");
 
@@ -596,7 +630,7 @@ int main(int argc, char **argv)
 	double *l = read_factor(&m, &checksum);
 	double res = do_check ? residual(l, n) : 0.0;
 	/* a backward-stable Cholesky leaves a residual of a few eps; n eps is generous */
-	double bound = (double)n * (std_gemm ? FLT_EPSILON : DBL_EPSILON);
+	double bound = (double)n * (f32 ? FLT_EPSILON : DBL_EPSILON);
 	int failed = do_check && !(res <= bound);
 
 	size_t nt = m.nt;
@@ -604,7 +638,7 @@ int main(int argc, char **argv)
 	check(ctx, odx_device_get_info(ctx, 0, &dev), "odx_device_get_info");
 	printf("cholesky: N=%zu T=%zu tiles=%zux%zu tasks=%zu %s devices=%d (%s: %s)\n", n, t, nt,
 	       nt, nt * (nt + 1) * (nt + 2) / 6 + (std_gemm ? nt * (nt - 1) * (nt - 2) / 6 : 0),
-	       std_gemm ? "f32 std-gemm" : "f64", odx_device_count(ctx),
+	       std_gemm ? "f32 std-gemm" : f32 ? "f32" : "f64", odx_device_count(ctx),
 	       dev.kind_name, dev.name);
 	if (do_check)
 		printf("  verify  %s (||A - L L^T|| / ||A|| = %.3g, bound %.3g)\n",
