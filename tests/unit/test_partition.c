@@ -179,6 +179,13 @@ static int probe_fn(const odx_host_launch *l)
 	return 0;
 }
 
+/* Fails the task (buf RW, v): its output has no defined bytes. */
+static int fail_fn(const odx_host_launch *l)
+{
+	snprintf(l->error, l->error_size, "this kernel fails on purpose");
+	return 7;
+}
+
 /* Adds v to every uint32 of a block (buf RW, v). */
 static int add_fn(const odx_host_launch *l)
 {
@@ -540,6 +547,41 @@ static void test_refusals(void **state)
 
 /* Tiles of user memory: the parts' latest bytes land in it at unpartition, and at the parent's
  * destruction without one (the parts written on the devices' own memory). */
+/* A part whose writer failed: unpartition refuses (ODX_ECANCELED, with the cause) every time
+ * until the part is written again; then the parent holds the new bytes and the other part's. */
+static void test_failed_part(void **state)
+{
+	static const odx_param p1[] = {{ODX_ARG_BUFFER, ODX_RW, "x"}, {ODX_ARG_I32, 0, "v"}};
+	odx_context *ctx = open2("shared", NULL);
+	kernels k = make_kernels(ctx);
+	odx_kernel *bad = test_host_kernel(ctx, "part_fail", p1, 2, fail_fn);
+	odx_partition p = {.kind = ODX_PART_BLOCKS, .elem_size = 4};
+	odx_buffer *a, *parts[2];
+	uint32_t x[16], fresh[8];
+
+	(void)state;
+	assert_ok(odx_buffer_create(ctx, sizeof(x), 0, &a));
+	assert_ok(odx_buffer_partition(a, &p, 2, parts, TEST_TIMEOUT_MS));
+	assert_ok(odx_submit(ctx, bad, (odx_arg[]){ODX_BUF(parts[0], ODX_RW), ODX_I32(1)}, 2, NULL,
+			     NULL));
+	assert_ok(odx_submit(ctx, k.add, (odx_arg[]){ODX_BUF(parts[1], ODX_RW), ODX_I32(5)}, 2,
+			     NULL, NULL));
+	for (int round = 0; round < 2; round++) {
+		assert_rc(odx_buffer_unpartition(a, TEST_TIMEOUT_MS), ODX_ECANCELED);
+		assert_contains(odx_last_error(ctx), "fails on purpose");
+	}
+	odx_wait_all(ctx, TEST_TIMEOUT_MS); /* takes the failure off the context */
+	for (int i = 0; i < 8; i++)
+		fresh[i] = 100u + (uint32_t)i;
+	assert_ok(odx_buffer_write(parts[0], 0, fresh, sizeof(fresh), TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_unpartition(a, TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_read(a, 0, x, sizeof(x), TEST_TIMEOUT_MS));
+	for (int i = 0; i < 16; i++)
+		assert_int_equal(x[i], i < 8 ? 100u + (uint32_t)i : 5u);
+	odx_buffer_destroy(a);
+	assert_ok(odx_close(ctx));
+}
+
 static void test_registered(void **state)
 {
 	enum { R = 8, C = 6, LD = 9 };
@@ -789,6 +831,7 @@ int main(void)
 		cmocka_unit_test(test_tiles_col_shared),    cmocka_unit_test(test_tiles_row_shared),
 		cmocka_unit_test(test_blocks_private),	    cmocka_unit_test(test_blocks_shared),
 		cmocka_unit_test(test_refusals),	    cmocka_unit_test(test_registered),
+		cmocka_unit_test(test_failed_part),
 		cmocka_unit_test(test_part_access_private), cmocka_unit_test(test_part_access_shared),
 		cmocka_unit_test(test_tiles_evicted),	    cmocka_unit_test(test_gpu_backends),
 	};
