@@ -731,6 +731,7 @@ struct odx_context {
 	odx_buffer *buffers;
 	odx_kernel *kernels;
 	_Atomic int nsleeping;        /* workers asleep, for the eager queue's wake-up */
+	_Atomic uint64_t coll_seq;    /* collectives so far (odx_allgather): their transfer key */
 	bool steal;                   /* sched.steal: idle workers take from devices sharing memory */
 	_Atomic uint64_t next_buffer_id;
 	/* buffer structs (buffer.c, under objects_lock): slabs kept until close, carved in order,

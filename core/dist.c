@@ -317,8 +317,8 @@ static int transfer(odx_context *ctx, odx_buffer *b, int src, int dst, int prior
 		    const char *why)
 {
 	/* the transport's keys are 55 bits: 31 for the buffer, 24 for the count (transfers of one
-	 * buffer 16M apart are never in flight together) */
-	uint64_t key = ((b->id & 0x7fffffffull) << 24) | (b->xfer_seq++ & 0xffffff);
+	 * buffer 16M apart are never in flight together); buffer field 0 is the collectives' */
+	uint64_t key = (((b->id - 1) % 0x7fffffffull + 1) << 24) | (b->xfer_seq++ & 0xffffff);
 	odx__task *t;
 	int rc;
 
@@ -836,6 +836,143 @@ ODX_API int odx_fabric_describe(odx_context *ctx, char *buf, size_t n)
 		snprintf(buf, n, "one rank (not launched by odx-run, mpirun or srun)\n");
 	used = strlen(buf);
 	return odx_fab_describe(&p, buf + used, n - used);
+}
+
+/* ---- small collectives ---------------------------------------------------------------------- */
+
+struct coll {
+	pthread_mutex_t lock;
+	int pending, status;
+	char msg[ODX__MSG_MAX];
+};
+
+static void coll_done(void *arg, int status, const char *msg)
+{
+	struct coll *c = arg;
+
+	pthread_mutex_lock(&c->lock);
+	c->pending--;
+	if (status && !c->status) {
+		c->status = status;
+		snprintf(c->msg, sizeof(c->msg), "%s", msg ? msg : odx_strerror(status));
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+static bool coll_finished(void *arg)
+{
+	struct coll *c = arg;
+	bool done;
+
+	pthread_mutex_lock(&c->lock);
+	done = c->pending == 0;
+	pthread_mutex_unlock(&c->lock);
+	return done;
+}
+
+/* Every rank sends its bytes to every other and receives theirs (key: buffer field 0, the
+ * collective's sequence number: every rank numbers its collectives alike, as it calls them in
+ * the same order). Small values are the point: counts, sizes, timings. */
+ODX_API int odx_allgather(odx_context *ctx, const void *mine, size_t len, void *all,
+			  int timeout_ms)
+{
+	struct coll c = {.status = 0};
+	uint64_t key;
+	int r, rc = 0, posted = 0;
+
+	if (!ctx)
+		return ODX_EINVAL;
+	ODX__CHECK_ARG(ctx, (mine && all) || len == 0, "mine/all");
+	if (len && (char *)all + (size_t)ctx->rank * len != (const char *)mine)
+		memmove((char *)all + (size_t)ctx->rank * len, mine, len);
+	if (!ctx->fab || ctx->size == 1)
+		return 0;
+	mine = (const char *)all + (size_t)ctx->rank * len;
+	key = atomic_fetch_add(&ctx->coll_seq, 1) & 0xffffff;
+	pthread_mutex_init(&c.lock, NULL);
+	c.pending = 2 * (ctx->size - 1);
+	for (r = 0; r < ctx->size && !rc; r++) {
+		if (r == ctx->rank)
+			continue;
+		rc = odx_fab_recv(ctx->fab, r, key, (char *)all + (size_t)r * len, len, coll_done,
+				  &c);
+		if (!rc) {
+			posted++;
+			rc = odx_fab_send(ctx->fab, r, key, mine, len, coll_done, &c);
+			if (!rc)
+				posted++;
+		}
+	}
+	if (rc) {
+		/* what was posted completes (fails at worst) before the buffers go back */
+		pthread_mutex_lock(&c.lock);
+		c.pending -= 2 * (ctx->size - 1) - posted;
+		pthread_mutex_unlock(&c.lock);
+	}
+	odx_fab_kick(ctx->fab);
+	int wrc;
+	do
+		wrc = odx_fab_wait(ctx->fab, coll_finished, &c,
+				   timeout_ms < 0 ? 60000 : timeout_ms == 0 ? 1 : timeout_ms);
+	while (wrc == ODX_ETIMEDOUT && timeout_ms < 0);
+	pthread_mutex_destroy(&c.lock);
+	if (rc)
+		return odx__fail(ctx, rc, "odx_allgather: the fabric refused a transfer: %s",
+				 odx_strerror(rc));
+	if (wrc)
+		return odx__fail(ctx, wrc, "odx_allgather: %d of %d transfers unfinished after %d ms",
+				 c.pending, 2 * (ctx->size - 1), timeout_ms);
+	if (c.status)
+		return odx__fail(ctx, c.status, "odx_allgather: %s", c.msg);
+	return 0;
+}
+
+ODX_API int odx_allreduce(odx_context *ctx, odx_arg_kind kind, odx_reduce_op op, void *inout,
+			  int n, int timeout_ms)
+{
+	size_t len;
+	unsigned char *all;
+	int rc, r, i;
+
+	if (!ctx)
+		return ODX_EINVAL;
+	ODX__CHECK_ARG(ctx, kind == ODX_ARG_I64 || kind == ODX_ARG_F64, "kind");
+	ODX__CHECK_ARG(ctx, op == ODX_REDUCE_SUM || op == ODX_REDUCE_MIN || op == ODX_REDUCE_MAX,
+		       "op");
+	ODX__CHECK_ARG(ctx, n >= 0 && (inout || n == 0), "inout/n");
+	len = (size_t)n * 8;
+	all = malloc(len * (size_t)ctx->size + 1);
+	if (!all)
+		return odx__fail(ctx, ODX_ENOMEM, "odx_allreduce: out of memory");
+	rc = odx_allgather(ctx, inout, len, all, timeout_ms);
+	/* in rank order on every rank: the same bits everywhere, floating point included */
+	for (i = 0; !rc && i < n; i++) {
+		if (kind == ODX_ARG_I64) {
+			int64_t v, acc;
+
+			memcpy(&acc, all + (size_t)i * 8, 8);
+			for (r = 1; r < ctx->size; r++) {
+				memcpy(&v, all + (size_t)r * len + (size_t)i * 8, 8);
+				acc = op == ODX_REDUCE_SUM ? (int64_t)((uint64_t)acc + (uint64_t)v)
+				      : op == ODX_REDUCE_MIN ? (v < acc ? v : acc)
+							     : (v > acc ? v : acc);
+			}
+			memcpy((char *)inout + (size_t)i * 8, &acc, 8);
+		} else {
+			double v, acc;
+
+			memcpy(&acc, all + (size_t)i * 8, 8);
+			for (r = 1; r < ctx->size; r++) {
+				memcpy(&v, all + (size_t)r * len + (size_t)i * 8, 8);
+				acc = op == ODX_REDUCE_SUM ? acc + v
+				      : op == ODX_REDUCE_MIN ? (v < acc ? v : acc)
+							     : (v > acc ? v : acc);
+			}
+			memcpy((char *)inout + (size_t)i * 8, &acc, 8);
+		}
+	}
+	free(all);
+	return rc;
 }
 
 ODX_API int odx_wait_all_ranks(odx_context *ctx, int timeout_ms)

@@ -733,6 +733,32 @@ static inline int odx_owner_cyclic(long index, int nranks)
 }
 
 /**
+ * Small collectives, for values a program needs on every rank (counts, sizes, timings). Every rank
+ * calls them, in the same order relative to its other collectives; one thread at a time per
+ * context. odx_allgather: rank r's `len` bytes at `mine` land at all + r * len on every rank
+ * (`mine` may already be that slot); `all` holds size * len bytes. `timeout_ms` -1 waits forever
+ * (a dead or silent rank ends it with ODX_EPEER). One context: a copy. Meant for kilobytes, not
+ * data: every rank sends its bytes to every other.
+ */
+ODX_API int odx_allgather(odx_context *ctx, const void *mine, size_t len, void *all,
+			  int timeout_ms);
+
+/** Reductions of odx_allreduce. */
+typedef enum odx_reduce_op {
+	ODX_REDUCE_SUM = 1,
+	ODX_REDUCE_MIN = 2,
+	ODX_REDUCE_MAX = 3,
+} odx_reduce_op;
+
+/**
+ * `n` values of `kind` (ODX_ARG_I64 or ODX_ARG_F64) at `inout`, reduced element by element over
+ * the ranks with `op`, in rank order on every rank: every rank gets the same bits, floating point
+ * sums included (i64 sums wrap). Collective, like odx_allgather.
+ */
+ODX_API int odx_allreduce(odx_context *ctx, odx_arg_kind kind, odx_reduce_op op, void *inout,
+			  int n, int timeout_ms);
+
+/**
  * odx_wait_all on this rank, then a barrier with every rank of the job: when it returns 0, every
  * task of every rank has finished. ODX_EPEER when a rank failed (the message names it),
  * ODX_ETIMEDOUT, or the first local task error. `timeout_ms` bounds each of the two waits; -1
