@@ -88,7 +88,10 @@ struct host_dev {
 
 	/* copy lane: two threads taking copies in queue order (they may finish out of order),
 	 * started by the first copy: host devices sharing the host's memory (host.memnode =
-	 * shared, the default) never copy between each other, so most never need them */
+	 * shared, the default) never copy between each other, so most never need them. Not on
+	 * backends/common/lanes.h, whose lanes are one thread per queue with a lock of their own:
+	 * here two threads share one queue, and copy_lock also guards the async compute lane's
+	 * queue and copied_cond (copy_sync_after orders a copy behind queued launches). */
 	pthread_t copy_thread[HOST_COPY_THREADS];
 	unsigned copy_started;
 	pthread_mutex_t copy_lock;
