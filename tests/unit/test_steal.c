@@ -29,18 +29,7 @@
 #define CHAIN 300
 #define SPREAD 64
 
-static atomic_int gate_open, ran;
-
-static int k_gate(const odx_host_launch *l)
-{
-	for (int i = 0; i < 600000 && !atomic_load(&gate_open); i++)
-		usleep(100);
-	if (!atomic_load(&gate_open)) {
-		snprintf(l->error, l->error_size, "the gate was never opened");
-		return 1;
-	}
-	return 0;
-}
+static atomic_int ran;
 
 static int k_step(const odx_host_launch *l)
 {
@@ -71,7 +60,7 @@ static void test_direct_successor(void **state)
 	static const char *const kv[] = {"host.devices", "2", "host.bind", "false", NULL};
 	static const odx_param p[] = {{ODX_ARG_BUFFER, ODX_RW, "x"}};
 	odx_context *ctx = test_open_ctx(kv);
-	odx_kernel *gate = test_host_kernel(ctx, "gate", p, 1, k_gate);
+	odx_kernel *gate = test_host_kernel(ctx, "gate", p, 1, test_gate_fn);
 	odx_kernel *step = test_host_kernel(ctx, "step", p, 1, k_step);
 	odx_task_opts o = {.grid = {1, 1, 1}, .block = {1, 1, 1}};
 	uint64_t run0, run1;
@@ -79,12 +68,12 @@ static void test_direct_successor(void **state)
 	uint32_t x = 0;
 
 	(void)state;
-	atomic_store(&gate_open, 0);
+	atomic_store(test_gate(), 0);
 	assert_ok(odx_buffer_create(ctx, 64, 0, &b));
 	assert_ok(odx_submit(ctx, gate, (odx_arg[]){ODX_BUF(b, ODX_RW)}, 1, &o, NULL));
 	for (int i = 0; i < CHAIN; i++)
 		assert_ok(odx_submit(ctx, step, (odx_arg[]){ODX_BUF(b, ODX_RW)}, 1, &o, NULL));
-	atomic_store(&gate_open, 1);
+	atomic_store(test_gate(), 1);
 	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
 	assert_ok(odx_buffer_read(b, 0, &x, sizeof(x), TEST_TIMEOUT_MS));
 	assert_int_equal(x, CHAIN);

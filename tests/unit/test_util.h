@@ -9,11 +9,13 @@
 #ifndef ODX_TESTS_TEST_UTIL_H
 #define ODX_TESTS_TEST_UTIL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "odx/odx.h"
 
@@ -125,6 +127,26 @@ static inline uint64_t test_mix(uint64_t a, uint64_t b)
 	uint64_t s = a ^ (b * 0x9e3779b97f4a7c15ull);
 
 	return test_rand(&s);
+}
+
+/* A gate: test_gate_fn, as a host kernel, holds its device until the test opens the gate
+ * (atomic_store(test_gate(), 1)); after TEST_TIMEOUT_MS it fails the task instead of hanging. */
+static inline atomic_int *test_gate(void)
+{
+	static atomic_int open;
+
+	return &open;
+}
+
+static inline int test_gate_fn(const odx_host_launch *l)
+{
+	for (int i = 0; i < TEST_TIMEOUT_MS * 10 && !atomic_load(test_gate()); i++)
+		usleep(100);
+	if (!atomic_load(test_gate())) {
+		snprintf(l->error, l->error_size, "the gate was never opened");
+		return 1;
+	}
+	return 0;
 }
 
 /* Resident set size of this process in bytes, from /proc/self/status (0 if unknown). */

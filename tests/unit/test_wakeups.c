@@ -29,20 +29,6 @@
 /* wake-ups allowed: the one that ends the wait, and a few from other broadcasts */
 #define WAKEUPS_MAX 4
 
-static atomic_int gate_open;
-
-/* Holds its device until the test opens the gate (a hang guard of 60 s fails it). */
-static int k_gate(const odx_host_launch *l)
-{
-	for (int i = 0; i < 600000 && !atomic_load(&gate_open); i++)
-		usleep(100);
-	if (!atomic_load(&gate_open)) {
-		snprintf(l->error, l->error_size, "the gate was never opened");
-		return 1;
-	}
-	return 0;
-}
-
 static int k_step(const odx_host_launch *l)
 {
 	uint32_t *x = l->buffers[0];
@@ -67,7 +53,7 @@ static void *open_when_waiting(void *arg)
 	for (int i = 0; i < 600000 && atomic_load(o->kind) == 0; i++)
 		usleep(100);
 	usleep(2000); /* into its condition variable (not needed for correctness: see above) */
-	atomic_store(&gate_open, 1);
+	atomic_store(test_gate(), 1);
 	return NULL;
 }
 
@@ -76,7 +62,7 @@ static void run(bool event)
 	static const char *const kv[] = {"host.devices", "2", "host.bind", "false", NULL};
 	static const odx_param p[] = {{ODX_ARG_BUFFER, ODX_RW, "x"}};
 	odx_context *ctx = test_open_ctx(kv);
-	odx_kernel *gate = test_host_kernel(ctx, "gate", p, 1, k_gate);
+	odx_kernel *gate = test_host_kernel(ctx, "gate", p, 1, test_gate_fn);
 	odx_kernel *step = test_host_kernel(ctx, "step", p, 1, k_step);
 	odx_task_opts o = {.grid = {1, 1, 1}, .block = {1, 1, 1}};
 	odx_event *last = NULL;
@@ -86,7 +72,7 @@ static void run(bool event)
 	uint64_t before, woken;
 	struct opener op = {ctx, event ? &ctx->waiters_targeted : &ctx->waiters_all};
 
-	atomic_store(&gate_open, 0);
+	atomic_store(test_gate(), 0);
 	assert_ok(odx_buffer_create(ctx, 64, 0, &b));
 	assert_ok(odx_submit(ctx, gate, (odx_arg[]){ODX_BUF(b, ODX_RW)}, 1, &o, NULL));
 	for (int i = 0; i < CHAIN; i++)
