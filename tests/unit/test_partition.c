@@ -810,14 +810,6 @@ static void test_gpu_backends(void **state)
 	bool ran = false;
 
 	(void)state;
-#if defined(__SANITIZE_THREAD__)
-	/* lavapipe and PoCL are not built with ThreadSanitizer: it reports their own locking
-	 * (PoCL's unlock from another thread) and loses their frames when the loader unloads them.
-	 * The ASan stage and the default build run this case. */
-	printf("SKIP test_gpu_backends: the Vulkan and OpenCL drivers are not built with "
-	       "ThreadSanitizer\n");
-	skip();
-#endif
 	ran |= gpu_tiles_run("vulkan");
 	ran |= gpu_tiles_run("opencl");
 	if (!ran)
