@@ -16,57 +16,6 @@
 
 #include "test_util.h"
 
-/* ---- log capture (ODX_STATS lines) --------------------------------------------------------- */
-
-static pthread_mutex_t logged_lock = PTHREAD_MUTEX_INITIALIZER;
-static char logged[1 << 16];
-static size_t logged_len;
-
-static void log_sink(void *user, odx_log_level level, const char *msg)
-{
-	size_t n = strlen(msg);
-
-	(void)user;
-	(void)level;
-	pthread_mutex_lock(&logged_lock);
-	if (logged_len + n + 2 < sizeof(logged)) {
-		memcpy(logged + logged_len, msg, n);
-		logged_len += n;
-		logged[logged_len++] = '\n';
-		logged[logged_len] = '\0';
-	}
-	pthread_mutex_unlock(&logged_lock);
-}
-
-/* The sum of the numbers right before `word` on the logged lines containing `what`. */
-static unsigned long long stat_sum(const char *what, const char *word)
-{
-	unsigned long long sum = 0;
-	const char *line = logged;
-
-	while (*line) {
-		const char *end = strchr(line, '\n');
-		size_t n = end ? (size_t)(end - line) : strlen(line);
-		char buf[1024];
-		const char *w, *p;
-
-		if (n >= sizeof(buf))
-			n = sizeof(buf) - 1;
-		memcpy(buf, line, n);
-		buf[n] = '\0';
-		if (strstr(buf, what) && (w = strstr(buf, word)) != NULL) {
-			p = w;
-			while (p > buf && p[-1] == ' ')
-				p--;
-			while (p > buf && p[-1] >= '0' && p[-1] <= '9')
-				p--;
-			sum += strtoull(p, NULL, 10);
-		}
-		line = end ? end + 1 : line + n;
-	}
-	return sum;
-}
-
 /* Two host devices, memory private or shared, plus extra settings. */
 static odx_context *open2(const char *memnode, const char *const *extra)
 {
@@ -77,7 +26,7 @@ static odx_context *open2(const char *memnode, const char *const *extra)
 	int rc;
 
 	assert_ok(odx_config_create(&cfg));
-	assert_ok(odx_config_set_log(cfg, log_sink, NULL));
+	assert_ok(odx_config_set_log(cfg, test_log_sink, NULL));
 	for (int i = 0; kv[i]; i += 2)
 		assert_ok(odx_config_set(cfg, kv[i], kv[i + 1]));
 	for (int i = 0; extra && extra[i]; i += 2)
@@ -87,10 +36,7 @@ static odx_context *open2(const char *memnode, const char *const *extra)
 		fail_msg("odx_open: %s: %s", odx_err_name(rc), odx_config_error(cfg));
 	odx_config_destroy(cfg);
 	assert_int_equal(odx_device_count(ctx), 2);
-	pthread_mutex_lock(&logged_lock);
-	logged_len = 0;
-	logged[0] = '\0';
-	pthread_mutex_unlock(&logged_lock);
+	test_log_reset();
 	return ctx;
 }
 
@@ -414,8 +360,8 @@ static void test_tiles_evicted(void **state)
 	tiles_run("private", false, kv, &big, 3);
 	/* close printed the statistics */
 	print_message("tiles evicted: %llu clean drops, %llu write-backs\n",
-		      stat_sum("tier node", "clean"), stat_sum("tier node", "dirty"));
-	assert_true(stat_sum("tier node", "dirty") > 0);
+		      test_stat_sum("tier node", "clean"), test_stat_sum("tier node", "dirty"));
+	assert_true(test_stat_sum("tier node", "dirty") > 0);
 }
 
 /* ---- 1D blocks ------------------------------------------------------------------------------- */

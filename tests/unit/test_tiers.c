@@ -29,48 +29,7 @@
 #include "odx/odx.h"
 #include "test_util.h"
 
-/* ---- a log sink that keeps what ODX_STATS and the log say ------------------------------------ */
-
-static char logged[1 << 16];
-static size_t logged_len;
-/* The log sink runs on ODX threads (the watchdog's, for one) while the test reads `logged`. */
-static pthread_mutex_t logged_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void log_sink(void *user, odx_log_level level, const char *msg)
-{
-	size_t n = strlen(msg);
-
-	(void)user;
-	(void)level;
-	pthread_mutex_lock(&logged_lock);
-	if (logged_len + n + 2 < sizeof(logged)) {
-		memcpy(logged + logged_len, msg, n);
-		logged_len += n;
-		logged[logged_len++] = '\n';
-		logged[logged_len] = '\0';
-	}
-	pthread_mutex_unlock(&logged_lock);
-}
-
-static bool logged_has(const char *text)
-{
-	bool has;
-
-	pthread_mutex_lock(&logged_lock);
-	has = strstr(logged, text) != NULL;
-	pthread_mutex_unlock(&logged_lock);
-	return has;
-}
-
-static void log_reset(void)
-{
-	pthread_mutex_lock(&logged_lock);
-	logged_len = 0;
-	logged[0] = '\0';
-	pthread_mutex_unlock(&logged_lock);
-}
-
-/* Opens a context on the environment's backend with extra settings, logging into `logged`. */
+/* Opens a context on the environment's backend with extra settings, logging into test_log. */
 static odx_context *open_ctx(const char *const *kv);
 
 /* Host memory nodes (one per NUMA node: the tiers_numa run describes two to hwloc); the per-node
@@ -101,7 +60,7 @@ static odx_context *open_ctx(const char *const *kv)
 	assert_ok(odx_config_create(&cfg));
 	assert_ok(odx_config_set(cfg, "stats", "true"));
 	assert_ok(odx_config_set(cfg, "log", "warn"));
-	assert_ok(odx_config_set_log(cfg, log_sink, NULL));
+	assert_ok(odx_config_set_log(cfg, test_log_sink, NULL));
 	for (int i = 0; kv && kv[i]; i += 2) {
 		rc = odx_config_set(cfg, kv[i], kv[i + 1]);
 		if (rc)
@@ -112,35 +71,6 @@ static odx_context *open_ctx(const char *const *kv)
 		fail_msg("odx_open: %s: %s", odx_err_name(rc), odx_config_error(cfg));
 	odx_config_destroy(cfg);
 	return ctx;
-}
-
-/* Sums a counter from the stats lines: the number right before `word` on lines with `what`. */
-static unsigned long long stat_sum(const char *what, const char *word)
-{
-	unsigned long long sum = 0;
-	const char *line = logged;
-
-	while (line && *line) {
-		const char *end = strchr(line, '\n');
-		const char *w, *p;
-		char buf[1024];
-		size_t n = end ? (size_t)(end - line) : strlen(line);
-
-		if (n >= sizeof(buf))
-			n = sizeof(buf) - 1;
-		memcpy(buf, line, n);
-		buf[n] = '\0';
-		if (strstr(buf, what) && (w = strstr(buf, word)) != NULL) {
-			p = w;
-			while (p > buf && p[-1] == ' ')
-				p--;
-			while (p > buf && p[-1] >= '0' && p[-1] <= '9')
-				p--;
-			sum += strtoull(p, NULL, 10);
-		}
-		line = end ? end + 1 : NULL;
-	}
-	return sum;
 }
 
 /* ---- workloads ------------------------------------------------------------------------------ */
@@ -356,7 +286,7 @@ static size_t run_workload(int w, const char *const *kv, void *out)
 	odx_context *ctx = open_ctx(kv);
 	size_t ws;
 
-	log_reset();
+	test_log_reset();
 	switch (w) {
 	case STREAMING:
 		ws = streaming(ctx, 32, out);
@@ -368,7 +298,7 @@ static size_t run_workload(int w, const char *const *kv, void *out)
 		ws = random_graph(ctx, 42, (int)test_scaled(600, 200), out);
 		break;
 	}
-	assert_ok(odx_close(ctx)); /* prints the statistics into `logged` */
+	assert_ok(odx_close(ctx)); /* prints the statistics into the test log */
 	return ws;
 }
 
@@ -398,8 +328,8 @@ static void out_of_core(int w, size_t outbytes)
 		run_workload(w, kv, got);
 		print_message("working set %zu bytes, device tier %s bytes: %llu copies evicted "
 			      "(%llu dirty ones written back)\n",
-			      ws, limit, stat_sum("tier node", "clean") + stat_sum("tier node", "dirty"),
-			      stat_sum("tier node", "dirty"));
+			      ws, limit, test_stat_sum("tier node", "clean") + test_stat_sum("tier node", "dirty"),
+			      test_stat_sum("tier node", "dirty"));
 		if (memcmp(ref, got, outbytes) != 0) {
 			size_t at = 0;
 
@@ -411,7 +341,7 @@ static void out_of_core(int w, size_t outbytes)
 				 ((uint32_t *)ref)[at / 4]);
 		}
 		/* It got there by evicting, not because the limit was never reached. */
-		assert_true(stat_sum("tier node", "clean") + stat_sum("tier node", "dirty") > 0);
+		assert_true(test_stat_sum("tier node", "clean") + test_stat_sum("tier node", "dirty") > 0);
 	}
 	free(ref);
 	free(got);
@@ -581,7 +511,7 @@ static void reload_all_live(const char *const *kv)
 	assert_non_null(b);
 	assert_non_null(host);
 	ctx = open_ctx(kv);
-	log_reset();
+	test_log_reset();
 	for (int i = 0; i < n; i++) {
 		for (int j = 0; j < WORDS; j++)
 			host[j] = (uint32_t)(i * 40503u + (unsigned)j);
@@ -598,8 +528,8 @@ static void reload_all_live(const char *const *kv)
 	}
 	assert_ok(odx_close(ctx));
 	print_message("%d live buffers of 64 KiB: spills %llu, reloads %llu\n", n,
-		      stat_sum("disk tier", "spills"), stat_sum("disk tier", "reloads"));
-	assert_true(stat_sum("disk tier", "reloads") > 0);
+		      test_stat_sum("disk tier", "spills"), test_stat_sum("disk tier", "reloads"));
+	assert_true(test_stat_sum("disk tier", "reloads") > 0);
 	free(b);
 	free(host);
 }
@@ -617,10 +547,10 @@ static void test_disk_spill_and_reload(void **state)
 	make_spill_root();
 	run_workload(STREAMING, NULL, ref);
 	run_workload(STREAMING, kv, got);
-	print_message("spills %llu, reloads %llu\n", stat_sum("disk tier", "spills"),
-		      stat_sum("disk tier", "reloads"));
+	print_message("spills %llu, reloads %llu\n", test_stat_sum("disk tier", "spills"),
+		      test_stat_sum("disk tier", "reloads"));
 	assert_memory_equal(ref, got, outbytes);
-	assert_true(stat_sum("disk tier", "spills") > 0);
+	assert_true(test_stat_sum("disk tier", "spills") > 0);
 	/* Whether that run reloads anything depends on how far its kernels run ahead of its reads
 	 * (its inputs go to disk first): the reloads are checked where they cannot be avoided. */
 	reload_all_live(kv);
@@ -668,11 +598,11 @@ static void test_spill_write_error(void **state)
 	make_spill_root();
 	run_workload(STREAMING, NULL, ref);
 	run_workload(STREAMING, kv, got);
-	print_message("spills %llu, spill errors %llu\n", stat_sum("disk tier", "spills"),
-		      stat_sum("disk tier", "spill errors"));
+	print_message("spills %llu, spill errors %llu\n", test_stat_sum("disk tier", "spills"),
+		      test_stat_sum("disk tier", "spill errors"));
 	assert_memory_equal(ref, got, outbytes);
-	assert_int_equal(stat_sum("disk tier", "spill errors"), 2);
-	assert_contains(logged, "spilling buffer");
+	assert_int_equal(test_stat_sum("disk tier", "spill errors"), 2);
+	assert_contains(test_log_text(), "spilling buffer");
 	assert_int_equal(dir_entries(spill_root, NULL, 0), 0);
 	rmdir(spill_root);
 	free(ref);
@@ -748,22 +678,22 @@ static void test_watchdog(void **state)
 	(void)state;
 	atomic_store(&release_kernel, false);
 	ctx = open_ctx(kv);
-	log_reset();
+	test_log_reset();
 	k = test_host_kernel(ctx, "blocking", params, 1, blocking_kernel);
 	assert_ok(odx_buffer_create(ctx, 4096, 0, &x));
 	assert_ok(odx_submit(ctx, k, (odx_arg[]){ODX_BUF(x, ODX_RW)}, 1, NULL, NULL));
 	assert_ok(odx_submit(ctx, k, (odx_arg[]){ODX_BUF(x, ODX_RW)}, 1, NULL, NULL));
 	/* No progress while the first task holds its device: the dump comes (200 ms here; the
 	 * deadline, TEST_TIMEOUT_MS, only guards against a hang). */
-	for (i = 0; i < TEST_TIMEOUT_MS / 10 && !logged_has("odx watchdog"); i++)
+	for (i = 0; i < TEST_TIMEOUT_MS / 10 && !test_log_has("odx watchdog"); i++)
 		usleep(10000);
 	atomic_store(&release_kernel, true);
 	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS)); /* nothing logs after this */
-	print_message("%s", logged);
-	assert_contains(logged, "odx watchdog: no task completed and no byte moved");
-	assert_contains(logged, "tasks are pending");
-	assert_contains(logged, "device 0");
-	assert_contains(logged, "memory node 0 (host RAM");
+	print_message("%s", test_log_text());
+	assert_contains(test_log_text(), "odx watchdog: no task completed and no byte moved");
+	assert_contains(test_log_text(), "tasks are pending");
+	assert_contains(test_log_text(), "device 0");
+	assert_contains(test_log_text(), "memory node 0 (host RAM");
 	odx_buffer_destroy(x);
 	assert_ok(odx_close(ctx));
 }

@@ -9,6 +9,7 @@
 #ifndef ODX_TESTS_TEST_UTIL_H
 #define ODX_TESTS_TEST_UTIL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -127,6 +128,96 @@ static inline uint64_t test_mix(uint64_t a, uint64_t b)
 	uint64_t s = a ^ (b * 0x9e3779b97f4a7c15ull);
 
 	return test_rand(&s);
+}
+
+/* ---- what the log and ODX_STATS said --------------------------------------------------------
+ * test_log_sink (odx_config_set_log(cfg, test_log_sink, NULL)) keeps every message, one a line;
+ * ODX threads write it while the test reads, so the readers take its lock. */
+typedef struct test_log {
+	pthread_mutex_t lock;
+	size_t len;
+	char text[1 << 16];
+} test_log;
+
+static inline test_log *test_log_get(void)
+{
+	static test_log log = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+	return &log;
+}
+
+static inline void test_log_sink(void *user, odx_log_level level, const char *msg)
+{
+	test_log *g = test_log_get();
+	size_t n = strlen(msg);
+
+	(void)user;
+	(void)level;
+	pthread_mutex_lock(&g->lock);
+	if (g->len + n + 2 < sizeof(g->text)) {
+		memcpy(g->text + g->len, msg, n);
+		g->len += n;
+		g->text[g->len++] = '\n';
+		g->text[g->len] = '\0';
+	}
+	pthread_mutex_unlock(&g->lock);
+}
+
+static inline void test_log_reset(void)
+{
+	test_log *g = test_log_get();
+
+	pthread_mutex_lock(&g->lock);
+	g->len = 0;
+	g->text[0] = '\0';
+	pthread_mutex_unlock(&g->lock);
+}
+
+static inline bool test_log_has(const char *text)
+{
+	test_log *g = test_log_get();
+	bool has;
+
+	pthread_mutex_lock(&g->lock);
+	has = strstr(g->text, text) != NULL;
+	pthread_mutex_unlock(&g->lock);
+	return has;
+}
+
+/* What was logged, for reading once ODX's threads are gone (after odx_close). */
+static inline const char *test_log_text(void)
+{
+	return test_log_get()->text;
+}
+
+/* The sum of the numbers right before `word` on the logged lines containing `what` (counters of
+ * the ODX_STATS lines, read after odx_close). */
+static inline unsigned long long test_stat_sum(const char *what, const char *word)
+{
+	unsigned long long sum = 0;
+	const char *line = test_log_text();
+
+	while (line && *line) {
+		const char *end = strchr(line, '\n');
+		const char *w, *p;
+		char buf[1024];
+		size_t n = end ? (size_t)(end - line) : strlen(line);
+
+		if (n >= sizeof(buf))
+			n = sizeof(buf) - 1;
+		memcpy(buf, line, n);
+		buf[n] = '\0';
+		if (strstr(buf, what) && (w = strstr(buf, word)) != NULL) {
+			p = w;
+			while (p > buf && p[-1] == ' ')
+				p--;
+			while (p > buf && p[-1] >= '0' && p[-1] <= '9')
+				p--;
+			sum += strtoull(p, NULL, 10);
+		}
+		line = end ? end + 1 : NULL;
+	}
+	return sum;
 }
 
 /* A gate: test_gate_fn, as a host kernel, holds its device until the test opens the gate
