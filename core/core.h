@@ -171,6 +171,10 @@ struct odx_buffer {
 	 * read at every public entry that refuses a partitioned buffer */
 	_Atomic int nparts;
 	struct odx_buffer **parts;
+	/* Partitions whose parts alias its host copy: counted from a partition's submission to the
+	 * end of its unpartition (which may run later than the call, partition.c), so that copy is
+	 * never evicted or spilled meanwhile (evict.c) */
+	_Atomic int backing;
 	struct odx_buffer *prev, *next; /* ctx->buffers (live buffers); next: the quarantine */
 	odx__replica replicas[]; /* one per memory node */
 };
@@ -229,6 +233,10 @@ int odx__buffer_partitioned(const odx_buffer *buf, const char *fn);
 int odx__partition_destroy(odx_buffer *buf);
 /* Releases the parts of a partitioned parent whose destruction ran (worker.c). */
 void odx__partition_release_parts(odx_buffer *buf);
+/* The end of a partition switch, after its unstaging and before its completion (worker.c): the
+ * parts' aliases made, or the parts gathered and released; *status becomes the failure it ran
+ * despite, if any. */
+void odx__partition_switch_end(odx__task *t, int *status);
 /* Handle check at a public entry: 0 for a live buffer of any context, else ODX_EINVAL with a
  * message naming `fn` (a destroyed buffer: its struct stays mapped until close, docs/memory.md
  * "Handles"). NULL gives ODX_EINVAL with no message (no context to hold it). */
@@ -275,6 +283,14 @@ enum odx__task_kind {
 	ODX__TASK_DESTROY, /* release a buffer after its last user */
 	ODX__TASK_SEND,    /* send the host replica to rank `peer` (distributed execution) */
 	ODX__TASK_RECV,    /* receive the buffer from rank `peer` into the host replica */
+	/* Partition switches (partition.c): bookkeeping tasks in the graph, run by a worker. A
+	 * partition reads and writes its parent (args[0]) and writes every part (the rest): it
+	 * brings the parent's latest bytes into its host copy and makes the parts' aliases there.
+	 * An unpartition writes the parent and reads and writes every part: it gathers each part
+	 * into its alias and releases the parts. Both run even when an input failed (their
+	 * bookkeeping must happen), and then complete with that failure. */
+	ODX__TASK_PARTITION,
+	ODX__TASK_UNPARTITION,
 	ODX__TASK_KIND_COUNT,
 };
 /* What a task is, in messages and traces: its kernel's name for a kernel task ("task" with
@@ -408,6 +424,10 @@ void odx__wake_waiters(odx_context *ctx);
 static inline bool odx__task_caller_runs(const odx__task *t)
 {
 	return t->kind == ODX__TASK_READ || t->kind == ODX__TASK_WRITE;
+}
+static inline bool odx__task_is_switch(const odx__task *t)
+{
+	return t->kind == ODX__TASK_PARTITION || t->kind == ODX__TASK_UNPARTITION;
 }
 /* buffer access of argument i: mode used for dependencies, and whether staging fetches it */
 odx_access odx__task_dep_access(const odx__task *t, int i);

@@ -16,6 +16,7 @@
  * collective like odx_buffer_read); in between the parts are buffers of the replicated task
  * flow like any other, sent and received packed (dist.c, odx__dist_run).
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,15 +148,13 @@ static int describe(odx_buffer *buf, const odx_partition *p, int nparts, part_de
 			 "ODX_PART_BLOCKS, ODX_PART_TILES", fn, (int)p->kind);
 }
 
-/* A part of `parent` as `d` describes it, its home replica an alias into the parent's host copy
- * (which holds the parent's only valid bytes: it was gathered). */
-static odx_buffer *part_new(odx_buffer *parent, const part_desc *d, size_t elem)
+/* A part of `parent` as `d` describes it, at home on host node `home` (the parent's). Its home
+ * replica, an alias into the parent's host copy, is made when the partition switch runs
+ * (parts_alias): until then nothing touches it, since every user of the part is ordered after
+ * the switch. */
+static odx_buffer *part_new(odx_buffer *parent, int home, const part_desc *d, size_t elem)
 {
-	odx_context *ctx = parent->ctx;
-	int home = odx__home(parent);
-	const odx__replica *pr = &parent->replicas[home];
-	odx_buffer *b = odx__buffer_new(ctx, d->shape.width * d->shape.count);
-	odx__replica *r;
+	odx_buffer *b = odx__buffer_new(parent->ctx, d->shape.width * d->shape.count);
 
 	if (!b)
 		return NULL;
@@ -165,18 +164,10 @@ static odx_buffer *part_new(odx_buffer *parent, const part_desc *d, size_t elem)
 	b->part_elem = elem;
 	b->home_rank = parent->home_rank;
 	atomic_store(&b->home, home);
-	pthread_mutex_lock(&b->lock);
-	b->zero = false;
-	r = &b->replicas[home];
-	r->allocated = true;
-	r->mem = pr->mem + pr->off + d->off;
-	r->off = 0;
-	odx__replica_set_state(b, home, ODX__MODIFIED);
-	pthread_mutex_unlock(&b->lock);
 	return b;
 }
 
-/* A part's struct goes (its users finished, its bytes are in the parent). */
+/* A part's struct goes (its users finished, its bytes are in the parent, or it was never used). */
 static void part_kill(odx_buffer *b)
 {
 	odx_context *ctx = b->ctx;
@@ -188,22 +179,155 @@ static void part_kill(odx_buffer *b)
 	odx__buffer_release_memory(b);
 }
 
-ODX_API int odx_buffer_partition(odx_buffer *buf, const odx_partition *p, int nparts,
-				 odx_buffer **parts, int timeout_ms)
+/* ---- the switches: tasks in the graph (docs/partitions.md, "Coherence rules") --------------- */
+
+/*
+ * A partition switch over `parent` and its n parts, for odx__task_submit: ODX__TASK_PARTITION
+ * reads and writes the parent and writes the parts, so it runs after the parent's users and
+ * before the parts'; ODX__TASK_UNPARTITION writes the parent and reads and writes the parts, so
+ * it runs after the parts' users and before the parent's next ones. Like StarPU's switch task of
+ * starpu_data_partition_submit, but it moves bytes itself: staging brings what it reads to the
+ * parent's host node (stage.c, stages_arg), all of it at once.
+ */
+static odx__task *switch_new(odx_buffer *parent, int kind, odx_buffer *const *parts, int n)
 {
-	static const char fn[] = "odx_buffer_partition";
+	odx_context *ctx = parent->ctx;
+	odx__task *t = odx__task_new(ctx);
+	bool part = kind == ODX__TASK_PARTITION;
+	int i;
+
+	if (!t)
+		return NULL;
+	if (n + 1 > ODX__INLINE_ARGS) {
+		t->args = malloc((size_t)(n + 1) * sizeof(*t->args));
+		if (!t->args) {
+			t->args = t->inline_args;
+			odx__task_put(t);
+			return NULL;
+		}
+	}
+	t->kind = (uint8_t)kind;
+	t->nargs = n + 1;
+	t->args[0] = ODX_BUF(parent, part ? ODX_RW : ODX_W);
+	for (i = 0; i < n; i++)
+		t->args[i + 1] = ODX_BUF(parts[i], part ? ODX_W : ODX_RW);
+	/* Every user of the parts (or of the parent, after an unpartition) waits for it. */
+	atomic_store_explicit(&t->priority, INT_MAX, memory_order_relaxed);
+	snprintf(t->tag, sizeof(t->tag), "%s buffer #%llu, %d parts", part ? "partition" : "gather",
+		 (unsigned long long)parent->id, n);
+	return t;
+}
+
+/* Submits a switch; never blocks (admission forced: the partition's state already changed).
+ * `event`: the user's reference (odx_submit's rule); `keep`: one for the caller to wait with. */
+static void switch_submit(odx__task *t, odx_event **event, odx__task **keep)
+{
+	if (event) {
+		atomic_fetch_add(&t->refs, 1);
+		t->has_event = true;
+		atomic_store_explicit(&t->user_ref, true, memory_order_relaxed);
+		*event = (odx_event *)t;
+	}
+	if (keep) {
+		atomic_fetch_add(&t->refs, 1);
+		*keep = t;
+	}
+	odx__task_submit(t->ctx, t, ODX__ADMIT_FORCE);
+}
+
+/* The parent's host copy holds its latest bytes from now on (the parts write it in place): the
+ * only valid copy, a new version, no disk copy. */
+static void parent_host_only(odx_buffer *b)
+{
+	odx_context *ctx = b->ctx;
+	int home = odx__home(b), m;
+
+	pthread_mutex_lock(&b->lock);
+	if (b->replicas[home].allocated) {
+		for (m = 0; m < ctx->nmemnodes; m++)
+			if (m != home)
+				odx__replica_set_state(b, m, ODX__INVALID);
+		odx__replica_set_state(b, home, ODX__MODIFIED);
+	}
+	b->zero = false;
+	b->wversion++;
+	b->spill_failed = false;
+	if (atomic_load(&b->disk_state) != ODX__INVALID)
+		odx__tier_disk_free(ctx, b);
+	pthread_mutex_unlock(&b->lock);
+}
+
+/* The parts' home replicas: aliases into the parent's host copy, which staging just filled
+ * with its latest bytes (and which `backing` keeps in place until the unpartition ends). */
+static void parts_alias(odx_buffer *parent, const odx__task *t)
+{
+	odx_context *ctx = parent->ctx;
+	int home = odx__home(parent), i;
+	odx__memnode *node = &ctx->memnodes[home];
+	const odx__replica *pr = &parent->replicas[home];
+
+	for (i = 1; i < t->nargs; i++) {
+		odx_buffer *b = t->args[i].v.buffer;
+		odx__replica *r = &b->replicas[home];
+
+		pthread_mutex_lock(&node->lock);
+		pthread_mutex_lock(&b->lock);
+		/* Without a host copy (its staging failed) the parts get no alias: every use of
+		 * one fails (odx__replica_alloc_as refuses to make it), and the switch failed. */
+		if (pr->allocated) {
+			r->allocated = true;
+			r->mem = pr->mem + pr->off + b->part_off;
+			r->off = 0;
+			odx__replica_set_state(b, home, ODX__MODIFIED);
+		}
+		b->zero = false;
+		pthread_mutex_unlock(&b->lock);
+		pthread_mutex_unlock(&node->lock);
+	}
+}
+
+void odx__partition_switch_end(odx__task *t, int *status)
+{
+	odx_buffer *parent = t->args[0].v.buffer;
+	int n = t->nargs - 1, i;
+
+	/* It ran although an input failed (odx__task_ready): it completes with that failure, and
+	 * its successors that read what it wrote are canceled with it. */
+	if (*status == 0)
+		*status = atomic_load(&t->cancel);
+	if (t->kind == ODX__TASK_PARTITION) {
+		parts_alias(parent, t);
+		parent_host_only(parent);
+		odx__buffer_drop_copies(parent);
+		return;
+	}
+	/* Each part's latest bytes are in its alias (staging fetched them all); the parts go, and
+	 * the parent's host copy is whole. */
+	for (i = 0; i < n; i++) {
+		odx_buffer *b = t->args[i + 1].v.buffer;
+
+		atomic_store(&b->dead, true);
+		odx__buffer_release_memory(b);
+	}
+	parent_host_only(parent);
+	atomic_fetch_sub(&parent->backing, 1);
+}
+
+/* ---- the calls -------------------------------------------------------------------------------- */
+
+/* Checks a partition request: 0 and the description (*dp, n parts, to free), or the error. */
+static int partition_check(odx_buffer *buf, const odx_partition *p, int nparts, part_desc **dp,
+			   const char *fn)
+{
 	odx_context *ctx;
-	part_desc *d = NULL;
-	odx_buffer **own = NULL;
-	int rc, n = 0, i;
-	size_t elem;
+	part_desc *d;
+	int rc, n = 0;
 
 	rc = odx__buffer_check(buf, fn);
 	if (rc)
 		return rc;
 	ctx = buf->ctx;
 	ODX__CHECK_ARG(ctx, p, "p");
-	ODX__CHECK_ARG(ctx, parts, "parts");
 	ODX__CHECK_ARG(ctx, nparts > 0, "nparts");
 	if (buf->part_of)
 		return odx__fail(ctx, ODX_ENOSYS,
@@ -213,6 +337,8 @@ ODX_API int odx_buffer_partition(odx_buffer *buf, const odx_partition *p, int np
 	rc = odx__buffer_partitioned(buf, fn);
 	if (rc)
 		return rc;
+	if (ctx->closing)
+		return odx__fail(ctx, ODX_ECLOSED, "%s: the context is closing", fn);
 	rc = describe(buf, p, nparts, NULL, &n, fn);
 	if (rc)
 		return rc;
@@ -221,42 +347,98 @@ ODX_API int odx_buffer_partition(odx_buffer *buf, const odx_partition *p, int np
 				 "%s: the description makes %d parts of buffer #%llu, nparts is %d", fn,
 				 n, (unsigned long long)buf->id, nparts);
 	d = calloc((size_t)n, sizeof(*d));
-	own = calloc((size_t)n, sizeof(*own));
-	if (!d || !own) {
-		rc = odx__fail(ctx, ODX_ENOMEM, "%s: out of memory (%d parts)", fn, n);
-		goto out_free;
-	}
+	if (!d)
+		return odx__fail(ctx, ODX_ENOMEM, "%s: out of memory (%d parts)", fn, n);
 	describe(buf, p, nparts, d, &n, fn);
+	*dp = d;
+	return 0;
+}
+
+/*
+ * The partition after its checks: the parent's latest bytes to every rank (collective), the parts
+ * and the switch submitted. From here on the parent refuses its users and its host copy stays
+ * in place (`backing`). *keep (may be NULL): a reference to the switch.
+ */
+static int partition_submit(odx_buffer *buf, const odx_partition *p, const part_desc *d, int n,
+			    odx_buffer **parts, odx_event **event, odx__task **keep,
+			    const char *fn)
+{
+	odx_context *ctx = buf->ctx;
+	odx_buffer **own;
+	odx__task *t;
+	size_t elem = p->elem_size ? p->elem_size : 1;
+	int rc, home, i;
+
+	/* Its host copy backs the parts: a parent larger than host memory cannot be partitioned
+	 * (registered memory is the user's, counted but never refused). */
+	home = odx__buffer_home(ctx, buf, -1);
+	if (!buf->registered && buf->size > ctx->memnodes[home].capacity)
+		return odx__fail(ctx, ODX_ENOSPC,
+				 "%s: buffer #%llu (%zu bytes) is larger than host memory node %d "
+				 "(%llu bytes, tier.host.limit), where a partitioned buffer stays",
+				 fn, (unsigned long long)buf->id, buf->size, home,
+				 (unsigned long long)ctx->memnodes[home].capacity);
 	/* Several ranks: every rank gets the parent's latest bytes (nothing moves when each one
 	 * has them already, as for registered or written memory), so every part starts valid on
 	 * every rank, where tasks on it may run. */
 	rc = odx__dist_read(buf);
 	if (rc)
-		goto out_free;
-	/* The latest bytes into the host copy, every other copy gone: the parts alias it. */
-	rc = odx__buffer_gather(buf, timeout_ms, fn);
-	if (rc)
-		goto out_free;
-	atomic_store(&buf->nparts, n); /* the parent refuses its users from here on */
-	odx__buffer_drop_copies(buf);
-	elem = p->elem_size ? p->elem_size : 1;
-	for (i = 0; i < n; i++) {
-		own[i] = part_new(buf, &d[i], elem);
-		if (!own[i]) {
-			while (i-- > 0)
-				part_kill(own[i]);
-			atomic_store(&buf->nparts, 0);
-			rc = odx__fail(ctx, ODX_ENOMEM, "%s: out of memory (%d parts)", fn, n);
-			goto out_free;
-		}
+		return rc;
+	own = calloc((size_t)n, sizeof(*own));
+	t = own ? switch_new(buf, ODX__TASK_PARTITION, own, n) : NULL;
+	for (i = 0; t && i < n; i++) {
+		own[i] = part_new(buf, home, &d[i], elem);
+		if (!own[i])
+			break;
+		t->args[i + 1].v.buffer = own[i];
+	}
+	if (!t || i < n) {
+		while (i-- > 0)
+			part_kill(own[i]);
+		if (t)
+			odx__task_put(t);
+		free(own);
+		return odx__fail(ctx, ODX_ENOMEM, "%s: out of memory (%d parts)", fn, n);
 	}
 	buf->parts = own;
-	own = NULL;
-	memcpy(parts, buf->parts, (size_t)n * sizeof(*parts));
-out_free:
-	free(own);
-	free(d);
-	return rc;
+	atomic_fetch_add(&buf->backing, 1);
+	atomic_store(&buf->nparts, n); /* the parent refuses its users from here on */
+	switch_submit(t, event, keep);
+	memcpy(parts, own, (size_t)n * sizeof(*parts));
+	return 0;
+}
+
+/* The unpartition: every part's latest bytes to every rank (collective), the switch submitted;
+ * the part handles die now, their structs when the switch ran. */
+static int unpartition_submit(odx_buffer *buf, odx_event **event, odx__task **keep,
+			      const char *fn)
+{
+	odx_context *ctx = buf->ctx;
+	int n = atomic_load(&buf->nparts), i, rc;
+	odx__task *t;
+
+	/* Several ranks: each part's latest version goes to every rank that lacks it (from the
+	 * rank that wrote it last), received straight into its runs in the parent's host copy,
+	 * so that every rank's parent ends whole. All of them are posted before the switch,
+	 * which waits for them together. */
+	for (i = 0; i < n; i++) {
+		rc = odx__dist_read(buf->parts[i]);
+		if (rc)
+			return rc;
+	}
+	t = switch_new(buf, ODX__TASK_UNPARTITION, buf->parts, n);
+	if (!t)
+		return odx__fail(ctx, ODX_ENOMEM, "%s: out of memory (%d parts)", fn, n);
+	pthread_mutex_lock(&ctx->objects_lock);
+	for (i = 0; i < n; i++)
+		buf->parts[i]->destroyed = true;
+	pthread_mutex_unlock(&ctx->objects_lock);
+	free(buf->parts);
+	buf->parts = NULL;
+	switch_submit(t, event, keep);
+	odx__dist_write(buf, true); /* whole on every rank, as a full write leaves a buffer */
+	atomic_store(&buf->nparts, 0);
+	return 0;
 }
 
 /* Milliseconds left before `deadline_ns` (0 at least), or -1 for no deadline. */
@@ -269,50 +451,181 @@ static int remaining_ms(uint64_t deadline_ns)
 	return now >= deadline_ns ? 0 : (int)((deadline_ns - now + 999999) / 1000000);
 }
 
+/*
+ * The synchronous calls' wait, with nothing submitted: every task submitted so far that uses b
+ * finished (ODX_ETIMEDOUT past the deadline), and its last writer succeeded (ODX_ECANCELED with
+ * that failure otherwise: b has no defined bytes to partition or gather).
+ */
+static int users_wait(odx_buffer *b, uint64_t deadline, const char *what, const char *fn)
+{
+	odx_context *ctx = b->ctx;
+	odx__task **users, *lw;
+	char first[ODX__MSG_MAX];
+	int n = 0, i, rc = 0;
+
+	pthread_mutex_lock(&ctx->submit_lock); /* guards last_writer and readers (task.c) */
+	users = malloc((size_t)(b->nreaders + 1) * sizeof(*users));
+	if (users) {
+		for (i = 0; i < b->nreaders; i++)
+			users[n++] = b->readers[i];
+		if (b->last_writer)
+			users[n++] = b->last_writer;
+		for (i = 0; i < n; i++)
+			atomic_fetch_add(&users[i]->refs, 1);
+	}
+	pthread_mutex_unlock(&ctx->submit_lock);
+	if (!users)
+		return odx__fail(ctx, ODX_ENOMEM, "%s: out of memory", fn);
+	lw = b->last_writer && n > 0 && users[n - 1] == b->last_writer ? users[n - 1] : NULL;
+	for (i = 0; i < n && rc == 0; i++) {
+		odx__task_wait(users[i], remaining_ms(deadline));
+		if (!atomic_load(&users[i]->done))
+			rc = odx__fail(ctx, ODX_ETIMEDOUT,
+				       "%s: %s #%llu: earlier tasks did not finish within the "
+				       "timeout; nothing changed",
+				       fn, what, (unsigned long long)b->id);
+	}
+	if (rc == 0 && lw && lw->status != 0)
+		rc = odx__fail(ctx, ODX_ECANCELED, "%s: %s #%llu has no defined bytes: %s", fn,
+			       what, (unsigned long long)b->id,
+			       odx__task_origin(lw, first, sizeof(first)));
+	for (i = 0; i < n; i++)
+		odx__task_put(users[i]);
+	free(users);
+	return rc;
+}
+
+/* Waits for a switch the calling thread submitted; its status. */
+static int switch_wait(odx__task *t, const char *fn)
+{
+	int rc = odx__task_wait(t, -1);
+
+	if (rc)
+		odx__fail(t->ctx, rc, "%s: %s", fn, t->message ? t->message : odx_strerror(rc));
+	odx__task_put(t);
+	return rc;
+}
+
+ODX_API int odx_buffer_partition(odx_buffer *buf, const odx_partition *p, int nparts,
+				 odx_buffer **parts, int timeout_ms)
+{
+	static const char fn[] = "odx_buffer_partition";
+	uint64_t deadline = timeout_ms < 0 ? 0 : odx__now_ns() + (uint64_t)timeout_ms * 1000000u;
+	part_desc *d = NULL;
+	odx_buffer **own = NULL;
+	odx__task *t = NULL, *u = NULL;
+	int rc;
+
+	rc = partition_check(buf, p, nparts, &d, fn);
+	if (rc)
+		return rc;
+	ODX__CHECK_ARG(buf->ctx, parts, "parts");
+	own = calloc((size_t)nparts, sizeof(*own));
+	if (!own) {
+		rc = odx__fail(buf->ctx, ODX_ENOMEM, "%s: out of memory (%d parts)", fn, nparts);
+		goto out_free;
+	}
+	/* Several ranks: the parent's latest bytes to every rank first (collective); the wait
+	 * below covers their transfers. */
+	rc = odx__dist_read(buf);
+	if (rc)
+		goto out_free;
+	/* The parent's users first, with the timeout: nothing changes when it expires. Then the
+	 * switch, which only moves bytes that are ready: waited for in full. */
+	rc = users_wait(buf, deadline, "buffer", fn);
+	if (rc)
+		goto out_free;
+	rc = partition_submit(buf, p, d, nparts, own, NULL, &t, fn);
+	if (rc)
+		goto out_free;
+	rc = switch_wait(t, fn);
+	if (rc) {
+		/* Its bytes could not be brought home (a device lost, no memory): undone, and
+		 * the parent carries the failure to its next readers. */
+		if (unpartition_submit(buf, NULL, &u, fn) == 0) {
+			odx__task_wait(u, -1);
+			odx__task_put(u);
+		}
+		goto out_free;
+	}
+	memcpy(parts, own, (size_t)nparts * sizeof(*parts));
+out_free:
+	free(own);
+	free(d);
+	return rc;
+}
+
+ODX_API int odx_buffer_partition_async(odx_buffer *buf, const odx_partition *p, int nparts,
+				       odx_buffer **parts, odx_event **event)
+{
+	static const char fn[] = "odx_buffer_partition_async";
+	part_desc *d = NULL;
+	int rc;
+
+	rc = partition_check(buf, p, nparts, &d, fn);
+	if (rc)
+		return rc;
+	if (!parts) {
+		free(d);
+		return odx__fail(buf->ctx, ODX_EINVAL, "%s: invalid argument 'parts'", fn);
+	}
+	rc = partition_submit(buf, p, d, nparts, parts, event, NULL, fn);
+	free(d);
+	return rc;
+}
+
+static int unpartition_check(odx_buffer *buf, const char *fn)
+{
+	int rc = odx__buffer_check(buf, fn);
+
+	if (rc)
+		return rc;
+	if (atomic_load(&buf->nparts) == 0)
+		return odx__fail(buf->ctx, ODX_EINVAL, "%s: buffer #%llu is not partitioned", fn,
+				 (unsigned long long)buf->id);
+	return 0;
+}
+
 ODX_API int odx_buffer_unpartition(odx_buffer *buf, int timeout_ms)
 {
 	static const char fn[] = "odx_buffer_unpartition";
 	uint64_t deadline = timeout_ms < 0 ? 0 : odx__now_ns() + (uint64_t)timeout_ms * 1000000u;
-	int rc, n, i, home;
+	odx__task *t = NULL;
+	int rc, n, i;
 
-	rc = odx__buffer_check(buf, fn);
+	rc = unpartition_check(buf, fn);
 	if (rc)
 		return rc;
 	n = atomic_load(&buf->nparts);
-	if (n == 0)
-		return odx__fail(buf->ctx, ODX_EINVAL, "%s: buffer #%llu is not partitioned", fn,
-				 (unsigned long long)buf->id);
-	/* Several ranks: each part's latest version goes to every rank that lacks it (from the
-	 * rank that wrote it last), received straight into its runs in the parent's host copy,
-	 * so that every rank's parent ends whole. Transfers already made count on a second call. */
+	/* Several ranks: every part's latest bytes to every rank, all posted at once (transfers
+	 * already made count on a second call). */
 	for (i = 0; i < n; i++) {
 		rc = odx__dist_read(buf->parts[i]);
 		if (rc)
 			return rc;
 	}
-	/* Each part's latest bytes into its alias, in the parent's memory; a timeout leaves the
-	 * partition as it is (gathered parts stay valid parts). */
+	/* The parts' users (the transfers included), with the timeout: the partition stays as it
+	 * is when it expires, or when a part has no defined bytes. */
 	for (i = 0; i < n; i++) {
-		rc = odx__buffer_gather(buf->parts[i], remaining_ms(deadline), fn);
+		rc = users_wait(buf->parts[i], deadline, "part", fn);
 		if (rc)
 			return rc;
 	}
-	for (i = 0; i < n; i++) {
-		odx__buffer_drop_copies(buf->parts[i]);
-		part_kill(buf->parts[i]);
-	}
-	free(buf->parts);
-	buf->parts = NULL;
-	/* The parent's host copy holds what the parts wrote: the only valid copy, a new version. */
-	home = odx__home(buf);
-	pthread_mutex_lock(&buf->lock);
-	odx__replica_set_state(buf, home, ODX__MODIFIED);
-	buf->zero = false;
-	buf->wversion++;
-	pthread_mutex_unlock(&buf->lock);
-	odx__dist_write(buf, true); /* whole on every rank, as a full write leaves a buffer */
-	atomic_store(&buf->nparts, 0);
-	return 0;
+	/* The gather: every part's write-back at once (the switch's staging), waited for. */
+	rc = unpartition_submit(buf, NULL, &t, fn);
+	if (rc)
+		return rc;
+	return switch_wait(t, fn);
+}
+
+ODX_API int odx_buffer_unpartition_async(odx_buffer *buf, odx_event **event)
+{
+	static const char fn[] = "odx_buffer_unpartition_async";
+	int rc = unpartition_check(buf, fn);
+
+	if (rc)
+		return rc;
+	return unpartition_submit(buf, event, NULL, fn);
 }
 
 int odx__partition_destroy(odx_buffer *buf)

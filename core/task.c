@@ -204,6 +204,7 @@ const char *odx__task_kind_name(const odx__task *t, bool kernel_too)
 		[ODX__TASK_KERNEL] = "task",		[ODX__TASK_READ] = "buffer read",
 		[ODX__TASK_WRITE] = "buffer write",	[ODX__TASK_DESTROY] = "buffer destroy",
 		[ODX__TASK_SEND] = "send to a rank", [ODX__TASK_RECV] = "receive from a rank",
+		[ODX__TASK_PARTITION] = "partition",	[ODX__TASK_UNPARTITION] = "unpartition",
 	};
 
 	if (t->kind == ODX__TASK_KERNEL && kernel_too)
@@ -293,8 +294,9 @@ static void record_failure(odx_context *ctx, const odx__task *t)
 	int expected = 0;
 
 	odx__fail(ctx, t->status, "%s", t->message ? t->message : odx_strerror(t->status));
-	/* Reads, writes and releases report to their caller; odx_wait_all reports tasks. */
-	if (t->kind == ODX__TASK_KERNEL &&
+	/* Reads, writes and releases report to their caller; odx_wait_all reports tasks, and the
+	 * partition switches, which may have no caller waiting (the asynchronous calls). */
+	if ((t->kind == ODX__TASK_KERNEL || odx__task_is_switch(t)) &&
 	    atomic_compare_exchange_strong(&ctx->first_error, &expected, t->status)) {
 		pthread_mutex_lock(&ctx->error_lock);
 		snprintf(ctx->first_error_msg, sizeof(ctx->first_error_msg), "%s",
@@ -350,7 +352,9 @@ void odx__task_ready(odx__task *t)
 		}
 		return;
 	}
-	if (atomic_load(&t->cancel)) {
+	/* A switch runs anyway: the parts must be made or released (odx__partition_switch_end
+	 * completes it with the failure). */
+	if (atomic_load(&t->cancel) && !odx__task_is_switch(t)) {
 		odx__task_complete(t, atomic_load(&t->cancel), NULL);
 		return;
 	}

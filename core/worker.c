@@ -37,6 +37,9 @@ void odx__task_finish(odx__task *t, int status, const char *msg)
 
 	if (t->staged)
 		odx__unstage(t, status);
+	/* Unpinned first: an unpartition releases the parts it staged. */
+	if (odx__task_is_switch(t))
+		odx__partition_switch_end(t, &status);
 	atomic_fetch_sub_explicit(&dev->load, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&dev->tasks_run, 1, memory_order_relaxed);
 	if (ctx->policy)
@@ -506,7 +509,8 @@ static void run(odx__task *t, odx__device *dev)
 		odx__task_finish(t, rc, msg);
 		return;
 	default:
-		/* Buffer destruction: what it needed was done by staging; reads and writes never
+		/* Buffer destruction and partition switches: what they needed was done by staging
+		 * (the switches' bookkeeping follows in odx__task_finish); reads and writes never
 		 * come here (the calling thread runs them). */
 		break;
 	}

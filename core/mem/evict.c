@@ -67,10 +67,11 @@ static victim *collect(odx_context *ctx, int m, const odx__task *t, int *n, uint
 		odx__replica *r = &b->replicas[m];
 		int rank;
 
-		/* User memory, a partitioned parent's host copy (it backs the parts) and a part's
-		 * alias into it stay where they are. */
+		/* User memory, a partitioned parent's host copy (it backs the parts, from the
+		 * partition's submission to its unpartition's end) and a part's alias into it stay
+		 * where they are. */
 		if (!r->allocated || odx__replica_is_alias(b, m) ||
-		    (odx__is_host_node(ctx, m) && (b->registered || atomic_load(&b->nparts) > 0)))
+		    (odx__is_host_node(ctx, m) && (b->registered || atomic_load(&b->backing) > 0)))
 			continue;
 		pthread_mutex_lock(&b->lock);
 		if (r->pins || r->fetching || r->evicting || b->disk_busy) {

@@ -76,6 +76,10 @@ int odx__replica_alloc_as(odx_context *ctx, odx_buffer *b, int m, bool zero, boo
 	uint64_t used, bytes = b->size;
 	int rc;
 
+	/* A part's home copy is its parent's memory, made by the partition switch only; a part
+	 * whose switch could not make it (its parent got no host copy) has none to allocate. */
+	if (odx__replica_is_alias(b, m))
+		return ODX_EIO;
 	if (!node->device) {
 		/* Host memory node m is NUMA node m. */
 		void *p = odx__topo_alloc_on(ctx->topo, m, b->size);

@@ -128,6 +128,13 @@ static bool stages_arg(const odx__task *t, int i)
 {
 	if (t->args[i].kind != ODX_ARG_BUFFER || !odx__task_dep_access(t, i))
 		return false;
+	/* A partition switch stages its parent (its latest bytes into the host copy the parts will
+	 * alias), an unpartition its parts (each one's latest bytes into its alias, all fetches
+	 * at once); the other side is only ordered (partition.c). */
+	if (t->kind == ODX__TASK_PARTITION)
+		return i == 0;
+	if (t->kind == ODX__TASK_UNPARTITION)
+		return i > 0;
 	/* Releasing a runtime-owned buffer needs no copy anywhere: nothing to stage. */
 	return !(t->kind == ODX__TASK_DESTROY && !odx__buffer_keeps_bytes(t->args[i].v.buffer));
 }
@@ -303,7 +310,7 @@ int odx__stage(odx__task *t, const odx__task *producer)
 		odx_buffer *b = t->args[i].v.buffer;
 
 		if (stages_arg(t, i) && b->replicas[m].evicting &&
-		    (t->kind == ODX__TASK_WRITE ||
+		    (t->kind == ODX__TASK_WRITE || t->kind == ODX__TASK_PARTITION ||
 		     (t->kind == ODX__TASK_KERNEL && (odx__task_dep_access(t, i) & ODX_W)))) {
 			pthread_mutex_unlock(&node->lock);
 			atomic_fetch_add(&node->noroom, 1);

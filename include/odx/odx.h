@@ -398,10 +398,11 @@ typedef struct odx_partition {
 } odx_partition;
 
 /**
- * Splits `buf` into `nparts` sub-buffers without copying its bytes (docs/partitions.md). Waits up
- * to `timeout_ms` (-1 forever) for every task submitted so far that uses `buf`, brings its latest
- * contents into its host memory (the user's memory for a registered buffer) and frees its other
- * copies. While partitioned, that host memory backs the parts and is never evicted or spilled,
+ * Splits `buf` into `nparts` sub-buffers without copying its bytes (docs/partitions.md), and
+ * waits: up to `timeout_ms` (-1 forever) for every task submitted so far that uses `buf`, then,
+ * in full, for the switch that brings its latest contents into its host memory (the user's
+ * memory for a registered buffer) and frees its other copies (odx_buffer_partition_async is the
+ * same switch without the waits). While partitioned, that host memory backs the parts and is never evicted or spilled,
  * and `buf` itself refuses tasks, reads, writes, prefetches, odx_buffer_set_owner and a second
  * partition (ODX_EBUSY). Each part is a buffer of its packed size (a tile's rows x columns x
  * elem_size bytes), with its own dependencies and copies; kernels get a tile's layout through
@@ -411,20 +412,51 @@ typedef struct odx_partition {
  * latest bytes, and each part starts with the parent's owner. Returns 0, ODX_EINVAL
  * (a description that does not fit the buffer, or a part count other than what it makes: the
  * message says which), ODX_EBUSY (already partitioned), ODX_ENOSYS (`buf` is itself a part),
- * ODX_ETIMEDOUT (nothing changed) or ODX_ENOMEM. `parts` is untouched on failure.
+ * ODX_ENOSPC (a buffer that is not registered and is larger than its host memory node),
+ * ODX_ETIMEDOUT or ODX_ECANCELED (the task that last wrote `buf` failed: the message names it;
+ * in both cases nothing changed) or ODX_ENOMEM. `parts` is untouched on failure.
  */
 ODX_API int odx_buffer_partition(odx_buffer *buf, const odx_partition *p, int nparts,
 				 odx_buffer **parts, int timeout_ms);
 
 /**
- * Gathers a partition: waits up to `timeout_ms` for every task using a part, writes every part
- * whose latest copy is elsewhere (a device) back into `buf`'s host memory, and ends the partition:
- * `buf` holds every part's latest contents and is usable again; the part handles are dead
- * (refused like destroyed buffers). On several ranks every rank receives each part's latest
- * bytes (collective, like odx_buffer_read). ODX_ETIMEDOUT leaves the partition in place (some
- * parts may have been written back; call again). ODX_EINVAL when `buf` is not partitioned.
+ * Gathers a partition and waits: up to `timeout_ms` for every task using a part, then, in full,
+ * for the switch that writes every part whose latest copy is elsewhere (a device) back into
+ * `buf`'s host memory, all of them at once, and ends the partition: `buf` holds every part's
+ * latest contents and is usable again; the part handles are dead (refused like destroyed
+ * buffers). On several ranks every rank receives each part's latest bytes (collective, like
+ * odx_buffer_read). ODX_ETIMEDOUT, and ODX_ECANCELED for a part whose last writer failed (the
+ * message names it), leave the partition as it was: call again (after writing that part).
+ * ODX_EINVAL when `buf` is not partitioned.
  */
 ODX_API int odx_buffer_unpartition(odx_buffer *buf, int timeout_ms);
+
+typedef struct odx_event odx_event; /* (with odx_submit, below) */
+
+/**
+ * odx_buffer_partition without waiting (docs/partitions.md, "Asynchronous switches"): checks
+ * the request, makes the part handles and inserts the partition into the task stream as a task
+ * that reads and writes `buf` and writes every part, then returns. Tasks submitted before it
+ * that use `buf` run before it; tasks on the parts submitted after it wait for it, as for any
+ * writer. `buf` refuses its users from the call on, as with odx_buffer_partition. If the task
+ * that last wrote `buf` failed, the switch still makes the parts but fails with that cause, and
+ * the tasks that read a part before writing it are canceled with it. If `event` is not NULL,
+ * *event receives a reference to the switch (odx_submit's rules). Never blocks. Same errors as
+ * odx_buffer_partition but ODX_ETIMEDOUT and ODX_ECANCELED; nothing is submitted on failure.
+ */
+ODX_API int odx_buffer_partition_async(odx_buffer *buf, const odx_partition *p, int nparts,
+				       odx_buffer **parts, odx_event **event);
+
+/**
+ * odx_buffer_unpartition without waiting: inserts the gather into the task stream as a task that
+ * reads and writes every part and writes `buf`, and returns. The part handles are dead from the
+ * call on; their tasks submitted before it run before the gather, and tasks on `buf` submitted
+ * after it wait for it (a read of `buf` sees every part's bytes). If a part's last writer failed,
+ * the gather still ends the partition, but fails with that cause, and the tasks that read `buf`
+ * before writing it are canceled with it. `event`: as for odx_buffer_partition_async. Never
+ * blocks. ODX_EINVAL when `buf` is not partitioned (or not a live buffer), ODX_ENOMEM.
+ */
+ODX_API int odx_buffer_unpartition_async(odx_buffer *buf, odx_event **event);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Kernels                                                                                     */
