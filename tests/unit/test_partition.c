@@ -646,6 +646,362 @@ static void test_part_access_shared(void **state)
 	part_access_run("shared");
 }
 
+/* ---- asynchronous switches ------------------------------------------------------------------ */
+
+static odx_kernel *gate_kernel(odx_context *ctx)
+{
+	static const odx_param gp[] = {{ODX_ARG_BUFFER, ODX_RW, "x"}};
+
+	return test_host_kernel(ctx, "part_gate", gp, 1, test_gate_fn);
+}
+
+/*
+ * The switches go into the task stream and return at once. Behind a task that holds the parent
+ * (a closed gate): a partition into tiles, every access mode on them from both devices, the
+ * gather, a second partition (blocks) with tasks and its gather. None of those calls waits: the
+ * gate's task and the first switch are still pending when the last call returns. Then the gate
+ * opens, and a read of the parent (ordered after the last gather) sees every step.
+ */
+static void async_run(const char *memnode)
+{
+	matrix m = {.rows = 10, .cols = 9, .ld = 12, .tr = 4, .tc = 4};
+	odx_context *ctx = open2(memnode, NULL);
+	kernels k = make_kernels(ctx);
+	odx_kernel *gate = gate_kernel(ctx);
+	size_t n = mat_elems(&m), mt = 3, nt = 3;
+	float want[12 * 9], got[12 * 9];
+	odx_buffer *a, *parts[9], *blocks[3];
+	odx_event *ev_gate, *ev_part, *ev_gather;
+	odx_partition p = {.kind = ODX_PART_TILES, .elem_size = sizeof(float), .rows = m.rows,
+			   .cols = m.cols, .ld = m.ld, .tile_rows = m.tr, .tile_cols = m.tc};
+	odx_partition bp = {.kind = ODX_PART_BLOCKS, .elem_size = sizeof(float)};
+	odx_task_opts on0 = {.flags = ODX_SUBMIT_ON_DEVICE, .on_device = 0};
+
+	atomic_store(test_gate(), 0);
+	for (size_t e = 0; e < n; e++)
+		want[e] = (float)(e % 31);
+	assert_ok(odx_buffer_create(ctx, sizeof(want), 0, &a));
+	assert_ok(odx_buffer_write(a, 0, want, sizeof(want), TEST_TIMEOUT_MS));
+	assert_ok(odx_submit(ctx, gate, (odx_arg[]){ODX_BUF(a, ODX_RW)}, 1, &on0, &ev_gate));
+	assert_ok(odx_buffer_partition_async(a, &p, 9, parts, &ev_part));
+	assert_rc(odx_event_query(ev_part), ODX_EAGAIN);
+	/* The parent refuses its users from the call on, as after a synchronous partition. */
+	assert_rc(odx_buffer_read(a, 0, got, 4, TEST_TIMEOUT_MS), ODX_EBUSY);
+	assert_rc(odx_buffer_partition_async(a, &p, 9, blocks, NULL), ODX_EBUSY);
+	for (size_t j = 0; j < nt; j++)
+		for (size_t i = 0; i < mt; i++) {
+			size_t q = i + j * mt;
+			tile t = tile_of(&m, i, j);
+			int d = (int)((i + j) % 2);
+			float base = (float)(q * 100);
+			bool do_fill = q % 3 == 0;
+			odx_arg fill[] = {ODX_BUF(parts[q], ODX_W), ODX_I64(t.len), ODX_I64(t.runs),
+					  ODX_LD(0), ODX_F32(base)};
+			odx_arg aff[] = {ODX_BUF(parts[q], ODX_RW), ODX_I64(t.len), ODX_I64(t.runs),
+					 ODX_LD(0), ODX_F32(2.0f), ODX_F32((float)q)};
+
+			if (do_fill)
+				submit_on(ctx, k.fill, fill, 5, d);
+			submit_on(ctx, k.affine, aff, 6, 1 - d);
+			for (int64_t jj = 0; jj < t.runs; jj++)
+				for (int64_t ii = 0; ii < t.len; ii++) {
+					float *x = &want[tile_elem(&m, &t, ii, jj)];
+
+					if (do_fill)
+						*x = base + (float)ii + 100.0f * (float)jj;
+					*x = *x * 2.0f + (float)q;
+				}
+		}
+	assert_ok(odx_buffer_unpartition_async(a, &ev_gather));
+	/* The part handles are dead from the call on; the parent is usable again. */
+	assert_rc(odx_submit(ctx, k.affine,
+			     (odx_arg[]){ODX_BUF(parts[0], ODX_RW), ODX_I64(4), ODX_I64(4), ODX_LD(0),
+					 ODX_F32(1.0f), ODX_F32(0.0f)},
+			     6, NULL, NULL),
+		  ODX_EINVAL);
+	assert_rc(odx_buffer_unpartition_async(a, NULL), ODX_EINVAL);
+	/* Blocks over the whole ld x cols storage, padding included: 108 elements in 3. */
+	assert_ok(odx_buffer_partition_async(a, &bp, 3, blocks, NULL));
+	for (int q = 0; q < 3; q++) {
+		odx_arg aff[] = {ODX_BUF(blocks[q], ODX_RW), ODX_I64(36), ODX_I64(1), ODX_LD(0),
+				 ODX_F32(1.0f), ODX_F32(1000.0f * (float)(q + 1))};
+
+		submit_on(ctx, k.affine, aff, 6, q % 2);
+		for (int e = 36 * q; e < 36 * (q + 1); e++)
+			want[e] += 1000.0f * (float)(q + 1);
+	}
+	assert_ok(odx_buffer_unpartition_async(a, NULL));
+	/* Nothing above waited: the gate still holds the parent, and the first switch with it. */
+	assert_rc(odx_event_query(ev_gate), ODX_EAGAIN);
+	assert_rc(odx_event_query(ev_part), ODX_EAGAIN);
+	assert_rc(odx_event_query(ev_gather), ODX_EAGAIN);
+	atomic_store(test_gate(), 1);
+	assert_ok(odx_buffer_read(a, 0, got, sizeof(got), TEST_TIMEOUT_MS));
+	for (size_t e = 0; e < n; e++)
+		if (got[e] != want[e])
+			fail_msg("%s: element %zu is %g, expected %g", memnode, e, (double)got[e],
+				 (double)want[e]);
+	assert_ok(odx_event_wait(ev_gate, TEST_TIMEOUT_MS));
+	assert_ok(odx_event_wait(ev_part, TEST_TIMEOUT_MS));
+	assert_ok(odx_event_wait(ev_gather, TEST_TIMEOUT_MS));
+	odx_event_release(ev_gate);
+	odx_event_release(ev_part);
+	odx_event_release(ev_gather);
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	assert_ok(odx_close(ctx));
+}
+
+static void test_async_private(void **state)
+{
+	(void)state;
+	async_run("private");
+}
+
+static void test_async_shared(void **state)
+{
+	(void)state;
+	async_run("shared");
+}
+
+/*
+ * Failures through asynchronous switches: a partition whose parent's last writer failed still
+ * makes its parts but fails with that cause, and so do the tasks that read them; a gather whose
+ * part's writer failed ends the partition, fails with the cause, and so does a read of the
+ * parent, until the parent is written again.
+ */
+static void test_async_failures(void **state)
+{
+	static const odx_param p1[] = {{ODX_ARG_BUFFER, ODX_RW, "x"}, {ODX_ARG_I32, 0, "v"}};
+	odx_context *ctx = open2("shared", NULL);
+	kernels k = make_kernels(ctx);
+	odx_kernel *bad = test_host_kernel(ctx, "part_fail", p1, 2, fail_fn);
+	odx_partition p = {.kind = ODX_PART_BLOCKS, .elem_size = 4};
+	odx_buffer *a, *parts[2];
+	odx_event *ev, *ev_r, *ev_w;
+	uint32_t x[16], zeros[16] = {0};
+
+	(void)state;
+	assert_ok(odx_buffer_create(ctx, sizeof(x), 0, &a));
+	assert_ok(odx_submit(ctx, bad, (odx_arg[]){ODX_BUF(a, ODX_RW), ODX_I32(1)}, 2, NULL, NULL));
+	assert_ok(odx_buffer_partition_async(a, &p, 2, parts, &ev));
+	/* A reader of a part is canceled; a task that writes one whole runs. */
+	assert_ok(odx_submit(ctx, k.add, (odx_arg[]){ODX_BUF(parts[0], ODX_RW), ODX_I32(1)}, 2,
+			     NULL, &ev_r));
+	assert_ok(odx_submit(ctx, k.fill,
+			     (odx_arg[]){ODX_BUF(parts[1], ODX_W), ODX_I64(8), ODX_I64(1), ODX_LD(0),
+					 ODX_F32(0.0f)},
+			     5, NULL, &ev_w));
+	assert_rc(odx_event_wait(ev, TEST_TIMEOUT_MS), ODX_ECANCELED);
+	assert_contains(odx_event_message(ev), "fails on purpose");
+	assert_rc(odx_event_wait(ev_r, TEST_TIMEOUT_MS), ODX_ECANCELED);
+	assert_ok(odx_event_wait(ev_w, TEST_TIMEOUT_MS));
+	odx_event_release(ev);
+	odx_event_release(ev_r);
+	odx_event_release(ev_w);
+	/* parts[0]'s last writer was canceled: the gather fails with the first cause, and the
+	 * parent's readers with it. */
+	assert_ok(odx_buffer_unpartition_async(a, &ev));
+	assert_rc(odx_buffer_read(a, 0, x, sizeof(x), TEST_TIMEOUT_MS), ODX_ECANCELED);
+	assert_contains(odx_last_error(ctx), "fails on purpose");
+	assert_rc(odx_event_wait(ev, TEST_TIMEOUT_MS), ODX_ECANCELED);
+	odx_event_release(ev);
+	/* odx_wait_all reports the first failure (the kernel), then the context is clean. */
+	assert_rc(odx_wait_all(ctx, TEST_TIMEOUT_MS), ODX_EKERNEL);
+	assert_ok(odx_buffer_write(a, 0, zeros, sizeof(zeros), TEST_TIMEOUT_MS));
+	/* The same failure inside a partition: a part's writer fails. */
+	assert_ok(odx_buffer_partition_async(a, &p, 2, parts, &ev));
+	assert_ok(odx_submit(ctx, bad, (odx_arg[]){ODX_BUF(parts[0], ODX_RW), ODX_I32(1)}, 2, NULL,
+			     NULL));
+	assert_ok(odx_submit(ctx, k.add, (odx_arg[]){ODX_BUF(parts[1], ODX_RW), ODX_I32(5)}, 2,
+			     NULL, NULL));
+	assert_ok(odx_buffer_unpartition_async(a, NULL));
+	assert_ok(odx_event_wait(ev, TEST_TIMEOUT_MS));
+	odx_event_release(ev);
+	assert_rc(odx_buffer_read(a, 0, x, sizeof(x), TEST_TIMEOUT_MS), ODX_ECANCELED);
+	assert_contains(odx_last_error(ctx), "fails on purpose");
+	assert_rc(odx_wait_all(ctx, TEST_TIMEOUT_MS), ODX_EKERNEL);
+	/* The partition ended: written again (whole: a partial write reads the failed bytes
+	 * around it, and is canceled), the parent is a plain buffer. */
+	assert_rc(odx_buffer_write(a, 0, zeros, 8 * sizeof(uint32_t), TEST_TIMEOUT_MS),
+		  ODX_ECANCELED);
+	zeros[9] = 9;
+	assert_ok(odx_buffer_write(a, 0, zeros, sizeof(zeros), TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_read(a, 0, x, sizeof(x), TEST_TIMEOUT_MS));
+	assert_memory_equal(x, zeros, sizeof(x));
+	assert_ok(odx_close(ctx));
+}
+
+/* The synchronous calls' timeout covers the users they wait for: past it nothing changed. */
+static void test_sync_timeout(void **state)
+{
+	odx_context *ctx = open2("shared", NULL);
+	kernels k = make_kernels(ctx);
+	odx_kernel *gate = gate_kernel(ctx);
+	odx_partition p = {.kind = ODX_PART_BLOCKS, .elem_size = 4};
+	odx_buffer *a, *parts[2], *more[2];
+	uint32_t x[8];
+
+	(void)state;
+	atomic_store(test_gate(), 0);
+	assert_ok(odx_buffer_create(ctx, sizeof(x), 0, &a));
+	assert_ok(odx_submit(ctx, gate, (odx_arg[]){ODX_BUF(a, ODX_RW)}, 1, NULL, NULL));
+	assert_rc(odx_buffer_partition(a, &p, 2, parts, 20), ODX_ETIMEDOUT);
+	/* Not partitioned: the parent takes tasks. */
+	assert_ok(odx_submit(ctx, k.add, (odx_arg[]){ODX_BUF(a, ODX_RW), ODX_I32(3)}, 2, NULL,
+			     NULL));
+	atomic_store(test_gate(), 1);
+	assert_ok(odx_buffer_partition(a, &p, 2, parts, TEST_TIMEOUT_MS));
+	atomic_store(test_gate(), 0);
+	assert_ok(odx_submit(ctx, gate, (odx_arg[]){ODX_BUF(parts[1], ODX_RW)}, 1, NULL, NULL));
+	assert_rc(odx_buffer_unpartition(a, 20), ODX_ETIMEDOUT);
+	/* Still partitioned: the parts take tasks, the parent refuses them. */
+	assert_ok(odx_submit(ctx, k.add, (odx_arg[]){ODX_BUF(parts[1], ODX_RW), ODX_I32(4)}, 2,
+			     NULL, NULL));
+	assert_rc(odx_buffer_partition(a, &p, 2, more, 0), ODX_EBUSY);
+	atomic_store(test_gate(), 1);
+	assert_ok(odx_buffer_unpartition(a, TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_read(a, 0, x, sizeof(x), TEST_TIMEOUT_MS));
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(x[i], i < 4 ? 3u : 7u);
+	assert_ok(odx_close(ctx));
+}
+
+/*
+ * A registered parent destroyed behind asynchronous switches, the gate holding it: with its
+ * partition pending (the destruction takes the parts and writes their bytes into user memory),
+ * and with its gather pending. odx_buffer_destroy never blocks; the memory holds the results once
+ * odx_wait_all returns.
+ */
+static void test_async_destroy(void **state)
+{
+	odx_context *ctx = open2("private", NULL);
+	kernels k = make_kernels(ctx);
+	odx_kernel *gate = gate_kernel(ctx);
+	odx_partition p = {.kind = ODX_PART_BLOCKS, .elem_size = 4};
+	uint32_t user[12];
+	odx_buffer *a, *parts[3];
+
+	(void)state;
+	for (int pass = 0; pass < 2; pass++) {
+		atomic_store(test_gate(), 0);
+		for (int i = 0; i < 12; i++)
+			user[i] = (uint32_t)i;
+		assert_ok(odx_buffer_register(ctx, user, sizeof(user), 0, &a));
+		assert_ok(odx_submit(ctx, gate, (odx_arg[]){ODX_BUF(a, ODX_RW)}, 1, NULL, NULL));
+		assert_ok(odx_buffer_partition_async(a, &p, 3, parts, NULL));
+		for (int q = 0; q < 3; q++)
+			submit_on(ctx, k.add,
+				  (odx_arg[]){ODX_BUF(parts[q], ODX_RW), ODX_I32(100 * (q + 1))}, 2,
+				  (q + 1) % 2);
+		if (pass == 1)
+			assert_ok(odx_buffer_unpartition_async(a, NULL));
+		assert_ok(odx_buffer_destroy(a));
+		atomic_store(test_gate(), 1);
+		assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+		for (int i = 0; i < 12; i++)
+			assert_int_equal(user[i], (uint32_t)i + 100u * (uint32_t)(i / 4 + 1));
+	}
+	assert_ok(odx_close(ctx));
+}
+
+/*
+ * Tiles under memory pressure on every tier: a small host tier with a disk tier, and small
+ * private device tiers. The parent is spilled to disk before its partition (the switch reloads
+ * it), stays in host memory while partitioned (other buffers spill instead), its tiles' device
+ * copies are written back into it to make room, and it spills again after the gather; every byte
+ * as computed here. Synchronous and asynchronous switches alternate.
+ */
+static void test_tiles_spilled(void **state)
+{
+	enum { R = 100, C = 96, LD = 104, T = 16, MT = 7, NT = 6, NF = 8, FN = 4096 };
+	char dir[] = "/tmp/odx-part-XXXXXX";
+	const char *kv[] = {"tier.device.limit", "16KiB",	"tier.host.limit", "112KiB",
+			    "tier.disk.limit",	 "16MiB",	"tier.disk.path",  dir,
+			    NULL};
+	matrix m = {.rows = R, .cols = C, .ld = LD, .tr = T, .tc = T};
+	odx_context *ctx;
+	kernels k;
+	static float want[LD * C], got[LD * C];
+	static uint32_t fv[FN];
+	odx_buffer *a, *parts[MT * NT], *f[NF];
+	odx_partition p = {.kind = ODX_PART_TILES, .elem_size = sizeof(float), .rows = R,
+			   .cols = C, .ld = LD, .tile_rows = T, .tile_cols = T};
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	ctx = open2("private", kv);
+	k = make_kernels(ctx);
+	for (size_t e = 0; e < LD * C; e++)
+		want[e] = (float)(e % 113);
+	assert_ok(odx_buffer_create(ctx, sizeof(want), 0, &a));
+	assert_ok(odx_buffer_write(a, 0, want, sizeof(want), TEST_TIMEOUT_MS));
+	/* Fillers of 16 KiB, written after the parent: 128 KiB more than host memory holds. */
+	for (int i = 0; i < NF; i++) {
+		for (int e = 0; e < FN; e++)
+			fv[e] = (uint32_t)(i * 7 + e);
+		assert_ok(odx_buffer_create(ctx, sizeof(fv), 0, &f[i]));
+		assert_ok(odx_buffer_write(f[i], 0, fv, sizeof(fv), TEST_TIMEOUT_MS));
+	}
+	for (int round = 0; round < 2; round++) {
+		bool async = round == 1;
+
+		if (async)
+			assert_ok(odx_buffer_partition_async(a, &p, MT * NT, parts, NULL));
+		else
+			assert_ok(odx_buffer_partition(a, &p, MT * NT, parts, TEST_TIMEOUT_MS));
+		for (int pass = 0; pass < 2; pass++) {
+			for (size_t j = 0; j < NT; j++)
+				for (size_t i = 0; i < MT; i++) {
+					size_t q = i + j * MT;
+					tile t = tile_of(&m, i, j);
+					float b = (float)(q + (size_t)pass);
+					odx_arg aff[] = {ODX_BUF(parts[q], ODX_RW), ODX_I64(t.len),
+							 ODX_I64(t.runs), ODX_LD(0), ODX_F32(3.0f),
+							 ODX_F32(b)};
+
+					submit_on(ctx, k.affine, aff, 6, (int)((q + (size_t)pass) % 2));
+					for (int64_t jj = 0; jj < t.runs; jj++)
+						for (int64_t ii = 0; ii < t.len; ii++) {
+							float *x = &want[tile_elem(&m, &t, ii, jj)];
+
+							*x = *x * 3.0f + b;
+						}
+				}
+			/* Host pressure while partitioned: the fillers move through host memory. */
+			for (int i = 0; i < NF; i++)
+				submit_on(ctx, k.add, (odx_arg[]){ODX_BUF(f[i], ODX_RW), ODX_I32(1)},
+					  2, i % 2);
+		}
+		if (async)
+			assert_ok(odx_buffer_unpartition_async(a, NULL));
+		else
+			assert_ok(odx_buffer_unpartition(a, TEST_TIMEOUT_MS));
+		/* And after it, so that the parent may spill again. */
+		for (int i = 0; i < NF; i++)
+			submit_on(ctx, k.add, (odx_arg[]){ODX_BUF(f[i], ODX_RW), ODX_I32(1)}, 2,
+				  (i + 1) % 2);
+	}
+	assert_ok(odx_buffer_read(a, 0, got, sizeof(got), TEST_TIMEOUT_MS));
+	for (size_t e = 0; e < LD * C; e++)
+		if (got[e] != want[e])
+			fail_msg("element %zu (row %zu, col %zu) is %g, expected %g", e, e % LD,
+				 e / LD, (double)got[e], (double)want[e]);
+	for (int i = 0; i < NF; i++) {
+		assert_ok(odx_buffer_read(f[i], 0, fv, sizeof(fv), TEST_TIMEOUT_MS));
+		for (int e = 0; e < FN; e++)
+			if (fv[e] != (uint32_t)(i * 7 + e) + 6u)
+				fail_msg("filler %d element %d is %u", i, e, fv[e]);
+	}
+	assert_ok(odx_close(ctx));
+	print_message("tiles spilled: %llu spills, %llu reloads, %llu device write-backs\n",
+		      test_stat_sum("disk tier", "spills"), test_stat_sum("disk tier", "reloads"),
+		      test_stat_sum("tier node", "dirty"));
+	assert_true(test_stat_sum("disk tier", "spills") > 0);
+	assert_true(test_stat_sum("disk tier", "reloads") > 0);
+	assert_true(test_stat_sum("tier node", "dirty") > 0);
+	assert_int_equal(rmdir(dir), 0); /* the spill area is gone at close */
+}
+
 /* ---- a GPU backend (Vulkan on lavapipe, OpenCL on PoCL), where one is available ------------- */
 
 /* Tiles between a CPU device working on them in place (ODX_LD = the parent's ld) and a device of
@@ -772,6 +1128,9 @@ int main(void)
 		cmocka_unit_test(test_failed_part),
 		cmocka_unit_test(test_part_access_private), cmocka_unit_test(test_part_access_shared),
 		cmocka_unit_test(test_tiles_evicted),	    cmocka_unit_test(test_gpu_backends),
+		cmocka_unit_test(test_async_private),	    cmocka_unit_test(test_async_shared),
+		cmocka_unit_test(test_async_failures),	    cmocka_unit_test(test_sync_timeout),
+		cmocka_unit_test(test_async_destroy),	    cmocka_unit_test(test_tiles_spilled),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
