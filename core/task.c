@@ -176,6 +176,9 @@ odx_access odx__task_dep_access(const odx__task *t, int i)
 	odx_access mode = 0;
 	int j;
 
+	/* A switch names each buffer once (partition.c), and may name thousands: no search. */
+	if (odx__task_is_switch(t))
+		return t->args[i].access;
 	/* A buffer passed twice is one access with the union of both modes, counted at its first
 	 * position; later positions return 0 so callers skip them. */
 	for (j = 0; j < i; j++)

@@ -144,6 +144,8 @@ static bool first_use(const odx__task *t, int i)
 {
 	int j;
 
+	if (odx__task_is_switch(t)) /* each buffer once (odx__task_dep_access) */
+		return true;
 	for (j = 0; j < i; j++)
 		if (t->args[j].kind == ODX_ARG_BUFFER && t->args[j].v.buffer == t->args[i].v.buffer)
 			return false;
