@@ -10,8 +10,11 @@
  * adds a neighbour tile that another rank wrote (a strided part sent packed and received into its
  * runs inside the parent), and is written again. After unpartition every rank's parent, and every
  * rank's registered memory itself, must equal the same computation done here, padding between
- * the tiles untouched.
+ * the tiles untouched. Each matrix goes through this twice, with synchronous and then with
+ * asynchronous switches (inserted at the same point of every rank's stream), and the blocks end
+ * with two asynchronous partitions back to back, nothing waited for in between.
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,7 +111,7 @@ static void model_add(float *m, const odx_partition *p, tile x, tile y)
  * checks the parent (and `user`, registered memory, when not NULL) against the model.
  */
 static void tiles_run(odx_context *ctx, kernels *k, odx_buffer *a, const odx_partition *p,
-		      float *model, const float *user, size_t bytes, const char *what)
+		      float *model, const float *user, size_t bytes, const char *what, bool async)
 {
 	size_t mt = (p->rows + p->tile_rows - 1) / p->tile_rows;
 	size_t nt = (p->cols + p->tile_cols - 1) / p->tile_cols, n = mt * nt;
@@ -116,7 +119,11 @@ static void tiles_run(odx_context *ctx, kernels *k, odx_buffer *a, const odx_par
 	odx_buffer **parts = calloc(n, sizeof(*parts));
 	float *got = malloc(bytes);
 
-	CHECK(ctx, odx_buffer_partition(a, p, (int)n, parts, TIMEOUT_MS));
+	/* Asynchronous switches: every rank inserts them at the same point of its stream. */
+	if (async)
+		CHECK(ctx, odx_buffer_partition_async(a, p, (int)n, parts, NULL));
+	else
+		CHECK(ctx, odx_buffer_partition(a, p, (int)n, parts, TIMEOUT_MS));
 	for (size_t q = 0; q < n; q++)
 		CHECK(ctx, odx_buffer_set_owner(parts[q], (int)(q % (size_t)size)));
 	for (int round = 0; round < 2; round++) {
@@ -151,7 +158,13 @@ static void tiles_run(odx_context *ctx, kernels *k, odx_buffer *a, const odx_par
 				model_add(model, p, x, y);
 			}
 	}
-	CHECK(ctx, odx_buffer_unpartition(a, TIMEOUT_MS));
+	if (async) {
+		/* The read waits for the gather (its writer): then the memory holds it too. */
+		CHECK(ctx, odx_buffer_unpartition_async(a, NULL));
+		CHECK(ctx, odx_buffer_read(a, 0, got, bytes, TIMEOUT_MS));
+	} else {
+		CHECK(ctx, odx_buffer_unpartition(a, TIMEOUT_MS));
+	}
 	/* The registered memory itself holds every part on every rank: the gather is collective. */
 	if (user && memcmp(user, model, bytes) != 0) {
 		for (size_t e = 0; e < bytes / 4; e++)
@@ -199,6 +212,25 @@ static void blocks_run(odx_context *ctx, kernels *k)
 			model[e] = model[e] * 2.0f + (float)q;
 	}
 	CHECK(ctx, odx_buffer_unpartition(b, TIMEOUT_MS));
+	/* Asynchronous switches back to back, nothing waited for in between: two partitions of
+	 * 2 and 4 blocks, each block written on another rank than the last. */
+	for (int round = 0; round < 2; round++) {
+		int nb = 2 * (round + 1);
+		odx_partition eq = {.kind = ODX_PART_BLOCKS, .elem_size = 4};
+
+		CHECK(ctx, odx_buffer_partition_async(b, &eq, nb, parts, NULL));
+		for (int q = 0; q < nb; q++) {
+			size_t len = odx_buffer_size(parts[q]) / 4, first = (size_t)q * (ELEMS / nb);
+			odx_arg args[] = {ODX_BUF(parts[q], ODX_RW), ODX_I64((int64_t)len),
+					  ODX_I64(1), ODX_LD(0), ODX_F32((float)(q + round))};
+
+			CHECK(ctx, odx_buffer_set_owner(parts[q], (q + round) % size));
+			CHECK(ctx, odx_submit(ctx, k->update, args, 5, NULL, NULL));
+			for (size_t e = first; e < first + len; e++)
+				model[e] = model[e] * 2.0f + (float)(q + round);
+		}
+		CHECK(ctx, odx_buffer_unpartition_async(b, NULL));
+	}
 	CHECK(ctx, odx_buffer_read(b, 0, got, sizeof(got), TIMEOUT_MS));
 	if (memcmp(got, model, sizeof(got)) != 0) {
 		fprintf(stderr, "rank %d: blocks: the parent differs from the model\n", rank_);
@@ -242,7 +274,8 @@ int main(void)
 	for (size_t e = 0; e < abytes / 4; e++)
 		user[e] = model[e] = (float)(e % 89);
 	CHECK(ctx, odx_buffer_register(ctx, user, abytes, 0, &a));
-	tiles_run(ctx, &k, a, &pa, model, user, abytes, "registered, column-major");
+	tiles_run(ctx, &k, a, &pa, model, user, abytes, "registered, column-major", false);
+	tiles_run(ctx, &k, a, &pa, model, user, abytes, "registered, column-major, async", true);
 	CHECK(ctx, odx_buffer_destroy(a));
 
 	/* Its latest bytes on the last rank only (a task there wrote all of it). */
@@ -257,7 +290,18 @@ int main(void)
 		for (size_t e = 0; e < bbytes / 4; e++)
 			model[e] = 3.0f;
 	}
-	tiles_run(ctx, &k, b, &pb, model, NULL, bbytes, "written on one rank, row-major");
+	tiles_run(ctx, &k, b, &pb, model, NULL, bbytes, "written on one rank, row-major", false);
+	/* Again with asynchronous switches, the latest bytes on the last rank again. */
+	{
+		odx_arg args[] = {ODX_BUF(b, ODX_RW), ODX_I64((int64_t)(bbytes / 4)), ODX_I64(1),
+				  ODX_LD(0), ODX_F32(1.0f)};
+
+		CHECK(ctx, odx_submit(ctx, k.update, args, 5, NULL, NULL));
+		for (size_t e = 0; e < bbytes / 4; e++)
+			model[e] = model[e] * 2.0f + 1.0f;
+	}
+	tiles_run(ctx, &k, b, &pb, model, NULL, bbytes, "written on one rank, row-major, async",
+		  true);
 	CHECK(ctx, odx_buffer_destroy(b));
 
 	blocks_run(ctx, &k);
