@@ -3,11 +3,12 @@
  * cholesky.c - tiled Cholesky factorisation A = L L^T of a symmetric positive definite matrix.
  *
  * The N x N matrix is one column-major array of doubles in the program's memory, registered with
- * ODX as one buffer and partitioned into NT x NT tiles of T x T (odx_buffer_partition): each tile
+ * ODX as one buffer and partitioned into NT x NT tiles of T x T (odx_buffer_partition_async: the
+ * partition and the gather are tasks in the stream, so the program never waits for them): each tile
  * is a buffer of its own for tasks, used in place inside the matrix on the host (its leading
  * dimension N, ODX_LD) and copied packed to a device that needs it; only the lower triangle of
- * tiles is used. Nothing is packed or unpacked in this program: after odx_buffer_unpartition the
- * matrix holds the factor. The factorisation is right-looking, in the order (and with the
+ * tiles is used. Nothing is packed or unpacked in this program: once the gather
+ * (odx_buffer_unpartition_async) ran, the matrix holds the factor. The factorisation is right-looking, in the order (and with the
  * priorities) of StarPU's cholesky_implicit example:
  *
  *   for k:  POTRF  A[k][k] = chol(A[k][k])                      (dpotrf)
@@ -31,9 +32,12 @@
  * backend: with ODX_BACKENDS=host,vulkan the GEMMs may run on the GPU while POTRF, TRSM and SYRK
  * stay on the host. odx.gemm_f32 is row-major c = a b, so TRSM also writes each panel tile
  * transposed into a buffer of its own (a column-major tile read row-major is its transpose); the
- * standard kernels take the tiles in place on the host (docs/kernels.md, "Tiles").
+ * standard kernels take the tiles in place on the host (docs/kernels.md, "Tiles"). --gemm-on KIND
+ * runs them on the first device of that kind ("vulkan", "opencl", "host"...) only: where they run
+ * is then the same on every run and rank, so the factor is too, bit for bit.
  *
- *	usage: cholesky [--f32 | --std-gemm] [--no-check] [--no-prio] [N [T]]   (default 1920 320)
+ *	usage: cholesky [--f32 | --std-gemm [--gemm-on KIND]] [--no-check] [--no-prio] [N [T]]
+ *	       (default 1920 320)
  *	       ODX_HOST_DEVICES=2 OPENBLAS_NUM_THREADS=1 cholesky 3840 320
  *
  * The residual ||A - L L^T||_F / ||A||_F is checked against a bound (exit status 1 above it).
@@ -322,8 +326,9 @@ static void tiles_create(struct tiles *m, int std_gemm)
 	m->p = calloc(nt * nt, sizeof(*m->p));
 	if (!m->a || !m->at || !m->p)
 		check(m->ctx, ODX_ENOMEM, "calloc");
-	check(m->ctx, odx_buffer_partition(m->whole, &part, (int)(nt * nt), m->a, -1),
-	      "odx_buffer_partition");
+	/* No wait: the tiles' first tasks are ordered after the switch. */
+	check(m->ctx, odx_buffer_partition_async(m->whole, &part, (int)(nt * nt), m->a, NULL),
+	      "odx_buffer_partition_async");
 	for (size_t i = 0; i < nt; i++) {
 		for (size_t j = 0; j <= i; j++) {
 			int owner = tile_owner(i, j, size);
@@ -361,6 +366,7 @@ static void tiles_destroy(struct tiles *m)
 struct kernels {
 	odx_kernel *potrf, *trsm, *syrk, *gemm;	/* gemm: the f64 host one */
 	odx_kernel *std_gemm, *std_axpy;	/* --std-gemm: odx.gemm_f32, odx.axpy_f32 */
+	int std_device;				/* --gemm-on: their device, else -1 (any) */
 };
 
 /* Submits one task: a one-call host variant, run once with the device's threads. */
@@ -394,6 +400,11 @@ static void submit_std_gemm(const struct tiles *m, const struct kernels *k, size
 	odx_task_opts opts = {.priority = prio, .tag = tag,
 			      .grid = {(uint32_t)m->t / 16, (uint32_t)m->t / 16, 1},
 			      .block = {16, 16, 1}};
+
+	if (k->std_device >= 0) {
+		opts.flags = ODX_SUBMIT_ON_DEVICE;
+		opts.on_device = k->std_device;
+	}
 
 	snprintf(tag, sizeof(tag), "gemm %zu,%zu,%zu", row, col, kk);
 	check(m->ctx, odx_submit(m->ctx, k->std_gemm, gemm_args, 6, &opts, NULL), "odx_submit");
@@ -471,7 +482,8 @@ static void factorise(const struct tiles *m, const struct kernels *k, int std_ge
 /* ---- checking ------------------------------------------------------------------------------- */
 
 /*
- * Gathers the tiles (odx_buffer_unpartition, collective: every rank's matrix gets every tile),
+ * Gathers the tiles (odx_buffer_unpartition_async, collective: every rank's matrix gets every
+ * tile; the program waits for that gather's event before it reads the matrix),
  * copies the factor into a column-major n x n matrix of doubles, zero above the diagonal, and
  * hashes the tiles' bytes as computed (FNV-1a, each tile column by column), so that runs on
  * different rank counts can be compared bit for bit.
@@ -482,10 +494,14 @@ static double *read_factor(const struct tiles *m, uint64_t *checksum)
 	double *l = calloc(n * n, sizeof(double));
 	const unsigned char *bytes = m->matrix;
 	uint64_t h = 0xcbf29ce484222325ull;
+	odx_event *gathered;
 
 	if (!l)
 		check(m->ctx, ODX_ENOMEM, "calloc");
-	check(m->ctx, odx_buffer_unpartition(m->whole, -1), "odx_buffer_unpartition");
+	check(m->ctx, odx_buffer_unpartition_async(m->whole, &gathered),
+	      "odx_buffer_unpartition_async");
+	check(m->ctx, odx_event_wait(gathered, -1), "the gather");
+	odx_event_release(gathered);
 	for (size_t i = 0; i < m->nt; i++) {
 		for (size_t j = 0; j <= i; j++) {
 			for (size_t c = 0; c < t; c++) {
@@ -538,8 +554,9 @@ static double residual(const double *l, size_t n)
 
 static void usage(const char *argv0)
 {
-	fprintf(stderr, "usage: %s [--f32 | --std-gemm] [--no-check] [--no-prio] [N [T]]\n"
-		"  T divides N (default 1920 320); with --std-gemm T is a multiple of 16\n", argv0);
+	fprintf(stderr, "usage: %s [--f32 | --std-gemm [--gemm-on KIND]] [--no-check] [--no-prio] "
+		"[N [T]]\n  T divides N (default 1920 320); with --std-gemm T is a multiple of 16\n",
+		argv0);
 	exit(2);
 }
 
@@ -547,6 +564,7 @@ int main(int argc, char **argv)
 {
 	size_t n = 1920, t = 320;
 	int std_gemm = 0, f32 = 0, do_check = 1, use_prio = 1, npos = 0;
+	const char *gemm_on = NULL;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--std-gemm"))
@@ -557,13 +575,15 @@ int main(int argc, char **argv)
 			do_check = 0;
 		else if (!strcmp(argv[i], "--no-prio"))
 			use_prio = 0;
+		else if (!strcmp(argv[i], "--gemm-on") && i + 1 < argc)
+			gemm_on = argv[++i];
 		else if (argv[i][0] != '-' && npos < 2)
 			*(npos++ ? &t : &n) = strtoull(argv[i], NULL, 0);
 		else
 			usage(argv[0]);
 	}
 	if (n == 0 || t == 0 || n % t || t > 46340 || n > 1u << 20 || (std_gemm && t % 16) ||
-	    (std_gemm && f32))
+	    (std_gemm && f32) || (gemm_on && !std_gemm))
 		usage(argv[0]);
 	f32 |= std_gemm;
 
@@ -595,7 +615,7 @@ int main(int argc, char **argv)
 				    {ODX_ARG_BUFFER, ODX_RW, "a"},  {ODX_ARG_I32, 0, "t"},
 				    {ODX_ARG_I32, 0, "ldm"},	    {ODX_ARG_I32, 0, "ldn"},
 				    {ODX_ARG_I32, 0, "lda"}};
-	struct kernels k = {0};
+	struct kernels k = {.std_device = -1};
 	if (std_gemm) {
 		k.potrf = host_kernel(ctx, "cholesky.spotrf", potrf_f32, potrf_p, 3);
 		k.trsm = host_kernel(ctx, "cholesky.strsm_t", trsm_f32, trsm_t_p, 6);
@@ -604,6 +624,17 @@ int main(int argc, char **argv)
 		      "odx_kernel_builtin");
 		check(ctx, odx_kernel_builtin(ctx, "odx.axpy_f32", &k.std_axpy),
 		      "odx_kernel_builtin");
+		for (int d = 0; gemm_on && d < odx_device_count(ctx) && k.std_device < 0; d++) {
+			odx_device_info info;
+
+			check(ctx, odx_device_get_info(ctx, d, &info), "odx_device_get_info");
+			if (!strcmp(info.kind_name, gemm_on))
+				k.std_device = d;
+		}
+		if (gemm_on && k.std_device < 0) {
+			fprintf(stderr, "cholesky: no device of kind '%s' (ODX_BACKENDS)\n", gemm_on);
+			return 2;
+		}
 	} else if (f32) {
 		k.potrf = host_kernel(ctx, "cholesky.spotrf", potrf_f32, potrf_p, 3);
 		k.trsm = host_kernel(ctx, "cholesky.strsm", trsm_f32_blas, trsm_p, 5);
