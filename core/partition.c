@@ -4,12 +4,15 @@
  * 2D tiles of a matrix with a leading dimension), gathering them back, and destroying a parent
  * with its parts (docs/partitions.md).
  *
- * The switches are synchronous, like StarPU's starpu_data_partition: a partition waits for the
- * parent's users and leaves its latest bytes in its host copy, the only one it keeps; each part
- * is then a buffer whose home replica is an alias into that host copy (core.h,
- * odx__replica_is_alias), and whose other replicas are packed copies the memory wing moves with
- * strided copies (mem/copy.c). An unpartition waits for the parts' users and writes each part's
- * latest copy back into its alias. Above the memory wing, like buffer.c.
+ * The switches are tasks in the graph (ODX__TASK_PARTITION, ODX__TASK_UNPARTITION), like the
+ * switch task of StarPU's starpu_data_partition_submit: the partition's staging brings the
+ * parent's latest bytes into its host copy, the only one it keeps; each part is then a buffer
+ * whose home replica is an alias into that host copy (core.h, odx__replica_is_alias), and whose
+ * other replicas are packed copies the memory wing moves with strided copies (mem/copy.c). The
+ * unpartition's staging writes every part's latest copy back into its alias at once, and its end
+ * releases the parts. The asynchronous calls submit a switch and return; the synchronous ones
+ * wait for the users (with their timeout), then for the switch. Above the memory wing, like
+ * buffer.c.
  *
  * On several ranks (docs/partitions.md, "Several ranks") a partition first brings every rank
  * the parent's latest bytes and an unpartition every rank each part's latest bytes (dist.c,

@@ -5,7 +5,10 @@
  * (host.memnode=private: every tile moves between its alias in the parent and packed device
  * copies) and sharing host RAM (tiles used in place), every access mode, then the parent read
  * back whole; ODX_LD as each device sees it; the parent's refusals while partitioned; dead part
- * handles; registered memory; eviction of tiles to a small device tier; reads and writes of a part.
+ * handles; registered memory; eviction of tiles to a small device tier; reads and writes of a part;
+ * asynchronous switches behind a closed gate (no call waits), failures through switches, the
+ * synchronous timeouts, destruction behind pending switches, and the parent spilled to and
+ * reloaded from the disk tier around its partitions.
  */
 #include <pthread.h>
 #include <setjmp.h>
