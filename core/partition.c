@@ -216,8 +216,8 @@ static odx__task *switch_new(odx_buffer *parent, int kind, odx_buffer *const *pa
 		t->args[i + 1] = ODX_BUF(parts[i], part ? ODX_W : ODX_RW);
 	/* Every user of the parts (or of the parent, after an unpartition) waits for it. */
 	atomic_store_explicit(&t->priority, INT_MAX, memory_order_relaxed);
-	snprintf(t->tag, sizeof(t->tag), "%s buffer #%llu, %d parts", part ? "partition" : "gather",
-		 (unsigned long long)parent->id, n);
+	snprintf(t->tag, sizeof(t->tag), "%s buffer #%llu, %d parts",
+		 part ? "partition" : "unpartition", (unsigned long long)parent->id, n);
 	return t;
 }
 
@@ -462,7 +462,7 @@ static int remaining_ms(uint64_t deadline_ns)
 static int users_wait(odx_buffer *b, uint64_t deadline, const char *what, const char *fn)
 {
 	odx_context *ctx = b->ctx;
-	odx__task **users, *lw;
+	odx__task **users, *lw = NULL;
 	char first[ODX__MSG_MAX];
 	int n = 0, i, rc = 0;
 
@@ -472,14 +472,13 @@ static int users_wait(odx_buffer *b, uint64_t deadline, const char *what, const 
 		for (i = 0; i < b->nreaders; i++)
 			users[n++] = b->readers[i];
 		if (b->last_writer)
-			users[n++] = b->last_writer;
+			users[n++] = lw = b->last_writer;
 		for (i = 0; i < n; i++)
 			atomic_fetch_add(&users[i]->refs, 1);
 	}
 	pthread_mutex_unlock(&ctx->submit_lock);
 	if (!users)
 		return odx__fail(ctx, ODX_ENOMEM, "%s: out of memory", fn);
-	lw = b->last_writer && n > 0 && users[n - 1] == b->last_writer ? users[n - 1] : NULL;
 	for (i = 0; i < n && rc == 0; i++) {
 		odx__task_wait(users[i], remaining_ms(deadline));
 		if (!atomic_load(&users[i]->done))

@@ -22,9 +22,8 @@ static void finish_trace(odx__task *t, odx__device *dev, uint64_t t0)
 	t1 = odx__now_ns();
 	atomic_fetch_add_explicit(&dev->busy_ns, t1 - t0, memory_order_relaxed);
 	if (ctx->tracing) {
-		const char *name = t->kind == ODX__TASK_KERNEL && t->tag[0]
-					   ? t->tag
-					   : odx__task_kind_name(t, true);
+		bool tagged = (t->kind == ODX__TASK_KERNEL || odx__task_is_switch(t)) && t->tag[0];
+		const char *name = tagged ? t->tag : odx__task_kind_name(t, true);
 
 		odx__trace_span(dev->compute_trace, name, "task", t0, t1, t->id);
 	}
