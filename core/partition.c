@@ -316,7 +316,7 @@ void odx__partition_switch_end(odx__task *t, int *status)
 	atomic_fetch_sub(&parent->backing, 1);
 }
 
-/* ---- the calls -------------------------------------------------------------------------------- */
+/* ---- the calls ------------------------------------------------------------------------------- */
 
 /* Checks a partition request: 0 and the description (*dp, n parts, to free), or the error. */
 static int partition_check(odx_buffer *buf, const odx_partition *p, int nparts, part_desc **dp,

@@ -4,12 +4,12 @@
  *
  * The N x N matrix is one column-major array of doubles in the program's memory, registered with
  * ODX as one buffer and partitioned into NT x NT tiles of T x T (odx_buffer_partition_async: the
- * partition and the gather are tasks in the stream, so the program never waits for them): each tile
- * is a buffer of its own for tasks, used in place inside the matrix on the host (its leading
+ * partition and the gather are tasks in the stream, so the program never waits for them): each
+ * tile is a buffer of its own for tasks, used in place inside the matrix on the host (its leading
  * dimension N, ODX_LD) and copied packed to a device that needs it; only the lower triangle of
  * tiles is used. Nothing is packed or unpacked in this program: once the gather
- * (odx_buffer_unpartition_async) ran, the matrix holds the factor. The factorisation is right-looking, in the order (and with the
- * priorities) of StarPU's cholesky_implicit example:
+ * (odx_buffer_unpartition_async) ran, the matrix holds the factor. The factorisation is
+ * right-looking, in the order (and with the priorities) of StarPU's cholesky_implicit example:
  *
  *   for k:  POTRF  A[k][k] = chol(A[k][k])                      (dpotrf)
  *           TRSM   A[m][k] = A[m][k] A[k][k]^-T     for m > k   (dtrsm)

@@ -402,9 +402,9 @@ typedef struct odx_partition {
  * waits: up to `timeout_ms` (-1 forever) for every task submitted so far that uses `buf`, then,
  * in full, for the switch that brings its latest contents into its host memory (the user's
  * memory for a registered buffer) and frees its other copies (odx_buffer_partition_async is the
- * same switch without the waits). While partitioned, that host memory backs the parts and is never evicted or spilled,
- * and `buf` itself refuses tasks, reads, writes, prefetches, odx_buffer_set_owner and a second
- * partition (ODX_EBUSY). Each part is a buffer of its packed size (a tile's rows x columns x
+ * same switch without the waits). While partitioned, that host memory backs the parts and is
+ * never evicted or spilled, and `buf` itself refuses tasks, reads, writes, prefetches,
+ * odx_buffer_set_owner and a second partition (ODX_EBUSY). Each part is a buffer of its packed size (a tile's rows x columns x
  * elem_size bytes), with its own dependencies and copies; kernels get a tile's layout through
  * odx_host_launch.buffer_shapes and ODX_LD. `parts` receives nparts handles, which die at
  * odx_buffer_unpartition (or with `buf`); odx_buffer_destroy refuses them. On several ranks the

@@ -8,11 +8,12 @@
  * wrote them: the partition brings them to every rank), and a buffer cut into 1D blocks. Tiles
  * get owners round-robin over the ranks, so each one is written on its owner; every tile then
  * adds a neighbour tile that another rank wrote (a strided part sent packed and received into its
- * runs inside the parent), and is written again. After unpartition every rank's parent, and every
- * rank's registered memory itself, must equal the same computation done here, padding between
- * the tiles untouched. Each matrix goes through this twice, with synchronous and then with
- * asynchronous switches (inserted at the same point of every rank's stream), and the blocks end
- * with two asynchronous partitions back to back, nothing waited for in between.
+ * runs inside the parent), and is written again (some tiles first overwritten whole, write-only).
+ * After unpartition every rank's parent, and every rank's registered memory itself, must equal
+ * the same computation done here, padding between the tiles untouched. Each matrix goes through
+ * this twice, with synchronous and then with asynchronous switches (inserted at the same point of
+ * every rank's stream), and the blocks end with two asynchronous partitions back to back, nothing
+ * waited for in between.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -46,6 +47,19 @@ static int update_fn(const odx_host_launch *l)
 	return 0;
 }
 
+/* x = v + i + 10 j over a tile, written only (W x, I64 len, I64 runs, I64 ld, F32 v). */
+static int fill_fn(const odx_host_launch *l)
+{
+	float *x = l->buffers[0];
+	int64_t len = i64_arg(l, 1), runs = i64_arg(l, 2), ld = i64_arg(l, 3);
+	float v = *(const float *)l->scalars[4];
+
+	for (int64_t j = 0; j < runs; j++)
+		for (int64_t i = 0; i < len; i++)
+			x[j * ld + i] = v + (float)i + 10.0f * (float)j;
+	return 0;
+}
+
 /* x += y, two tiles of one shape (RW x, R y, I64 len, I64 runs, I64 ldx, I64 ldy). */
 static int add_fn(const odx_host_launch *l)
 {
@@ -71,7 +85,7 @@ static odx_kernel *make_kernel(odx_context *ctx, const char *name, const odx_par
 }
 
 typedef struct kernels {
-	odx_kernel *update, *add;
+	odx_kernel *update, *add, *fill;
 } kernels;
 
 /* A matrix as the test sees it, and its tile (i, j): first element, run length, runs. */
@@ -95,6 +109,13 @@ static void model_update(float *m, const odx_partition *p, tile t, float v)
 	for (size_t j = 0; j < t.runs; j++)
 		for (size_t i = 0; i < t.len; i++)
 			m[t.first + j * p->ld + i] = m[t.first + j * p->ld + i] * 2.0f + v;
+}
+
+static void model_fill(float *m, const odx_partition *p, tile t, float v)
+{
+	for (size_t j = 0; j < t.runs; j++)
+		for (size_t i = 0; i < t.len; i++)
+			m[t.first + j * p->ld + i] = v + (float)i + 10.0f * (float)j;
 }
 
 static void model_add(float *m, const odx_partition *p, tile x, tile y)
@@ -135,6 +156,15 @@ static void tiles_run(odx_context *ctx, kernels *k, odx_buffer *a, const odx_par
 				odx_arg args[] = {ODX_BUF(parts[q], ODX_RW), ODX_I64((int64_t)t.len),
 						  ODX_I64((int64_t)t.runs), ODX_LD(0), ODX_F32(v)};
 
+				/* Some tiles overwritten whole first (write-only access). */
+				if (round == 1 && q % 3 == 1) {
+					args[0].access = ODX_W;
+					args[4] = ODX_F32(-v);
+					CHECK(ctx, odx_submit(ctx, k->fill, args, 5, NULL, NULL));
+					model_fill(model, p, t, -v);
+					args[0].access = ODX_RW;
+					args[4] = ODX_F32(v);
+				}
 				CHECK(ctx, odx_submit(ctx, k->update, args, 5, NULL, NULL));
 				model_update(model, p, t, v);
 			}
@@ -244,6 +274,9 @@ int main(void)
 	static const odx_param update[] = {{ODX_ARG_BUFFER, ODX_RW, "x"}, {ODX_ARG_I64, 0, "len"},
 					   {ODX_ARG_I64, 0, "runs"},	  {ODX_ARG_I64, 0, "ld"},
 					   {ODX_ARG_F32, 0, "v"}};
+	static const odx_param fill[] = {{ODX_ARG_BUFFER, ODX_W, "x"}, {ODX_ARG_I64, 0, "len"},
+					 {ODX_ARG_I64, 0, "runs"},     {ODX_ARG_I64, 0, "ld"},
+					 {ODX_ARG_F32, 0, "v"}};
 	static const odx_param add[] = {{ODX_ARG_BUFFER, ODX_RW, "x"}, {ODX_ARG_BUFFER, ODX_R, "y"},
 					{ODX_ARG_I64, 0, "len"},       {ODX_ARG_I64, 0, "runs"},
 					{ODX_ARG_I64, 0, "ldx"},       {ODX_ARG_I64, 0, "ldy"}};
@@ -269,6 +302,7 @@ int main(void)
 	}
 	k.update = make_kernel(ctx, "part_update", update, 5, update_fn);
 	k.add = make_kernel(ctx, "part_add", add, 6, add_fn);
+	k.fill = make_kernel(ctx, "part_fill", fill, 5, fill_fn);
 
 	/* A registered matrix: every rank's memory holds the same bytes. */
 	for (size_t e = 0; e < abytes / 4; e++)
