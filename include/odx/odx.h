@@ -404,9 +404,9 @@ typedef struct odx_partition {
  * memory for a registered buffer) and frees its other copies (odx_buffer_partition_async is the
  * same switch without the waits). While partitioned, that host memory backs the parts and is
  * never evicted or spilled, and `buf` itself refuses tasks, reads, writes, prefetches,
- * odx_buffer_set_owner and a second partition (ODX_EBUSY). Each part is a buffer of its packed size (a tile's rows x columns x
- * elem_size bytes), with its own dependencies and copies; kernels get a tile's layout through
- * odx_host_launch.buffer_shapes and ODX_LD. `parts` receives nparts handles, which die at
+ * odx_buffer_set_owner and a second partition (ODX_EBUSY). Each part is a buffer of its packed
+ * size (a tile's rows x columns x elem_size bytes), with its own dependencies and copies; kernels
+ * get a tile's layout through odx_host_launch.buffer_shapes and ODX_LD. `parts` receives nparts handles, which die at
  * odx_buffer_unpartition (or with `buf`); odx_buffer_destroy refuses them. On several ranks the
  * call is collective, like every call of the replicated task flow: every rank first gets `buf`'s
  * latest bytes, and each part starts with the parent's owner. Returns 0, ODX_EINVAL
