@@ -398,23 +398,23 @@ typedef struct odx_partition {
 } odx_partition;
 
 /**
- * Splits `buf` into `nparts` sub-buffers without copying its bytes (docs/partitions.md), and
- * waits: up to `timeout_ms` (-1 forever) for every task submitted so far that uses `buf`, then,
- * in full, for the switch that brings its latest contents into its host memory (the user's
- * memory for a registered buffer) and frees its other copies (odx_buffer_partition_async is the
- * same switch without the waits). While partitioned, that host memory backs the parts and is
- * never evicted or spilled, and `buf` itself refuses tasks, reads, writes, prefetches,
- * odx_buffer_set_owner and a second partition (ODX_EBUSY). Each part is a buffer of its packed
- * size (a tile's rows x columns x elem_size bytes), with its own dependencies and copies; kernels
- * get a tile's layout through odx_host_launch.buffer_shapes and ODX_LD. `parts` receives nparts handles, which die at
+ * Splits `buf` into `nparts` sub-buffers without copying its bytes (docs/partitions.md), and waits:
+ * up to `timeout_ms` (-1 forever) for every task submitted so far that uses `buf`, then, in full,
+ * for the switch that brings its latest contents into its host memory (the user's memory for a
+ * registered buffer) and frees its other copies (odx_buffer_partition_async is the same switch
+ * without the waits). While partitioned, that host memory backs the parts and is never evicted or
+ * spilled, and `buf` itself refuses tasks, reads, writes, prefetches, odx_buffer_set_owner and a
+ * second partition (ODX_EBUSY). Each part is a buffer of its packed size (a tile's rows x columns x
+ * elem_size bytes), with its own dependencies and copies; kernels get a tile's layout through
+ * odx_host_launch.buffer_shapes and ODX_LD. `parts` receives nparts handles, which die at
  * odx_buffer_unpartition (or with `buf`); odx_buffer_destroy refuses them. On several ranks the
  * call is collective, like every call of the replicated task flow: every rank first gets `buf`'s
- * latest bytes, and each part starts with the parent's owner. Returns 0, ODX_EINVAL
- * (a description that does not fit the buffer, or a part count other than what it makes: the
- * message says which), ODX_EBUSY (already partitioned), ODX_ENOSYS (`buf` is itself a part),
- * ODX_ENOSPC (a buffer that is not registered and is larger than its host memory node),
- * ODX_ETIMEDOUT or ODX_ECANCELED (the task that last wrote `buf` failed: the message names it;
- * in both cases nothing changed) or ODX_ENOMEM. `parts` is untouched on failure.
+ * latest bytes, and each part starts with the parent's owner. Returns 0, ODX_EINVAL (a description
+ * that does not fit the buffer, or a part count other than what it makes: the message says which),
+ * ODX_EBUSY (already partitioned), ODX_ENOSYS (`buf` is itself a part), ODX_ENOSPC (a buffer that
+ * is not registered and is larger than its host memory node), ODX_ETIMEDOUT or ODX_ECANCELED (the
+ * task that last wrote `buf` failed: the message names it; in both cases nothing changed) or
+ * ODX_ENOMEM. `parts` is untouched on failure.
  */
 ODX_API int odx_buffer_partition(odx_buffer *buf, const odx_partition *p, int nparts,
 				 odx_buffer **parts, int timeout_ms);
