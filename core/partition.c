@@ -514,16 +514,19 @@ ODX_API int odx_buffer_partition(odx_buffer *buf, const odx_partition *p, int np
 	static const char fn[] = "odx_buffer_partition";
 	uint64_t deadline = timeout_ms < 0 ? 0 : odx__now_ns() + (uint64_t)timeout_ms * 1000000u;
 	part_desc *d = NULL;
-	odx_buffer **own = NULL;
+	odx_buffer **out = NULL; /* the handles, given to the caller only on success */
 	odx__task *t = NULL, *u = NULL;
 	int rc;
 
 	rc = partition_check(buf, p, nparts, &d, fn);
 	if (rc)
 		return rc;
-	ODX__CHECK_ARG(buf->ctx, parts, "parts");
-	own = calloc((size_t)nparts, sizeof(*own));
-	if (!own) {
+	if (!parts) {
+		rc = odx__fail(buf->ctx, ODX_EINVAL, "%s: invalid argument 'parts'", fn);
+		goto out_free;
+	}
+	out = calloc((size_t)nparts, sizeof(*out));
+	if (!out) {
 		rc = odx__fail(buf->ctx, ODX_ENOMEM, "%s: out of memory (%d parts)", fn, nparts);
 		goto out_free;
 	}
@@ -537,7 +540,7 @@ ODX_API int odx_buffer_partition(odx_buffer *buf, const odx_partition *p, int np
 	rc = users_wait(buf, deadline, "buffer", fn);
 	if (rc)
 		goto out_free;
-	rc = partition_submit(buf, p, d, nparts, own, NULL, &t, fn);
+	rc = partition_submit(buf, p, d, nparts, out, NULL, &t, fn);
 	if (rc)
 		goto out_free;
 	rc = switch_wait(t, fn);
@@ -550,9 +553,9 @@ ODX_API int odx_buffer_partition(odx_buffer *buf, const odx_partition *p, int np
 		}
 		goto out_free;
 	}
-	memcpy(parts, own, (size_t)nparts * sizeof(*parts));
+	memcpy(parts, out, (size_t)nparts * sizeof(*parts));
 out_free:
-	free(own);
+	free(out);
 	free(d);
 	return rc;
 }
