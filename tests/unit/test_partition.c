@@ -453,6 +453,10 @@ static void test_refusals(void **state)
 	assert_ok(odx_buffer_create(ctx, 64, 0, &a));
 	args[0].v.buffer = a;
 	assert_rc(odx_buffer_unpartition(a, TEST_TIMEOUT_MS), ODX_EINVAL);
+	assert_rc(odx_buffer_unpartition_async(a, NULL), ODX_EINVAL);
+	assert_rc(odx_buffer_partition(a, &p, 2, NULL, TEST_TIMEOUT_MS), ODX_EINVAL);
+	assert_rc(odx_buffer_partition_async(a, &p, 2, NULL, NULL), ODX_EINVAL);
+	assert_rc(odx_buffer_partition_async(a, &p, 5, parts, NULL), ODX_EINVAL); /* 16 in 4 */
 	assert_ok(odx_buffer_partition(a, &p, 2, parts, TEST_TIMEOUT_MS));
 	assert_rc(odx_submit(ctx, k.add, args, 2, NULL, NULL), ODX_EBUSY);
 	assert_contains(odx_last_error(ctx), "is partitioned into 2 parts");
@@ -994,6 +998,16 @@ static void test_tiles_spilled(void **state)
 		for (int e = 0; e < FN; e++)
 			if (fv[e] != (uint32_t)(i * 7 + e) + 6u)
 				fail_msg("filler %d element %d is %u", i, e, fv[e]);
+	}
+	/* A parent larger than host memory cannot stay there while partitioned: refused. */
+	{
+		odx_buffer *big;
+		odx_partition bp = {.kind = ODX_PART_BLOCKS, .elem_size = 4};
+
+		assert_ok(odx_buffer_create(ctx, 256u << 10, 0, &big));
+		assert_rc(odx_buffer_partition_async(big, &bp, 2, parts, NULL), ODX_ENOSPC);
+		assert_contains(odx_last_error(ctx), "tier.host.limit");
+		assert_rc(odx_buffer_partition(big, &bp, 2, parts, TEST_TIMEOUT_MS), ODX_ENOSPC);
 	}
 	assert_ok(odx_close(ctx));
 	print_message("tiles spilled: %llu spills, %llu reloads, %llu device write-backs\n",
