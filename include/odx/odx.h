@@ -434,14 +434,14 @@ ODX_API int odx_buffer_unpartition(odx_buffer *buf, int timeout_ms);
 typedef struct odx_event odx_event; /* (with odx_submit, below) */
 
 /**
- * odx_buffer_partition without waiting (docs/partitions.md, "Asynchronous switches"): checks
- * the request, makes the part handles and inserts the partition into the task stream as a task
- * that reads and writes `buf` and writes every part, then returns. Tasks submitted before it
+ * odx_buffer_partition without waiting (docs/partitions.md, "Synchronous and asynchronous calls"):
+ * checks the request, makes the part handles and inserts the partition into the task stream as a
+ * task that reads and writes `buf` and writes every part, then returns. Tasks submitted before it
  * that use `buf` run before it; tasks on the parts submitted after it wait for it, as for any
- * writer. `buf` refuses its users from the call on, as with odx_buffer_partition. If the task
- * that last wrote `buf` failed, the switch still makes the parts but fails with that cause, and
- * the tasks that read a part before writing it are canceled with it. If `event` is not NULL,
- * *event receives a reference to the switch (odx_submit's rules). Never blocks. Same errors as
+ * writer. `buf` refuses its users from the call on, as with odx_buffer_partition. If the task that
+ * last wrote `buf` failed, the switch still makes the parts but fails with that cause, and the
+ * tasks that read a part before writing it are canceled with it. If `event` is not NULL, *event
+ * receives a reference to the switch (odx_submit's rules). Never blocks. Same errors as
  * odx_buffer_partition but ODX_ETIMEDOUT and ODX_ECANCELED; nothing is submitted on failure.
  */
 ODX_API int odx_buffer_partition_async(odx_buffer *buf, const odx_partition *p, int nparts,
