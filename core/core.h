@@ -233,9 +233,9 @@ int odx__buffer_partitioned(const odx_buffer *buf, const char *fn);
 int odx__partition_destroy(odx_buffer *buf);
 /* Releases the parts of a partitioned parent whose destruction ran (worker.c). */
 void odx__partition_release_parts(odx_buffer *buf);
-/* The end of a partition switch, after its unstaging and before its completion (worker.c): the
- * parts' aliases made, or the parts gathered and released; *status becomes the failure it ran
- * despite, if any. */
+/* The end of a partition switch, after its unstaging and before its completion (worker.c, or
+ * task.c for one no worker ran): the parts' aliases made, or the parts gathered and released;
+ * *status becomes the failure it ran despite, if any. */
 void odx__partition_switch_end(odx__task *t, int *status);
 /* Handle check at a public entry: 0 for a live buffer of any context, else ODX_EINVAL with a
  * message naming `fn` (a destroyed buffer: its struct stays mapped until close, docs/memory.md
@@ -356,7 +356,8 @@ struct odx__task {
 	int device;                 /* placed device, -1 until placed */
 	bool staged;                /* its buffers were staged on its device */
 	bool chained;               /* launched behind an unfinished predecessor (ordered lane) */
-	bool launched;              /* its kernel was handed to the backend */
+	bool launched;              /* its kernel was handed to the backend (a partition switch:
+				     * its bookkeeping ran, partition.c) */
 	_Atomic bool queued;        /* ... and the backend took it (launch returned pending): a
 				     * copy queued after it on its device's lane runs after it */
 	_Atomic int chain;          /* 0, then CHAIN_CLAIMED by a chaining worker or CHAIN_NO

@@ -294,6 +294,7 @@ void odx__partition_switch_end(odx__task *t, int *status)
 	odx_buffer *parent = t->args[0].v.buffer;
 	int n = t->nargs - 1, i;
 
+	t->launched = true; /* once (odx__task_complete calls it for a switch no worker ran) */
 	/* It ran although an input failed (odx__task_ready): it completes with that failure, and
 	 * its successors that read what it wrote are canceled with it. */
 	if (*status == 0)

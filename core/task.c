@@ -393,6 +393,10 @@ void odx__task_complete(odx__task *t, int status, const char *msg)
 	odx__succ *succ;
 	int i, nsucc;
 
+	/* A switch failed before a worker ran it (no device left, no memory to queue it): its
+	 * bookkeeping still happens, or the parts would stay half made (partition.c). */
+	if (odx__task_is_switch(t) && !t->launched)
+		odx__partition_switch_end(t, &status);
 	t->status = status;
 	if (status != 0) {
 		/* A canceled task's own explanation first, else the caller's. */
