@@ -242,21 +242,17 @@ static void switch_submit(odx__task *t, odx_event **event, odx__task **keep)
  * only valid copy, a new version, no disk copy. */
 static void parent_host_only(odx_buffer *b)
 {
-	odx_context *ctx = b->ctx;
-	int home = odx__home(b), m;
+	int home = odx__home(b);
 
 	pthread_mutex_lock(&b->lock);
+	/* Without one (a switch whose staging failed) no copy is valid: it failed, and its
+	 * readers are canceled. */
 	if (b->replicas[home].allocated) {
-		for (m = 0; m < ctx->nmemnodes; m++)
-			if (m != home)
-				odx__replica_set_state(b, m, ODX__INVALID);
-		odx__replica_set_state(b, home, ODX__MODIFIED);
+		odx__replica_written(b, home);
+	} else {
+		b->zero = false;
+		b->wversion++;
 	}
-	b->zero = false;
-	b->wversion++;
-	b->spill_failed = false;
-	if (atomic_load(&b->disk_state) != ODX__INVALID)
-		odx__tier_disk_free(ctx, b);
 	pthread_mutex_unlock(&b->lock);
 }
 

@@ -203,6 +203,10 @@ int odx__prefetch_copy(odx_context *ctx, odx_buffer *b, int m, uint64_t limit,
 /* The fetches the tasks in list w waited for ended (status; `why` when it failed): each counts
  * one fewer, and one with none left is queued as staged or its caller woken. Frees the list. */
 void odx__stage_fetched(odx_context *ctx, odx__fetch_waiter *w, int status, const char *why);
+/* b's lock held: a write landed in its copy on node m, now its only valid copy and a new version
+ * (the others invalid, the disk copy freed). Unstaging of a writer, and a partition switch, whose
+ * parts write their parent's host copy in place (partition.c). */
+void odx__replica_written(odx_buffer *b, int m);
 
 /* ---- floor 6: prefetch requests (prefetch.c); odx__prefetch_* in core.h ------------------- */
 

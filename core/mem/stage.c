@@ -566,11 +566,27 @@ void odx__stage_fetched(odx_context *ctx, odx__fetch_waiter *w, int status, cons
 	}
 }
 
+void odx__replica_written(odx_buffer *b, int m)
+{
+	odx_context *ctx = b->ctx;
+	int k;
+
+	for (k = 0; k < ctx->nmemnodes; k++)
+		if (k != m)
+			odx__replica_set_state(b, k, ODX__INVALID);
+	odx__replica_set_state(b, m, ODX__MODIFIED);
+	b->zero = false;
+	b->wversion++;
+	b->spill_failed = false;
+	if (atomic_load(&b->disk_state) != ODX__INVALID)
+		odx__tier_disk_free(ctx, b);
+}
+
 void odx__unstage(odx__task *t, int status)
 {
 	odx_context *ctx = t->ctx;
 	int m = odx__task_memnode(t);
-	int i, k;
+	int i;
 	bool idle = false;
 
 	for (i = 0; i < t->nstaged; i++) {
@@ -585,15 +601,7 @@ void odx__unstage(odx__task *t, int status)
 					   t->kind == ODX__TASK_WRITE || t->kind == ODX__TASK_RECV);
 		pthread_mutex_lock(&b->lock);
 		if (writes && status == 0) {
-			for (k = 0; k < ctx->nmemnodes; k++)
-				if (k != m)
-					odx__replica_set_state(b, k, ODX__INVALID);
-			odx__replica_set_state(b, m, ODX__MODIFIED);
-			b->zero = false;
-			b->wversion++;
-			b->spill_failed = false;
-			if (atomic_load(&b->disk_state) != ODX__INVALID)
-				odx__tier_disk_free(ctx, b);
+			odx__replica_written(b, m);
 		} else if (writes && (status == ODX_EKERNEL || (t->chained && t->launched))) {
 			/* It may have written part of the replica (or, launched behind a producer that
 			 * failed, written garbage): that copy is no longer valid. */
