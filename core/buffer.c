@@ -248,6 +248,14 @@ ODX_API size_t odx_buffer_size(const odx_buffer *buf)
 	return odx__buffer_check(buf, "odx_buffer_size") == 0 ? buf->size : 0;
 }
 
+ODX_API int odx_buffer_length(odx_buffer *buf, size_t *len, int timeout_ms)
+{
+	(void)buf;
+	(void)len;
+	(void)timeout_ms;
+	return ODX_ENOSYS;
+}
+
 static bool ready_or_done(void *arg)
 {
 	odx__task *t = arg;

@@ -370,3 +370,22 @@ void odx__partition_release_parts(odx_buffer *buf)
 	buf->parts = NULL;
 	atomic_store(&buf->nparts, 0);
 }
+
+/* ---- parts with run-time lengths (docs/sizes.md) ----------------------------------------- */
+
+ODX_API int odx_buffer_set_parts(odx_buffer *buf, const odx_partition *p, int nparts)
+{
+	(void)buf;
+	(void)p;
+	(void)nparts;
+	return ODX_ENOSYS;
+}
+
+ODX_API int odx_buffer_part_lengths(odx_buffer *buf, size_t *lens, int nparts, int timeout_ms)
+{
+	(void)buf;
+	(void)lens;
+	(void)nparts;
+	(void)timeout_ms;
+	return ODX_ENOSYS;
+}
