@@ -49,9 +49,9 @@ static size_t part_len(int d, int size)
 	size_t pcap = CAP / (size_t)size;
 
 	if (d == 0)
-		return 0;            /* an empty part */
+		return 0; /* an empty part */
 	if (d == 1)
-		return pcap;         /* one part holding all it can */
+		return pcap; /* one part holding all it can */
 	return 7 * (size_t)d + 1;
 }
 
@@ -174,9 +174,11 @@ int main(void)
 					    {ODX_ARG_I64, 0, "n"},
 					    {ODX_ARG_BUFFER, ODX_W, "out"},
 					    {ODX_ARG_I64, 0, "nparts"}};
-	odx_kernel_variant mv = {.backend = ODX_BACKEND_HOST, .format = ODX_FORMAT_HOST_FN,
+	odx_kernel_variant mv = {.backend = ODX_BACKEND_HOST,
+				 .format = ODX_FORMAT_HOST_FN,
 				 .host_fn = make_fn};
-	odx_kernel_variant cv = {.backend = ODX_BACKEND_HOST, .format = ODX_FORMAT_HOST_FN,
+	odx_kernel_variant cv = {.backend = ODX_BACKEND_HOST,
+				 .format = ODX_FORMAT_HOST_FN,
 				 .host_fn = check_fn};
 	odx_config *cfg;
 	odx_context *ctx;
@@ -218,8 +220,8 @@ int main(void)
 	run_check(ctx, check, plain, 0, got);
 	if (got[0] != (int64_t)plain_len(size) || got[1] != (int64_t)plain_len(size) / 4 ||
 	    got[2] != 1)
-		FAIL("plain buffer on rank 0: length %lld, ODX_LEN %lld, bytes %s", (long long)got[0],
-		     (long long)got[1], got[2] ? "right" : "wrong");
+		FAIL("plain buffer on rank 0: length %lld, ODX_LEN %lld, bytes %s",
+		     (long long)got[0], (long long)got[1], got[2] ? "right" : "wrong");
 
 	/* One part per rank, written on the last rank: an empty part, a full one, short ones. */
 	CHECK(ctx, odx_buffer_create(ctx, CAP, 0, &parted));

@@ -27,8 +27,10 @@ static odx_context *open_host_mem(int devices, const char *memnode, const char *
 	odx_config *cfg = NULL;
 	odx_context *ctx = NULL;
 	char nd[8];
-	const char *kv[] = {"backends", "host", "host.devices", nd, "host.bind", "false",
-			    "host.memnode", memnode, "stats", "true", "log", "warn", NULL};
+	const char *kv[] = {"backends",	 "host",  "host.devices", nd,
+			    "host.bind", "false", "host.memnode", memnode,
+			    "stats",	 "true",  "log",	  "warn",
+			    NULL};
 	int rc;
 
 	snprintf(nd, sizeof(nd), "%d", devices);
@@ -286,7 +288,10 @@ static void test_rules_on_host(void **state)
 	assert_ok(odx_buffer_create(ctx, 64, 0, &counts));
 	{
 		/* counts[2] = 2: data's length becomes 2 x 100 bytes */
-		odx_length_rule r = {.arg = 0, .from_arg = 1, .index = 2, .unit = 100,
+		odx_length_rule r = {.arg = 0,
+				     .from_arg = 1,
+				     .index = 2,
+				     .unit = 100,
 				     .part = ODX_WHOLE_BUFFER};
 		odx_task_opts o = {.flags = ODX_SUBMIT_LENGTHS, .lengths = &r, .nlengths = 1};
 		odx_arg a[] = {ODX_BUF(data, 0), ODX_BUF(counts, 0), ODX_I64(4), ODX_I64(1)};
@@ -303,7 +308,10 @@ static void test_rules_on_host(void **state)
 	/* Every part from counts[1 + i]: {4, 2, 0, 3} x 64 bytes. */
 	assert_ok(odx_buffer_set_parts(data, &blocks, 4));
 	{
-		odx_length_rule r = {.arg = 0, .from_arg = 1, .index = 1, .unit = 64,
+		odx_length_rule r = {.arg = 0,
+				     .from_arg = 1,
+				     .index = 1,
+				     .unit = 64,
 				     .part = ODX_ALL_PARTS};
 		odx_task_opts o = {.flags = ODX_SUBMIT_LENGTHS, .lengths = &r, .nlengths = 1};
 		odx_arg a[] = {ODX_BUF(data, 0), ODX_BUF(counts, 0), ODX_I64(5), ODX_I64(1)};
@@ -320,8 +328,7 @@ static void test_rules_on_host(void **state)
 
 	/* A count above a part's capacity fails the task and says which. */
 	{
-		odx_length_rule r = {.arg = 0, .from_arg = 1, .index = 0, .unit = 300,
-				     .part = 1};
+		odx_length_rule r = {.arg = 0, .from_arg = 1, .index = 0, .unit = 300, .part = 1};
 		odx_task_opts o = {.flags = ODX_SUBMIT_LENGTHS, .lengths = &r, .nlengths = 1};
 		odx_arg a[] = {ODX_BUF(data, 0), ODX_BUF(counts, 0), ODX_I64(5), ODX_I64(1)};
 		odx_event *ev;
@@ -338,15 +345,16 @@ static void test_rules_on_host(void **state)
 	/* Refused at submission: rules that cannot apply. */
 	{
 		odx_length_rule bad[] = {
-			{.arg = 2, .from_arg = 1, .part = ODX_WHOLE_BUFFER},  /* not a buffer */
-			{.arg = 0, .from_arg = 1, .index = 16, .part = 0},    /* counts too short */
-			{.arg = 0, .from_arg = 1, .part = ODX_WHOLE_BUFFER},  /* it has parts */
-			{.arg = 0, .from_arg = 1, .part = 4},                 /* no part 4 */
+			{.arg = 2, .from_arg = 1, .part = ODX_WHOLE_BUFFER}, /* not a buffer */
+			{.arg = 0, .from_arg = 1, .index = 16, .part = 0},   /* counts too short */
+			{.arg = 0, .from_arg = 1, .part = ODX_WHOLE_BUFFER}, /* it has parts */
+			{.arg = 0, .from_arg = 1, .part = 4},		     /* no part 4 */
 		};
 		odx_arg a[] = {ODX_BUF(data, 0), ODX_BUF(counts, 0), ODX_I64(5), ODX_I64(1)};
 
 		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-			odx_task_opts o = {.flags = ODX_SUBMIT_LENGTHS, .lengths = &bad[i],
+			odx_task_opts o = {.flags = ODX_SUBMIT_LENGTHS,
+					   .lengths = &bad[i],
 					   .nlengths = 1};
 
 			assert_rc(odx_submit(ctx, k, a, 4, &o, NULL), ODX_EINVAL);
@@ -512,7 +520,9 @@ static char spill_root[256];
 
 static void test_spilled_with_lengths(void **state)
 {
-	enum { N = 12 };
+	enum {
+		N = 12
+	};
 	const size_t cap = 256 << 10, pcap = cap / 4;
 	odx_context *ctx;
 	odx_kernel *prod, *parts;
@@ -525,8 +535,9 @@ static void test_spilled_with_lengths(void **state)
 	snprintf(spill_root, sizeof(spill_root), "/tmp/odx-test-lengths-XXXXXX");
 	assert_non_null(mkdtemp(spill_root));
 	{
-		const char *kv[] = {"tier.host.limit", "1MiB",	   "tier.disk.limit", "64MiB",
-				    "tier.disk.path",  spill_root, NULL};
+		const char *kv[] = {
+			"tier.host.limit", "1MiB", "tier.disk.limit", "64MiB", "tier.disk.path",
+			spill_root,	   NULL};
 
 		/* Sharing host RAM: its copies there are the buffers' only ones, so they spill. */
 		ctx = open_host_mem(1, "shared", kv);
@@ -563,9 +574,11 @@ static void test_spilled_with_lengths(void **state)
 			for (size_t j = 0; j < 300 + (size_t)i; j++)
 				assert_int_equal(host[pcap + j], (unsigned char)(i + 1 + (int)j));
 			for (size_t j = 0; j < 5; j++)
-				assert_int_equal(host[2 * pcap + j], (unsigned char)(i + 2 + (int)j));
+				assert_int_equal(host[2 * pcap + j],
+						 (unsigned char)(i + 2 + (int)j));
 			for (size_t j = 0; j < pcap; j++)
-				assert_int_equal(host[3 * pcap + j], (unsigned char)(i + 3 + (int)j));
+				assert_int_equal(host[3 * pcap + j],
+						 (unsigned char)(i + 3 + (int)j));
 			{
 				size_t lens[4];
 
@@ -631,7 +644,10 @@ static void test_rules_on_device(void **state)
 	assert_ok(odx_buffer_create(ctx, sizeof(got), 0, &out));
 	{
 		/* fill writes 100 into every word; word 3 is also the count: 100 x 4 bytes */
-		odx_length_rule r = {.arg = 0, .from_arg = 0, .index = 3, .unit = 4,
+		odx_length_rule r = {.arg = 0,
+				     .from_arg = 0,
+				     .index = 3,
+				     .unit = 4,
 				     .part = ODX_WHOLE_BUFFER};
 		odx_task_opts o = {.flags = ODX_SUBMIT_ON_DEVICE | ODX_SUBMIT_LENGTHS,
 				   .on_device = dev,
@@ -645,7 +661,9 @@ static void test_rules_on_device(void **state)
 	}
 	{
 		/* The copy on the device takes n from the length. */
-		odx_task_opts o = {.flags = ODX_SUBMIT_ON_DEVICE, .on_device = dev, .grid = {16},
+		odx_task_opts o = {.flags = ODX_SUBMIT_ON_DEVICE,
+				   .on_device = dev,
+				   .grid = {16},
 				   .block = {64}};
 		odx_arg a[] = {ODX_BUF(buf, 0), ODX_BUF(out, 0), ODX_LEN(0, 4)};
 
@@ -662,7 +680,10 @@ static void test_rules_on_device(void **state)
 	assert_ok(odx_buffer_create(ctx, sizeof(got), 0, &parted));
 	{
 		odx_partition blocks = {.kind = ODX_PART_BLOCKS, .elem_size = 4};
-		odx_length_rule r = {.arg = 0, .from_arg = 0, .index = 0, .unit = 4,
+		odx_length_rule r = {.arg = 0,
+				     .from_arg = 0,
+				     .index = 0,
+				     .unit = 4,
 				     .part = ODX_ALL_PARTS};
 		odx_task_opts o = {.flags = ODX_SUBMIT_ON_DEVICE | ODX_SUBMIT_LENGTHS,
 				   .on_device = dev,
@@ -680,7 +701,10 @@ static void test_rules_on_device(void **state)
 		assert_int_equal(lens[i], 64);
 	/* A count above the capacity: the task fails with the rule's message. */
 	{
-		odx_length_rule r = {.arg = 0, .from_arg = 0, .index = 0, .unit = 4,
+		odx_length_rule r = {.arg = 0,
+				     .from_arg = 0,
+				     .index = 0,
+				     .unit = 4,
 				     .part = ODX_WHOLE_BUFFER};
 		odx_task_opts o = {.flags = ODX_SUBMIT_ON_DEVICE | ODX_SUBMIT_LENGTHS,
 				   .on_device = dev,
