@@ -4,7 +4,7 @@
 # bench/metg.sh - METG(50%), the Task Bench idea (Slaughter et al., SC'20): the smallest task
 # duration at which a runtime still keeps its workers at least 50% busy, for ODX (bench/metg_odx)
 # against StarPU 1.3 (bench/metg_starpu) running the same task graphs (bench/metg.h: trivial,
-# stencil_1d, nearest, fft; widths 2 and 4) on the same number of workers, each result checked bit
+# stencil_1d, nearest, fft, tree; widths 2 and 4) on the same number of workers, each result checked bit
 # for bit against a sequential evaluation by the programs themselves.
 #
 # Each pass: waits (up to -g seconds) for the 1-minute load to drop below -l, calibrates the busy
@@ -33,7 +33,7 @@ usage() {
 usage: bench/metg.sh [options]
   -w WORKERS   ODX host devices (one thread each) and StarPU CPU workers (default 2)
   -W WIDTHS    graph widths (default "2 4")
-  -P PATTERNS  trivial stencil_1d nearest fft (default all four)
+  -P PATTERNS  trivial stencil_1d nearest fft tree (default all five)
   -p PASSES    passes over every size (default 5)
   -s SIZES     task sizes in us, geometric (default "1 2 3 5 7 10 15 20 30 50 70 100 200 500 1000")
   -d SECONDS   ideal duration of each graph, which sets its steps (default 0.1)
@@ -48,7 +48,7 @@ EOF
 
 workers=2
 widths="2 4"
-patterns="trivial stencil_1d nearest fft"
+patterns="trivial stencil_1d nearest fft tree"
 passes=5
 sizes="1 2 3 5 7 10 15 20 30 50 70 100 200 500 1000"
 target=0.1

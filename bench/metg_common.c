@@ -29,7 +29,7 @@
 uint64_t *metg_records;
 
 static const char *const pattern_names[METG_PATTERN_COUNT] = {"trivial", "stencil_1d", "nearest",
-							      "fft"};
+							      "fft", "tree"};
 
 const char *metg_pattern_name(enum metg_pattern p)
 {
@@ -80,9 +80,22 @@ int metg_deps(const struct metg_graph *g, long t, int i, int deps[METG_MAX_DEPS]
 		n = clamp_add(deps, n, i, w);
 		return clamp_add(deps, n, i + d, w);
 	}
+	case METG_TREE:
+		deps[0] = i / 2;
+		return 1;
 	default:
 		return 0;
 	}
+}
+
+long metg_tasks(const struct metg_graph *g)
+{
+	long n = 0, t;
+
+	/* the ramp of a tree, then full steps */
+	for (t = 0; t < g->steps && metg_width_at(g, t) < g->width; t++)
+		n += metg_width_at(g, t);
+	return n + (g->steps - t) * g->width;
 }
 
 /* Best single-core time of one busy-loop iteration, in ns: the least disturbed of many samples
@@ -131,7 +144,7 @@ static int verify(const struct metg_graph *g, uint64_t *expect)
 	long bad = 0, first = -1;
 
 	for (long t = 0; t < g->steps; t++) {
-		for (int i = 0; i < g->width; i++) {
+		for (int i = 0; i < metg_width_at(g, t); i++) {
 			int n = metg_deps(g, t, i, deps);
 			uint64_t id = (uint64_t)(t * g->width + i);
 
@@ -146,7 +159,7 @@ static int verify(const struct metg_graph *g, uint64_t *expect)
 		fprintf(stderr,
 			"metg: %s: WRONG RESULT: %ld of %ld tasks differ from the sequential "
 			"evaluation; first: task (t=%ld, i=%ld) got %016llx, expected %016llx\n",
-			metg_runtime_name, bad, g->steps * g->width, first / g->width,
+			metg_runtime_name, bad, metg_tasks(g), first / g->width,
 			first % g->width, (unsigned long long)metg_records[first],
 			(unsigned long long)expect[first]);
 		return -1;
@@ -184,7 +197,7 @@ static void usage(FILE *out, const char *argv0)
 		"                with -C: the number of samples, default %d)\n"
 		"  -w WORKERS    workers, one thread each (default 2)\n"
 		"  -W WIDTH      graph width (repeatable; default 2 and 4)\n"
-		"  -P PATTERN    trivial, stencil_1d, nearest, fft (repeatable; default all)\n"
+		"  -P PATTERN    trivial, stencil_1d, nearest, fft, tree (repeatable; default all)\n"
 		"  -r RADIX      nearest's radix (default 5; 3 is stencil_1d)\n"
 		"  -d SECONDS    ideal duration of one graph: sets the steps (default 0.1)\n"
 		"  -N MAX_TASKS  at most this many tasks per graph (default 100000)\n"
@@ -318,7 +331,7 @@ int metg_main(int argc, char **argv)
 				rc = run_checked(&g, expect, &submit_s, &total_s);
 				if (rc != 0)
 					break;
-				long tasks = g.steps * g.width;
+				long tasks = metg_tasks(&g);
 				double eff = tasks * task_s / (total_s * workers);
 
 				printf("{\"bench\":\"metg\",\"runtime\":\"%s\",\"sched\":\"%s\","

@@ -133,7 +133,7 @@ int metg_rt_run(const struct metg_graph *g, double *submit_s, double *total_s)
 
 	double t0 = metg_now_s();
 	for (long t = 0; t < g->steps; t++) {
-		for (int i = 0; i < g->width; i++) {
+		for (int i = 0; i < metg_width_at(g, t); i++) {
 			int n = metg_deps(g, t, i, deps), nargs = 0;
 			odx_kernel *kernel = trivial_kernel;
 

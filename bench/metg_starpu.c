@@ -79,7 +79,7 @@ int metg_rt_run(const struct metg_graph *g, double *submit_s, double *total_s)
 
 	double t0 = metg_now_s();
 	for (long t = 0; t < g->steps && rc == 0; t++) {
-		for (int i = 0; i < g->width && rc == 0; i++) {
+		for (int i = 0; i < metg_width_at(g, t) && rc == 0; i++) {
 			int n = metg_deps(g, t, i, deps), nd = 0;
 			uint64_t id = (uint64_t)(t * g->width + i), iters = g->iters;
 

@@ -100,7 +100,7 @@ def main():
         info[r["runtime"]] = (r["sched"], r["workers"], r["radix"] or info.get(r["runtime"],
                                                                                 ("", 0, 0))[2])
 
-    order = {"trivial": 0, "stencil_1d": 1, "nearest": 2, "fft": 3}
+    order = {"trivial": 0, "stencil_1d": 1, "nearest": 2, "fft": 3, "tree": 4}
     rows = []
     for (pattern, width) in sorted(runs, key=lambda k: (order.get(k[0], 9), k[1])):
         per = runs[(pattern, width)]
