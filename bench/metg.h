@@ -143,19 +143,37 @@ static inline int metg_slot(const struct metg_graph *g, long t, int i)
 
 const char *metg_pattern_name(enum metg_pattern p);
 
+/* --- several ranks ---------------------------------------------------------------------------- */
+
+/* This process's rank and the job's size, set by metg_rt_open (0 and 1 when run alone). */
+extern int metg_rank, metg_nranks;
+
+/* The rank that runs column i: it owns the column's buffers (contiguous blocks of columns, as
+ * odx_owner_block deals them), and both runtimes run a task where the buffer it writes lives. */
+static inline int metg_owner(const struct metg_graph *g, int i)
+{
+	return (int)((long)i * metg_nranks / g->width);
+}
+
 /* --- what each runtime implements ------------------------------------------------------------ */
 
 /* The runtime's name in the JSON lines ("odx", "starpu"). */
 extern const char *const metg_runtime_name;
 
-/* Starts the runtime with `workers` workers of one thread each. Fills `sched` with the
- * scheduler or placement policy in use. Returns 0, or nonzero after printing why. */
+/* Starts the runtime with `workers` workers of one thread each (on each rank, when the program
+ * was started as several), sets metg_rank and metg_nranks. Fills `sched` with the scheduler or
+ * placement policy in use. Returns 0, or nonzero after printing why. */
 int metg_rt_open(int workers, char *sched, size_t sched_size);
 
 /* Runs the whole graph: registers its width * METG_RING buffers, submits every task in step
  * order, waits for all of them, releases the buffers. Sets *submit_s (first submission to the
- * last) and *total_s (first submission to the end of the wait). Returns 0 or nonzero. */
+ * last) and *total_s (first submission to the end of the wait). Returns 0 or nonzero. On several
+ * ranks every rank submits the whole graph (each runtime runs a task on its column's owner and
+ * moves the inputs), the clock starts after a barrier and stops once every rank is done. */
 int metg_rt_run(const struct metg_graph *g, double *submit_s, double *total_s);
+
+/* v summed over the ranks, on every rank (v itself on one). */
+long metg_rt_sum(long v);
 
 void metg_rt_close(void);
 
