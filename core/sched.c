@@ -126,7 +126,9 @@ static odx__task *queue_pop(odx__queue *q)
 	return NULL;
 }
 
-/* Takes t out of q wherever it waits (keeping the others' order); false if it is not there. */
+/* Takes t out of q wherever it waits (keeping the others' order); false if it is not there. The
+ * j tasks ahead of it move one place back and the head advances: a thief takes from near the
+ * head, so this costs O(j), not the length of a queue that may hold a million tasks. */
 static bool queue_take(odx__queue *q, const odx__task *t)
 {
 	int i, j;
@@ -137,8 +139,9 @@ static bool queue_take(odx__queue *q, const odx__task *t)
 		for (j = 0; j < l->n; j++) {
 			if (l->ring[(l->head + j) % l->cap] != t)
 				continue;
-			for (; j + 1 < l->n; j++)
-				l->ring[(l->head + j) % l->cap] = l->ring[(l->head + j + 1) % l->cap];
+			for (; j > 0; j--)
+				l->ring[(l->head + j) % l->cap] = l->ring[(l->head + j - 1) % l->cap];
+			l->head = (l->head + 1) % l->cap;
 			level_taken(q, i);
 			return true;
 		}
