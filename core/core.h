@@ -448,6 +448,9 @@ struct odx__device {
 	odx__task **staged;         /* tasks whose inputs arrived: FIFO ring */
 	int staged_head, staged_n, staged_cap;
 	bool sleeping;
+	bool polling;               /* its worker found nothing and looks again before it sleeps
+				     * (poll_for_work): it takes what is queued here at once, so
+				     * neither a wake-up nor a thief is needed for it (under lock) */
 	bool inline_running;        /* a submitting thread stages and launches a task here: the
 				     * worker takes nothing meanwhile (under lock) */
 	bool stop;

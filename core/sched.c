@@ -367,12 +367,14 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 		if (dev->sleeping)
 			pthread_cond_signal(&dev->cond);
 		else
-			busy = true;
+			busy = !dev->polling;
 	}
 	pthread_mutex_unlock(&dev->lock);
 	if (rc)
 		push_failed(t);
-	/* Not for dev's own worker: it takes the task as soon as its current one ends. */
+	/* Not for dev's own worker: it takes the task as soon as its current one ends; nor for
+	 * one that is polling for work: it takes it now (a thief woken for it would find it gone,
+	 * a futex wake-up and a lock round trip for nothing). */
 	else if (busy && ctx->steal && odx__worker_device != d && atomic_load(&ctx->nsleeping) > 0)
 		odx__sched_wake_thief(ctx, dev);
 }
@@ -424,13 +426,16 @@ odx__task *odx__sched_steal(odx_context *ctx, odx__device *dev)
 		    atomic_load_explicit(&v->load, memory_order_relaxed) < 2)
 			continue;
 		pthread_mutex_lock(&v->lock);
-		/* the victim's worker runs its own next task; take the most urgent of those waiting
-		 * behind it that dev may run (not one forced there) */
-		if (v->ready.n > (v->sleeping ? 1 : 0)) {
+		/* the victim's worker runs its own next task (an idle one, sleeping or polling,
+		 * takes the head itself); take the most urgent of those waiting behind it that dev
+		 * may run (not one forced there) */
+		int first = v->sleeping || v->polling ? 1 : 0;
+
+		if (v->ready.n > first) {
 			odx__task *head[STEAL_LOOK];
 			int k, n = odx__queue_peek_n(&v->ready, head, STEAL_LOOK);
 
-			for (k = v->sleeping ? 1 : 0; k < n && !t; k++)
+			for (k = first; k < n && !t; k++)
 				if (!head[k]->device_mask_only && odx__device_can_run(ctx, dev, head[k]))
 					t = head[k];
 			if (t)

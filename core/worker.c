@@ -596,9 +596,11 @@ static void *worker_loop(void *p)
 	for (;;) {
 		t = next_task(ctx, dev, true);
 		if (!t && !dev->stop && !dev->memwait_head) {
+			dev->polling = true;
 			pthread_mutex_unlock(&dev->lock);
 			poll_for_work(ctx, dev);
 			pthread_mutex_lock(&dev->lock);
+			dev->polling = false;
 			t = next_task(ctx, dev, true);
 		}
 		if (!t) {
