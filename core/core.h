@@ -303,79 +303,84 @@ typedef struct odx__succ {
 } odx__succ;
 
 struct odx__task {
+	/* What every task's life writes comes first (odx__task_new resets it, submission, the
+	 * worker and completion update it), packed into few cache lines: a task goes from the
+	 * submitting thread to a worker and back into the pool, and each line it spans crosses
+	 * between their cores each time. The argument array, the tag, the lock and the successor
+	 * array (written only as far as used), then the state of rarer kinds, follow. */
 	_Atomic int refs;
+	_Atomic int pending;        /* unfinished predecessors + 1 while submitting */
 	odx_context *ctx;
 	odx__task *pool_next;       /* free list link */
 	uint64_t id;
-	uint8_t kind;               /* enum odx__task_kind */
 	odx_kernel *kernel;         /* NULL for internal kinds; kernels live until close */
-	int nargs;
 	odx_arg *args;              /* inline_args or heap */
-	odx_arg inline_args[ODX__INLINE_ARGS];
-	uint32_t grid[3], block[3];
-	_Atomic int priority;       /* atomic: a transfer's is raised while workers may read it */
-	int device_mask_only;       /* 0 any, d+1 forced to device d (odx_task_opts) */
-	char tag[ODX__TAG_MAX];
-
-	/* graph */
-	_Atomic int pending;        /* unfinished predecessors + 1 while submitting */
-	pthread_mutex_t lock;       /* succ list and done */
+	int nargs;
+	uint8_t kind;               /* enum odx__task_kind */
 	_Atomic bool done;
-	odx__succ *succ;
-	int nsucc, capsucc;
-	odx__succ inline_succ[4];
-
-	/* outcome */
-	_Atomic int cancel;         /* nonzero: a data predecessor failed; the task will not run */
-	_Atomic(char *) cancel_msg; /* why, published before `cancel` is set */
-	int status;                 /* final status once done */
-	char *message;              /* heap, failure text */
-	/* heap or NULL: the first failure it was canceled because of ("task #5 'x' (kernel 'k')
-	 * on rank 0 failed: ..."), carried down a chain of canceled tasks and across ranks; NULL
-	 * for a task that failed itself (its own message is the cause). Written before the
-	 * pending count that lets it complete drops, read once it is done. */
-	char *origin;
-
-	/* execution */
-	int device;                 /* placed device, -1 until placed */
 	bool staged;                /* its buffers were staged on its device */
 	bool chained;               /* launched behind an unfinished predecessor (ordered lane) */
 	bool launched;              /* its kernel was handed to the backend */
 	_Atomic bool queued;        /* ... and the backend took it (launch returned pending): a
 				     * copy queued after it on its device's lane runs after it */
-	_Atomic int chain;          /* 0, then CHAIN_CLAIMED by a chaining worker or CHAIN_NO
-				     * by odx__task_ready: whoever is first owns the launch */
-	int nstaged;                /* arguments 0..nstaged-1 are pinned */
 	bool no_effect;             /* an abandoned read or write: completes without touching data */
-	_Atomic int fetches;        /* outstanding fetches before it can run */
 	bool demand_counted;        /* counted in its device's demand_fetches until they land */
-	_Atomic int fetch_error;    /* a fetch for it failed */
-	char *fetch_msg;            /* why, written by whoever set fetch_error */
-	_Atomic int exec;           /* enum odx__exec_state (reads, writes) */
-	void *host_ptr;             /* reads / writes: user memory */
-	size_t host_off, host_len;
-	int node;                   /* reads / writes: the memory node copied from or to */
-	uint64_t t_start;           /* when its kernel was launched (stats, trace, models) */
-	odx__task *policy_next;     /* the Lua policy host's pending list (policy.c) */
-	odx__task *mem_next;        /* its device's queue of tasks waiting for room (worker.c) */
-	uint64_t hold_mask;         /* arguments whose replicas it holds as prefetched (bit i) */
-	uint64_t t_noroom;          /* when it first found no room on its device (stall time) */
-	int peer;                   /* sends and receives: the other rank */
-	uint64_t xfer_key;          /* sends and receives: the transfer's key on the fabric */
-	bool xfer_posted;           /* sends: handed to the fabric (else a failure sends an abort) */
-	void *xfer_stage;           /* sends and receives of a strided part: its packed bytes */
-	/* Reads and writes: could the copy be queued behind the unfinished predecessors seen at
-	 * submission (odx__task_submit)? AFTER_UNSEEN none yet, AFTER_NO no, else the one device
-	 * they were all launched on; after_producer (a reference) the one among them whose
-	 * output a read copies. */
-	int after_dev;
-	odx__task *after_producer;
 	/* Events (odx_submit with an event): the user holds a reference until odx_event_release.
 	 * Such a task, once freed, waits in the context's event quarantine before reuse, so a
 	 * released event is refused (user_ref false) rather than aliasing a new task at once. */
 	_Atomic bool user_ref;
 	_Atomic bool waited;        /* a thread waits for its completion (odx__task_wait) */
 	bool has_event;
+
+	_Atomic int priority;       /* atomic: a transfer's is raised while workers may read it */
+	int device_mask_only;       /* 0 any, d+1 forced to device d (odx_task_opts) */
+	int device;                 /* placed device, -1 until placed */
+	_Atomic int chain;          /* 0, then CHAIN_CLAIMED by a chaining worker or CHAIN_NO
+				     * by odx__task_ready: whoever is first owns the launch */
+	_Atomic int cancel;         /* nonzero: a data predecessor failed; the task will not run */
+	int status;                 /* final status once done */
+	_Atomic int fetches;        /* outstanding fetches before it can run */
+	_Atomic int fetch_error;    /* a fetch for it failed */
+	_Atomic int exec;           /* enum odx__exec_state (reads, writes) */
+	int nstaged;                /* arguments 0..nstaged-1 are pinned */
+	odx__succ *succ;
+	int nsucc, capsucc;
+	uint32_t grid[3], block[3];
+
+	_Atomic(char *) cancel_msg; /* why, published before `cancel` is set */
+	char *message;              /* heap, failure text */
+	/* heap or NULL: the first failure it was canceled because of ("task #5 'x' (kernel 'k')
+	 * on rank 0 failed: ..."), carried down a chain of canceled tasks and across ranks; NULL
+	 * for a task that failed itself (its own message is the cause). Written before the
+	 * pending count that lets it complete drops, read once it is done. */
+	char *origin;
+	char *fetch_msg;            /* why, written by whoever set fetch_error */
+	uint64_t t_start;           /* when its kernel was launched (stats, trace, models) */
+	odx__task *mem_next;        /* its device's queue of tasks waiting for room (worker.c) */
+	uint64_t hold_mask;         /* arguments whose replicas it holds as prefetched (bit i) */
+	uint64_t t_noroom;          /* when it first found no room on its device (stall time) */
+
+	/* Reads and writes: could the copy be queued behind the unfinished predecessors seen at
+	 * submission (odx__task_submit)? AFTER_UNSEEN none yet, AFTER_NO no, else the one device
+	 * they were all launched on; after_producer (a reference) the one among them whose
+	 * output a read copies. */
+	int after_dev;
+	int node;                   /* reads / writes: the memory node copied from or to */
+	odx__task *after_producer;
+	void *host_ptr;             /* reads / writes: user memory */
+	size_t host_off, host_len;
+	int peer;                   /* sends and receives: the other rank */
+	bool xfer_posted;           /* sends: handed to the fabric (else a failure sends an abort) */
+	uint64_t xfer_key;          /* sends and receives: the transfer's key on the fabric */
+
+	char tag[ODX__TAG_MAX];
+	odx_arg inline_args[ODX__INLINE_ARGS];
+	pthread_mutex_t lock;       /* succ list and done */
+	odx__succ inline_succ[4];
+
+	/* not reset per task: set where used */
+	void *xfer_stage;           /* sends and receives of a strided part: its packed bytes */
+	odx__task *policy_next;     /* the Lua policy host's pending list (policy.c) */
 };
 
 /* Freed tasks that carried an event, kept before reuse (FIFO, per context). */

@@ -625,17 +625,22 @@ int odx__task_submit(odx_context *ctx, odx__task *t, int admit_mode)
 		odx__task_put(t);
 		return rc;
 	}
-	pthread_mutex_lock(&ctx->submit_lock);
-	for (i = 0; i < t->nargs && rc == 0; i++) {
-		odx_access mode;
+	for (i = 0; i < t->nargs && t->args[i].kind != ODX_ARG_BUFFER; i++)
+		;
+	/* A task with no buffer has no dependency to infer: no lock round trip for it. */
+	if (i < t->nargs) {
+		pthread_mutex_lock(&ctx->submit_lock);
+		for (; i < t->nargs && rc == 0; i++) {
+			odx_access mode;
 
-		if (t->args[i].kind != ODX_ARG_BUFFER)
-			continue;
-		mode = odx__task_dep_access(t, i);
-		if (mode)
-			rc = track_access(t, t->args[i].v.buffer, mode, &memo);
+			if (t->args[i].kind != ODX_ARG_BUFFER)
+				continue;
+			mode = odx__task_dep_access(t, i);
+			if (mode)
+				rc = track_access(t, t->args[i].v.buffer, mode, &memo);
+		}
+		pthread_mutex_unlock(&ctx->submit_lock);
 	}
-	pthread_mutex_unlock(&ctx->submit_lock);
 	if (rc) {
 		/* Out of memory while linking: the task is in the graph already, so it must still
 		 * complete; it fails instead of running. */
