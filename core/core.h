@@ -477,6 +477,11 @@ struct odx__device {
 	_Atomic uint64_t tasks_run;
 	_Atomic uint64_t chained;   /* tasks launched behind an unfinished predecessor */
 	_Atomic uint64_t stolen;    /* ready tasks taken from devices sharing its memory */
+	/* A successor its worker's own completion made ready and placed here while nothing else
+	 * was queued: the worker runs it next, with no queue and no lock (odx__sched_queue). Read
+	 * and written by the worker's thread only. */
+	odx__task *direct;
+	_Atomic uint64_t direct_runs; /* tasks run so */
 	bool steal_peers;           /* sched.steal and another device shares its memory */
 	bool kicked;                /* a wake_thief came while it was about to sleep (under lock) */
 	_Atomic uint64_t copied_behind; /* reads and writes copied behind their predecessors */
@@ -533,6 +538,9 @@ extern _Thread_local bool odx__submitting;
 /* The device whose worker this thread is, -1 on other threads: placement prefers it on a tie,
  * so a worker runs the successor its own completion made ready, with no hand-off. */
 extern _Thread_local int odx__worker_device;
+/* The same as a pointer (a worker belongs to one context; odx__worker_device's index could name
+ * a device of another context whose task this thread made ready, from a nested submission). */
+extern _Thread_local odx__device *odx__worker_self;
 /* Stages and launches t on dev from the submitting thread; dev->inline_running was set (and
  * dev->load counted) under dev->lock by the caller. */
 void odx__run_inline(odx__device *dev, odx__task *t);

@@ -343,6 +343,17 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 	}
 	dev = &ctx->devices[d];
 	t->device = d;
+	/* Placed on the device whose worker's completion made it ready (this thread), with nothing
+	 * else queued or running there: the worker runs it next, directly, as soon as the task it
+	 * is finishing returns. No lock, no queue, no wake-up: the cost of an edge between two
+	 * small tasks on one worker. One at a time; more successors go through the queue. (A
+	 * task queued meanwhile by another thread waits that one task, as behind any other.) */
+	if (odx__worker_self == dev && !dev->direct && t->kind == ODX__TASK_KERNEL &&
+	    atomic_load_explicit(&dev->load, memory_order_relaxed) == 0) {
+		atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
+		dev->direct = t;
+		return;
+	}
 	pthread_mutex_lock(&dev->lock);
 	/* Its device's worker sleeps with nothing queued: the thread submitting it launches it
 	 * itself, sparing a wake-up of the worker (microseconds, on the path of every dependent

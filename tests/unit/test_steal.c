@@ -5,7 +5,8 @@
  *
  *  - direct successor: a chain of tasks, held back by a gate until it is all submitted, runs
  *    entirely on the device that ran the gate: a worker whose completion makes the next task
- *    ready keeps it (placement prefers it on a tie), with no hand-off to the other worker;
+ *    ready keeps it (placement prefers it on a tie), with no hand-off to the other worker, and
+ *    runs it directly, outside its queue (every step counted in direct_runs);
  *  - work stealing: with round-robin placement, a task forced onto device 1 holds it until every
  *    other task has run, while half of them were placed behind it: only device 0 taking them
  *    from device 1's queue lets the hold end (a 60 s guard fails the test otherwise), and the
@@ -100,6 +101,10 @@ static void test_direct_successor(void **state)
 	if (!((run0 >= CHAIN + 1 && run1 == 0) || (run1 >= CHAIN + 1 && run0 == 0)))
 		fail_msg("the chain moved between the devices: %llu and %llu tasks",
 			 (unsigned long long)run0, (unsigned long long)run1);
+	/* and each step ran directly after the one whose completion made it ready, outside the
+	 * queue: nothing else was ever queued there */
+	assert_int_equal(atomic_load(&ctx->devices[run0 ? 0 : 1].direct_runs), CHAIN);
+	assert_int_equal(atomic_load(&ctx->devices[run0 ? 1 : 0].direct_runs), 0);
 	odx_buffer_destroy(b);
 	assert_ok(odx_close(ctx));
 }
