@@ -753,6 +753,8 @@ struct odx_context {
 	odx_buffer *buffers;
 	odx_kernel *kernels;
 	_Atomic int nsleeping;        /* workers asleep, for the eager queue's wake-up */
+	_Atomic uint64_t thief_wakes; /* sleeping workers woken to take tasks queued on a busy
+				       * peer (odx__sched_wake_thief; tests count them) */
 	_Atomic uint64_t coll_seq;    /* collectives so far (odx_allgather): their transfer key */
 	bool steal;                   /* sched.steal: idle workers take from devices sharing memory */
 	_Atomic uint64_t next_buffer_id;

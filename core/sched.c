@@ -483,6 +483,7 @@ void odx__sched_wake_thief(odx_context *ctx, odx__device *dev)
 			v->kicked = true;
 			pthread_cond_signal(&v->cond);
 			woke = true;
+			atomic_fetch_add_explicit(&ctx->thief_wakes, 1, memory_order_relaxed);
 		}
 		pthread_mutex_unlock(&v->lock);
 		if (woke)

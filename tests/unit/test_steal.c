@@ -14,6 +14,8 @@
  *    at a time: each queue's tasks, own or taken, in submission order);
  *  - past forced tasks: a thief takes the tasks it may take from behind ones forced onto the
  *    victim, in their order, leaving the forced ones in theirs;
+ *  - no thief is woken for a task queued on a device whose worker is polling for work (counted
+ *    wake-ups, with the device's state set by the test while its worker is held);
  *  - sched.steal = false: devices keep what was placed on them (the chain test's counts).
  * Independent of timing: each outcome follows from the order the test imposes.
  */
@@ -200,6 +202,81 @@ static void test_steal_past_forced(void **state)
 	assert_ok(odx_close(ctx));
 }
 
+static atomic_int gate_entered;
+
+static int k_gate_entered(const odx_host_launch *l)
+{
+	atomic_store(&gate_entered, 1);
+	return test_gate_fn(l);
+}
+
+/* Waits (up to the test timeout) until device d's worker sleeps. */
+static void wait_asleep(odx_context *ctx, int d)
+{
+	odx__device *dev = &ctx->devices[d];
+	bool asleep = false;
+
+	for (int i = 0; i < TEST_TIMEOUT_MS * 10 && !asleep; i++) {
+		pthread_mutex_lock(&dev->lock);
+		asleep = dev->sleeping;
+		pthread_mutex_unlock(&dev->lock);
+		if (!asleep)
+			usleep(100);
+	}
+	if (!asleep)
+		fail_msg("device %d's worker never went to sleep", d);
+}
+
+/* A task queued on a busy device wakes a sleeping peer to take it; one queued on a device whose
+ * worker is polling for work (between two looks at its queue) does not: that worker takes it at
+ * once, and a thief would find it gone. Device 1's worker is held in a gate, device 0's asleep
+ * (sched.idle_spin_us = 0); the test marks device 1 polling, as its worker does around
+ * poll_for_work, then not, and counts the thieves woken by a push to it in each state. */
+static void test_no_thief_for_polling_worker(void **state)
+{
+	static const char *const kv[] = {"host.devices", "2", "host.bind", "false",
+					 "sched.idle_spin_us", "0", NULL};
+	static const odx_param p[] = {{ODX_ARG_BUFFER, ODX_RW, "x"}};
+	odx_context *ctx = test_open_ctx(kv);
+	odx_kernel *gate = test_host_kernel(ctx, "gate", p, 1, k_gate_entered);
+	odx_kernel *late = test_host_kernel(ctx, "late", NULL, 0, k_nothing);
+	odx_task_opts on1 = {.grid = {1, 1, 1}, .block = {1, 1, 1}, .device = 2};
+	odx__device *dev1 = &ctx->devices[1];
+	odx_buffer *h;
+	uint64_t base;
+
+	(void)state;
+	atomic_store(test_gate(), 0);
+	atomic_store(&gate_entered, 0);
+	assert_ok(odx_buffer_create(ctx, 64, 0, &h));
+	assert_ok(odx_submit(ctx, gate, (odx_arg[]){ODX_BUF(h, ODX_RW)}, 1, &on1, NULL));
+	for (int i = 0; i < TEST_TIMEOUT_MS * 10 && !atomic_load(&gate_entered); i++)
+		usleep(100);
+	assert_true(atomic_load(&gate_entered));
+	wait_asleep(ctx, 0);
+
+	base = atomic_load(&ctx->thief_wakes);
+	pthread_mutex_lock(&dev1->lock);
+	dev1->polling = true;
+	pthread_mutex_unlock(&dev1->lock);
+	assert_ok(odx_submit(ctx, late, NULL, 0, &on1, NULL));
+	assert_int_equal(atomic_load(&ctx->thief_wakes), base);
+
+	pthread_mutex_lock(&dev1->lock);
+	dev1->polling = false;
+	pthread_mutex_unlock(&dev1->lock);
+	wait_asleep(ctx, 0);
+	base = atomic_load(&ctx->thief_wakes);
+	assert_ok(odx_submit(ctx, late, NULL, 0, &on1, NULL));
+	assert_int_equal(atomic_load(&ctx->thief_wakes), base + 1);
+
+	atomic_store(test_gate(), 1);
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	assert_int_equal(atomic_load(&dev1->tasks_run), 3);
+	odx_buffer_destroy(h);
+	assert_ok(odx_close(ctx));
+}
+
 /* Private memories (tests' emulation of discrete devices): nothing is stolen, since the task
  * would need its inputs copied; the hold is released by its own device's queue draining
  * instead... which it cannot: so only the chain case runs here, counting no steals. */
@@ -232,6 +309,7 @@ int main(void)
 		cmocka_unit_test(test_direct_successor),
 		cmocka_unit_test(test_steal_from_held_device),
 		cmocka_unit_test(test_steal_past_forced),
+		cmocka_unit_test(test_no_thief_for_polling_worker),
 		cmocka_unit_test(test_no_steal_between_private_memories),
 	};
 
