@@ -174,7 +174,8 @@ def main():
     print("METG us: median [min-max] over passes ('<': smallest size already >= 0.5, in N passes;"
           " '>max': never 50%);")
     print("ratio = median over passes of StarPU METG / ODX METG (> 1: ODX better)")
-    fmt = "%-14s %-26s %-26s %-18s"
+    vw = max([14] + [len(out["variant"]) for out, _ in rows])  # "stencil_1d/w4/2ranks"
+    fmt = "%-" + str(vw) + "s %-26s %-26s %-18s"
     print(fmt % ("pattern/width", "ODX METG", "StarPU METG", "ratio"))
 
     def cell(s):
@@ -192,7 +193,7 @@ def main():
 
     print()
     print("efficiency (median over passes) at 5 / 10 / 20 / 50 us")
-    fmt = "%-14s %-28s %-28s"
+    fmt = "%-" + str(vw) + "s %-28s %-28s"
     print(fmt % ("pattern/width", "ODX", "StarPU"))
 
     def effs(e):
@@ -204,7 +205,7 @@ def main():
     print()
     print("efficiency curves (median over passes), ODX | StarPU, by task size (us)")
     sizes = sorted({k[4] for k in curves})
-    print("%-14s " % "pattern/width" + " ".join("%9s" % s for s in sizes))
+    print("%-*s " % (vw, "pattern/width") + " ".join("%9s" % s for s in sizes))
     for out, _ in rows:
         cells = []
         for s in sizes:
@@ -213,7 +214,7 @@ def main():
                                                             [(0, float("nan"))]))
                  for rt in ("odx", "starpu")]
             cells.append("%4.2f|%4.2f" % tuple(e))
-        print("%-14s " % out["variant"] + " ".join("%9s" % c for c in cells))
+        print("%-*s " % (vw, out["variant"]) + " ".join("%9s" % c for c in cells))
 
 
 if __name__ == "__main__":
