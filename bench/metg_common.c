@@ -365,14 +365,13 @@ int metg_main(int argc, char **argv)
 					continue;
 				printf("{\"bench\":\"metg\",\"runtime\":\"%s\",\"sched\":\"%s\","
 				       "\"pattern\":\"%s\",\"width\":%d,\"workers\":%d,\"ranks\":%d,"
-				       "\"radix\":%d,"
-				       "\"steps\":%ld,\"tasks\":%ld,\"iters\":%lld,"
+				       "\"radix\":%d,\"steps\":%ld,\"tasks\":%ld,\"iters\":%lld,"
 				       "\"ns_per_iter\":%.6f,\"task_us\":%.4f,\"wall_s\":%.6f,"
 				       "\"submit_s\":%.6f,\"us_per_task_wall\":%.4f,"
 				       "\"efficiency\":%.5f,\"verified\":true}\n",
 				       metg_runtime_name, sched, metg_pattern_name(g.pattern), g.width,
-				       workers * metg_nranks, metg_nranks, g.pattern == METG_NEAREST ? radix : 0, g.steps, tasks,
-				       iters, ns_per_iter, task_s * 1e6, total_s, submit_s,
+				       workers * metg_nranks, metg_nranks,
+				       g.pattern == METG_NEAREST ? radix : 0, g.steps, tasks, iters, ns_per_iter, task_s * 1e6, total_s, submit_s,
 				       total_s * 1e6 / tasks, eff);
 				fflush(stdout);
 			}

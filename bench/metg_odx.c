@@ -132,14 +132,19 @@ int metg_rt_run(const struct metg_graph *g, double *submit_s, double *total_s)
 		return -1;
 	}
 	if (g->pattern != METG_TRIVIAL)
-		for (; made < nbuf; made++)
-			if ((rc = odx_buffer_create(ctx, sizeof(uint64_t), 0, &bufs[made])) < 0 ||
-			    (metg_nranks > 1 &&
-			     (rc = odx_buffer_set_owner(bufs[made],
-							metg_owner(g, made % g->width))) < 0)) {
+		for (; made < nbuf; made++) {
+			if ((rc = odx_buffer_create(ctx, sizeof(uint64_t), 0, &bufs[made])) < 0) {
 				report("odx_buffer_create", rc);
 				goto out;
 			}
+			/* slot made / width, column made % width */
+			if (metg_nranks > 1 &&
+			    (rc = odx_buffer_set_owner(bufs[made], metg_owner(g, made % g->width))) < 0) {
+				made++;
+				report("odx_buffer_set_owner", rc);
+				goto out;
+			}
+		}
 	/* every rank starts together */
 	if (metg_nranks > 1 && (rc = odx_wait_all_ranks(ctx, -1)) < 0) {
 		report("odx_wait_all_ranks", rc);
