@@ -16,6 +16,9 @@
  *               is stencil_1d exactly, so the default radix here is 5
  *   fft         butterflies: with S = ceil(log2 width) sets, step t uses d = 2^((t + S - 1) % S)
  *               and (t, i) reads (t-1, i-d), (t-1, i), (t-1, i+d), those inside [0, width)
+ *   tree        a binary tree fanning out: step t has min(width, 2^t) points (1, 2, 4, ...,
+ *               then width), and (t, i) reads its parent (t-1, i/2); once the width is reached
+ *               every step fans each point of the lower half out to two
  *
  * Every task's value is a hash of its id and its inputs' values, then the calibrated busy loop
  * (an LCG iterated `iters` times): bit-exact, no floats, and checked after each run against a
@@ -30,7 +33,14 @@
 #define METG_MAX_DEPS 16  /* inputs of one task at most (nearest's radix is bounded by it) */
 #define METG_RING 4	  /* buffers per column: step t writes slot t % METG_RING */
 
-enum metg_pattern { METG_TRIVIAL, METG_STENCIL_1D, METG_NEAREST, METG_FFT, METG_PATTERN_COUNT };
+enum metg_pattern {
+	METG_TRIVIAL,
+	METG_STENCIL_1D,
+	METG_NEAREST,
+	METG_FFT,
+	METG_TREE,
+	METG_PATTERN_COUNT
+};
 
 struct metg_graph {
 	enum metg_pattern pattern;
@@ -110,6 +120,18 @@ static inline void metg_task(uint64_t id, uint64_t iters, const uint64_t *const 
 
 /* --- the graphs ----------------------------------------------------------------------------- */
 
+/* How many points step t has: `width`, except in a tree's first steps. Task (t, i) exists for
+ * i < metg_width_at(g, t); its id stays t * width + i. */
+static inline int metg_width_at(const struct metg_graph *g, long t)
+{
+	if (g->pattern == METG_TREE && t < 30 && (1L << t) < g->width)
+		return (int)(1L << t);
+	return g->width;
+}
+
+/* Tasks in the whole graph. */
+long metg_tasks(const struct metg_graph *g);
+
 /* The points of step t - 1 that task (t, i) reads, ascending, into deps; returns how many. */
 int metg_deps(const struct metg_graph *g, long t, int i, int deps[METG_MAX_DEPS]);
 
@@ -121,19 +143,37 @@ static inline int metg_slot(const struct metg_graph *g, long t, int i)
 
 const char *metg_pattern_name(enum metg_pattern p);
 
+/* --- several ranks ---------------------------------------------------------------------------- */
+
+/* This process's rank and the job's size, set by metg_rt_open (0 and 1 when run alone). */
+extern int metg_rank, metg_nranks;
+
+/* The rank that runs column i: it owns the column's buffers (contiguous blocks of columns, as
+ * odx_owner_block deals them), and both runtimes run a task where the buffer it writes lives. */
+static inline int metg_owner(const struct metg_graph *g, int i)
+{
+	return (int)((long)i * metg_nranks / g->width);
+}
+
 /* --- what each runtime implements ------------------------------------------------------------ */
 
 /* The runtime's name in the JSON lines ("odx", "starpu"). */
 extern const char *const metg_runtime_name;
 
-/* Starts the runtime with `workers` workers of one thread each. Fills `sched` with the
- * scheduler or placement policy in use. Returns 0, or nonzero after printing why. */
+/* Starts the runtime with `workers` workers of one thread each (on each rank, when the program
+ * was started as several), sets metg_rank and metg_nranks. Fills `sched` with the scheduler or
+ * placement policy in use. Returns 0, or nonzero after printing why. */
 int metg_rt_open(int workers, char *sched, size_t sched_size);
 
 /* Runs the whole graph: registers its width * METG_RING buffers, submits every task in step
  * order, waits for all of them, releases the buffers. Sets *submit_s (first submission to the
- * last) and *total_s (first submission to the end of the wait). Returns 0 or nonzero. */
+ * last) and *total_s (first submission to the end of the wait). Returns 0 or nonzero. On several
+ * ranks every rank submits the whole graph (each runtime runs a task on its column's owner and
+ * moves the inputs), the clock starts after a barrier and stops once every rank is done. */
 int metg_rt_run(const struct metg_graph *g, double *submit_s, double *total_s);
+
+/* v summed over the ranks, on every rank (v itself on one). */
+long metg_rt_sum(long v);
 
 void metg_rt_close(void);
 

@@ -13,6 +13,9 @@
  *    "task_us":10.2,"wall_s":0.11,"efficiency":0.93,"verified":true}
  * efficiency = tasks * task_us / (wall * workers), task_us = iters * ns_per_iter / 1000: the
  * time one task takes alone on one core, from the calibration (-c, or measured here).
+ *
+ * Started as several ranks (metg_odx under scripts/odx-run, metg_starpu_mpi under mpirun), -w is
+ * the workers of each rank, "workers" in the lines counts them all, and rank 0 prints.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,9 +30,10 @@
 #define CALIBRATE_SAMPLES 31
 
 uint64_t *metg_records;
+int metg_rank, metg_nranks = 1;
 
 static const char *const pattern_names[METG_PATTERN_COUNT] = {"trivial", "stencil_1d", "nearest",
-							      "fft"};
+							      "fft", "tree"};
 
 const char *metg_pattern_name(enum metg_pattern p)
 {
@@ -80,9 +84,22 @@ int metg_deps(const struct metg_graph *g, long t, int i, int deps[METG_MAX_DEPS]
 		n = clamp_add(deps, n, i, w);
 		return clamp_add(deps, n, i + d, w);
 	}
+	case METG_TREE:
+		deps[0] = i / 2;
+		return 1;
 	default:
 		return 0;
 	}
+}
+
+long metg_tasks(const struct metg_graph *g)
+{
+	long n = 0, t;
+
+	/* the ramp of a tree, then full steps */
+	for (t = 0; t < g->steps && metg_width_at(g, t) < g->width; t++)
+		n += metg_width_at(g, t);
+	return n + (g->steps - t) * g->width;
 }
 
 /* Best single-core time of one busy-loop iteration, in ns: the least disturbed of many samples
@@ -123,7 +140,9 @@ static int self_check(void)
 }
 
 /* Evaluates the graph in step order on this thread, with the loop jumped ahead, and compares
- * every task's recorded value; prints the first mismatch. */
+ * every task's recorded value; prints the first mismatch. On several ranks each rank checks the
+ * tasks it ran (its columns' records: its inputs came over the fabric), and every rank fails if
+ * one found a mismatch. */
 static int verify(const struct metg_graph *g, uint64_t *expect)
 {
 	const uint64_t *inputs[METG_MAX_DEPS];
@@ -131,22 +150,26 @@ static int verify(const struct metg_graph *g, uint64_t *expect)
 	long bad = 0, first = -1;
 
 	for (long t = 0; t < g->steps; t++) {
-		for (int i = 0; i < g->width; i++) {
+		for (int i = 0; i < metg_width_at(g, t); i++) {
 			int n = metg_deps(g, t, i, deps);
 			uint64_t id = (uint64_t)(t * g->width + i);
 
 			for (int k = 0; k < n; k++)
 				inputs[k] = &expect[(t - 1) * g->width + deps[k]];
 			expect[id] = metg_jump(metg_seed(id, inputs, n), g->iters);
-			if (expect[id] != metg_records[id] && bad++ == 0)
+			if (metg_owner(g, i) == metg_rank && expect[id] != metg_records[id] &&
+			    bad++ == 0)
 				first = (long)id;
 		}
 	}
+	if (metg_nranks > 1 && metg_rt_sum(bad) > 0 && !bad)
+		return -1; /* another rank found it, and says so */
 	if (bad) {
 		fprintf(stderr,
-			"metg: %s: WRONG RESULT: %ld of %ld tasks differ from the sequential "
-			"evaluation; first: task (t=%ld, i=%ld) got %016llx, expected %016llx\n",
-			metg_runtime_name, bad, g->steps * g->width, first / g->width,
+			"metg: %s: rank %d: WRONG RESULT: %ld of %ld tasks differ from the "
+			"sequential evaluation; first: task (t=%ld, i=%ld) got %016llx, expected "
+			"%016llx\n",
+			metg_runtime_name, metg_rank, bad, metg_tasks(g), first / g->width,
 			first % g->width, (unsigned long long)metg_records[first],
 			(unsigned long long)expect[first]);
 		return -1;
@@ -182,9 +205,9 @@ static void usage(FILE *out, const char *argv0)
 		"  -i ITERS      busy-loop iterations per task (the task size)\n"
 		"  -c NS         ns per iteration to count a task's time with (default: measured here;\n"
 		"                with -C: the number of samples, default %d)\n"
-		"  -w WORKERS    workers, one thread each (default 2)\n"
+		"  -w WORKERS    workers, one thread each (default 2; per rank on several)\n"
 		"  -W WIDTH      graph width (repeatable; default 2 and 4)\n"
-		"  -P PATTERN    trivial, stencil_1d, nearest, fft (repeatable; default all)\n"
+		"  -P PATTERN    trivial, stencil_1d, nearest, fft, tree (repeatable; default all)\n"
 		"  -r RADIX      nearest's radix (default 5; 3 is stencil_1d)\n"
 		"  -d SECONDS    ideal duration of one graph: sets the steps (default 0.1)\n"
 		"  -N MAX_TASKS  at most this many tasks per graph (default 100000)\n"
@@ -284,15 +307,32 @@ int metg_main(int argc, char **argv)
 	if (metg_rt_open(workers, sched, sizeof(sched)) != 0)
 		return 1;
 
+	/* Several ranks must build the same graphs, whose steps follow from the task time: rank
+	 * 0's calibration (in femtoseconds per iteration) counts on every rank. */
+	if (metg_nranks > 1) {
+		long fs = metg_rt_sum(metg_rank == 0 ? (long)(ns_per_iter * 1e6 + 0.5) : 0);
+
+		ns_per_iter = fs * 1e-6;
+		task_s = (double)iters * ns_per_iter * 1e-9;
+	}
+
 	int rc = 0;
 	for (int wi = 0; wi < nwidths && rc == 0; wi++) {
 		for (int p = 0; p < METG_PATTERN_COUNT && rc == 0; p++) {
 			if (!want[p])
 				continue;
+			/* No data: owner-computes has nothing to place its tasks by (ODX would run
+			 * them all on rank 0), so a trivial graph is not a graph over ranks. */
+			if (p == METG_TRIVIAL && metg_nranks > 1) {
+				if (metg_rank == 0 && any_pattern)
+					fprintf(stderr, "metg: trivial skipped on %d ranks (no data to "
+						"place its tasks by)\n", metg_nranks);
+				continue;
+			}
 			struct metg_graph g = {.pattern = p, .width = widths[wi], .radix = radix,
 					       .iters = (uint64_t)iters};
 			/* steps for about target_s of ideal time on `workers` cores */
-			double ideal_step_s = task_s * g.width / workers;
+			double ideal_step_s = task_s * g.width / (workers * metg_nranks);
 			long steps = ideal_step_s > 0 ? (long)(target_s / ideal_step_s) : max_tasks;
 
 			if (steps * g.width > max_tasks)
@@ -318,18 +358,20 @@ int metg_main(int argc, char **argv)
 				rc = run_checked(&g, expect, &submit_s, &total_s);
 				if (rc != 0)
 					break;
-				long tasks = g.steps * g.width;
-				double eff = tasks * task_s / (total_s * workers);
+				long tasks = metg_tasks(&g);
+				double eff = tasks * task_s / (total_s * workers * metg_nranks);
 
+				if (metg_rank != 0)
+					continue;
 				printf("{\"bench\":\"metg\",\"runtime\":\"%s\",\"sched\":\"%s\","
-				       "\"pattern\":\"%s\",\"width\":%d,\"workers\":%d,\"radix\":%d,"
-				       "\"steps\":%ld,\"tasks\":%ld,\"iters\":%lld,"
+				       "\"pattern\":\"%s\",\"width\":%d,\"workers\":%d,\"ranks\":%d,"
+				       "\"radix\":%d,\"steps\":%ld,\"tasks\":%ld,\"iters\":%lld,"
 				       "\"ns_per_iter\":%.6f,\"task_us\":%.4f,\"wall_s\":%.6f,"
 				       "\"submit_s\":%.6f,\"us_per_task_wall\":%.4f,"
 				       "\"efficiency\":%.5f,\"verified\":true}\n",
 				       metg_runtime_name, sched, metg_pattern_name(g.pattern), g.width,
-				       workers, g.pattern == METG_NEAREST ? radix : 0, g.steps, tasks,
-				       iters, ns_per_iter, task_s * 1e6, total_s, submit_s,
+				       workers * metg_nranks, metg_nranks,
+				       g.pattern == METG_NEAREST ? radix : 0, g.steps, tasks, iters, ns_per_iter, task_s * 1e6, total_s, submit_s,
 				       total_s * 1e6 / tasks, eff);
 				fflush(stdout);
 			}

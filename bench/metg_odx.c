@@ -6,6 +6,11 @@
  * slot, dependencies inferred from the access modes (inputs ODX_R, the output ODX_W), one
  * odx_submit per task and one odx_wait_all per graph. bench/metg.sh runs it against
  * metg_starpu, the same graphs on StarPU.
+ *
+ * Under scripts/odx-run -n R it runs the graph over R ranks (bench/metg.sh -n R): column i's
+ * buffers are owned by rank metg_owner(i), so its tasks run there and the fabric carries the
+ * inputs that cross; odx_wait_all_ranks is the barrier before the clock starts and the wait
+ * after the last submission.
  */
 #include <stdio.h>
 #include <string.h>
@@ -98,6 +103,8 @@ int metg_rt_open(int workers, char *sched, size_t sched_size)
 		report("odx_open", rc);
 		return -1;
 	}
+	metg_rank = odx_rank(ctx);
+	metg_nranks = odx_size(ctx);
 	char policy[128] = "?";
 	odx_config_describe(ctx, find_policy, policy);
 	snprintf(sched, sched_size, "%s", policy);
@@ -125,15 +132,28 @@ int metg_rt_run(const struct metg_graph *g, double *submit_s, double *total_s)
 		return -1;
 	}
 	if (g->pattern != METG_TRIVIAL)
-		for (; made < nbuf; made++)
+		for (; made < nbuf; made++) {
 			if ((rc = odx_buffer_create(ctx, sizeof(uint64_t), 0, &bufs[made])) < 0) {
 				report("odx_buffer_create", rc);
 				goto out;
 			}
+			/* slot made / width, column made % width */
+			if (metg_nranks > 1 &&
+			    (rc = odx_buffer_set_owner(bufs[made], metg_owner(g, made % g->width))) < 0) {
+				made++;
+				report("odx_buffer_set_owner", rc);
+				goto out;
+			}
+		}
+	/* every rank starts together */
+	if (metg_nranks > 1 && (rc = odx_wait_all_ranks(ctx, -1)) < 0) {
+		report("odx_wait_all_ranks", rc);
+		goto out;
+	}
 
 	double t0 = metg_now_s();
 	for (long t = 0; t < g->steps; t++) {
-		for (int i = 0; i < g->width; i++) {
+		for (int i = 0; i < metg_width_at(g, t); i++) {
 			int n = metg_deps(g, t, i, deps), nargs = 0;
 			odx_kernel *kernel = trivial_kernel;
 
@@ -152,7 +172,7 @@ int metg_rt_run(const struct metg_graph *g, double *submit_s, double *total_s)
 		}
 	}
 	double t1 = metg_now_s();
-	if ((rc = odx_wait_all(ctx, -1)) < 0)
+	if ((rc = metg_nranks > 1 ? odx_wait_all_ranks(ctx, -1) : odx_wait_all(ctx, -1)) < 0)
 		report("odx_wait_all", rc);
 	*submit_s = t1 - t0;
 	*total_s = metg_now_s() - t0;
@@ -163,6 +183,18 @@ out:
 	while (made > 0)
 		odx_buffer_destroy(bufs[--made]);
 	return rc < 0 ? -1 : 0;
+}
+
+long metg_rt_sum(long v)
+{
+	int64_t x = v;
+	int rc = odx_allreduce(ctx, ODX_ARG_I64, ODX_REDUCE_SUM, &x, 1, -1);
+
+	if (rc < 0) {
+		report("odx_allreduce", rc);
+		return v ? v : 1; /* counts as a failure */
+	}
+	return (long)x;
 }
 
 void metg_rt_close(void)

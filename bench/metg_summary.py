@@ -92,20 +92,24 @@ def main():
             scale = ns_best / r["ns_per_iter"]
             r["task_us"] *= scale
             r["efficiency"] *= scale
-        key = (r["pattern"], r["width"])
+        ranks = r.get("ranks", 1)
+        key = (r["pattern"], r["width"], ranks)
         runs.setdefault(key, {}).setdefault(r["runtime"], {}).setdefault(r["pass"], []).append(
             (r["task_us"], r["efficiency"]))
-        curves.setdefault((r["runtime"], r["pattern"], r["width"], r["size_us"]), []).append(
-            (r["task_us"], r["efficiency"]))
+        curves.setdefault((r["runtime"], r["pattern"], r["width"], ranks, r["size_us"]),
+                          []).append((r["task_us"], r["efficiency"]))
         info[r["runtime"]] = (r["sched"], r["workers"], r["radix"] or info.get(r["runtime"],
                                                                                 ("", 0, 0))[2])
 
-    order = {"trivial": 0, "stencil_1d": 1, "nearest": 2, "fft": 3}
+    order = {"trivial": 0, "stencil_1d": 1, "nearest": 2, "fft": 3, "tree": 4}
     rows = []
-    for (pattern, width) in sorted(runs, key=lambda k: (order.get(k[0], 9), k[1])):
-        per = runs[(pattern, width)]
-        out = {"bench": "metg", "variant": "%s/w%d" % (pattern, width), "pattern": pattern,
-               "width": width, "unit": "us (METG(50%), kernel time)"}
+    for (pattern, width, ranks) in sorted(runs, key=lambda k: (k[2], order.get(k[0], 9), k[1])):
+        per = runs[(pattern, width, ranks)]
+        variant = "%s/w%d" % (pattern, width) + ("/%dranks" % ranks if ranks > 1 else "")
+        out = {"bench": "metg", "variant": variant, "pattern": pattern, "width": width,
+               "unit": "us (METG(50%), kernel time)"}
+        if ranks > 1:
+            out["ranks"] = ranks
         side = {}
         for rt in ("odx", "starpu"):
             passes = per.get(rt, {})
@@ -148,10 +152,10 @@ def main():
         print(json.dumps(out, separators=(",", ":")))
         rows.append((out, side))
 
-    for (rt, pattern, width, size), pts in sorted(curves.items()):
+    for (rt, pattern, width, ranks, size), pts in sorted(curves.items()):
         med, lo, hi = spread([e for _, e in pts])
         print(json.dumps({"bench": "metg_curve", "runtime": rt, "pattern": pattern,
-                          "width": width, "size_us": size,
+                          "width": width, "ranks": ranks, "size_us": size,
                           "task_us": round(statistics.median(t for t, _ in pts), 4),
                           "value": round(med, 4), "min": round(lo, 4), "max": round(hi, 4),
                           "unit": "efficiency", "passes": len(pts), "date": date},
@@ -170,7 +174,8 @@ def main():
     print("METG us: median [min-max] over passes ('<': smallest size already >= 0.5, in N passes;"
           " '>max': never 50%);")
     print("ratio = median over passes of StarPU METG / ODX METG (> 1: ODX better)")
-    fmt = "%-14s %-26s %-26s %-18s"
+    vw = max([14] + [len(out["variant"]) for out, _ in rows])  # "stencil_1d/w4/2ranks"
+    fmt = "%-" + str(vw) + "s %-26s %-26s %-18s"
     print(fmt % ("pattern/width", "ODX METG", "StarPU METG", "ratio"))
 
     def cell(s):
@@ -188,7 +193,7 @@ def main():
 
     print()
     print("efficiency (median over passes) at 5 / 10 / 20 / 50 us")
-    fmt = "%-14s %-28s %-28s"
+    fmt = "%-" + str(vw) + "s %-28s %-28s"
     print(fmt % ("pattern/width", "ODX", "StarPU"))
 
     def effs(e):
@@ -199,16 +204,17 @@ def main():
 
     print()
     print("efficiency curves (median over passes), ODX | StarPU, by task size (us)")
-    sizes = sorted({k[3] for k in curves})
-    print("%-14s " % "pattern/width" + " ".join("%9s" % s for s in sizes))
+    sizes = sorted({k[4] for k in curves})
+    print("%-*s " % (vw, "pattern/width") + " ".join("%9s" % s for s in sizes))
     for out, _ in rows:
         cells = []
         for s in sizes:
-            e = [statistics.median(x for _, x in curves.get((rt, out["pattern"], out["width"], s),
+            e = [statistics.median(x for _, x in curves.get((rt, out["pattern"], out["width"],
+                                                             out.get("ranks", 1), s),
                                                             [(0, float("nan"))]))
                  for rt in ("odx", "starpu")]
             cells.append("%4.2f|%4.2f" % tuple(e))
-        print("%-14s " % out["variant"] + " ".join("%9s" % c for c in cells))
+        print("%-*s " % (vw, out["variant"]) + " ".join("%9s" % c for c in cells))
 
 
 if __name__ == "__main__":

@@ -358,74 +358,29 @@ typedef struct odx__succ {
 } odx__succ;
 
 struct odx__task {
+	/* What every task's life writes comes first (odx__task_new resets it, submission, the
+	 * worker and completion update it), packed into few cache lines: a task goes from the
+	 * submitting thread to a worker and back into the pool, and each line it spans crosses
+	 * between their cores each time. The argument array, the tag, the lock and the successor
+	 * array (written only as far as used), then the state of rarer kinds, follow. */
 	_Atomic int refs;
+	_Atomic int pending;        /* unfinished predecessors + 1 while submitting */
 	odx_context *ctx;
 	odx__task *pool_next;       /* free list link */
 	uint64_t id;
-	uint8_t kind;               /* enum odx__task_kind */
 	odx_kernel *kernel;         /* NULL for internal kinds; kernels live until close */
-	int nargs;
 	odx_arg *args;              /* inline_args or heap */
-	odx_arg inline_args[ODX__INLINE_ARGS];
-	uint32_t grid[3], block[3];
-	_Atomic int priority;       /* atomic: a transfer's is raised while workers may read it */
-	int device_mask_only;       /* 0 any, d+1 forced to device d (odx_task_opts) */
-	char tag[ODX__TAG_MAX];
-
-	/* graph */
-	_Atomic int pending;        /* unfinished predecessors + 1 while submitting */
-	pthread_mutex_t lock;       /* succ list and done */
+	int nargs;
+	uint8_t kind;               /* enum odx__task_kind */
 	_Atomic bool done;
-	odx__succ *succ;
-	int nsucc, capsucc;
-	odx__succ inline_succ[4];
-
-	/* outcome */
-	_Atomic int cancel;         /* nonzero: a data predecessor failed; the task will not run */
-	_Atomic(char *) cancel_msg; /* why, published before `cancel` is set */
-	int status;                 /* final status once done */
-	char *message;              /* heap, failure text */
-	/* heap or NULL: the first failure it was canceled because of ("task #5 'x' (kernel 'k')
-	 * on rank 0 failed: ..."), carried down a chain of canceled tasks and across ranks; NULL
-	 * for a task that failed itself (its own message is the cause). Written before the
-	 * pending count that lets it complete drops, read once it is done. */
-	char *origin;
-
-	/* execution */
-	int device;                 /* placed device, -1 until placed */
 	bool staged;                /* its buffers were staged on its device */
 	bool chained;               /* launched behind an unfinished predecessor (ordered lane) */
 	bool launched;              /* its kernel was handed to the backend (a partition switch:
 				     * its bookkeeping ran, partition.c) */
 	_Atomic bool queued;        /* ... and the backend took it (launch returned pending): a
 				     * copy queued after it on its device's lane runs after it */
-	_Atomic int chain;          /* 0, then CHAIN_CLAIMED by a chaining worker or CHAIN_NO
-				     * by odx__task_ready: whoever is first owns the launch */
-	int nstaged;                /* arguments 0..nstaged-1 are pinned */
 	bool no_effect;             /* an abandoned read or write: completes without touching data */
-	_Atomic int fetches;        /* outstanding fetches before it can run */
 	bool demand_counted;        /* counted in its device's demand_fetches until they land */
-	_Atomic int fetch_error;    /* a fetch for it failed */
-	char *fetch_msg;            /* why, written by whoever set fetch_error */
-	_Atomic int exec;           /* enum odx__exec_state (reads, writes) */
-	void *host_ptr;             /* reads / writes: user memory */
-	size_t host_off, host_len;
-	int node;                   /* reads / writes: the memory node copied from or to */
-	uint64_t t_start;           /* when its kernel was launched (stats, trace, models) */
-	odx__task *policy_next;     /* the Lua policy host's pending list (policy.c) */
-	odx__task *mem_next;        /* its device's queue of tasks waiting for room (worker.c) */
-	uint64_t hold_mask;         /* arguments whose replicas it holds as prefetched (bit i) */
-	uint64_t t_noroom;          /* when it first found no room on its device (stall time) */
-	int peer;                   /* sends and receives: the other rank */
-	uint64_t xfer_key;          /* sends and receives: the transfer's key on the fabric */
-	bool xfer_posted;           /* sends: handed to the fabric (else a failure sends an abort) */
-	void *xfer_stage;           /* sends and receives of a strided part: its packed bytes */
-	/* Reads and writes: could the copy be queued behind the unfinished predecessors seen at
-	 * submission (odx__task_submit)? AFTER_UNSEEN none yet, AFTER_NO no, else the one device
-	 * they were all launched on; after_producer (a reference) the one among them whose
-	 * output a read copies. */
-	int after_dev;
-	odx__task *after_producer;
 	/* Events (odx_submit with an event): the user holds a reference until odx_event_release.
 	 * Such a task, once freed, waits in the context's event quarantine before reuse, so a
 	 * released event is refused (user_ref false) rather than aliasing a new task at once. */
@@ -433,7 +388,59 @@ struct odx__task {
 	_Atomic bool waited;        /* a thread waits for its completion (odx__task_wait) */
 	bool has_event;
 
-	/* Run-time lengths (length.c). Kernels: the length rules of its submission (heap), the
+	_Atomic int priority;       /* atomic: a transfer's is raised while workers may read it */
+	int device_mask_only;       /* 0 any, d+1 forced to device d (odx_task_opts) */
+	int device;                 /* placed device, -1 until placed */
+	_Atomic int chain;          /* 0, then CHAIN_CLAIMED by a chaining worker or CHAIN_NO
+				     * by odx__task_ready: whoever is first owns the launch */
+	_Atomic int cancel;         /* nonzero: a data predecessor failed; the task will not run */
+	int status;                 /* final status once done */
+	_Atomic int fetches;        /* outstanding fetches before it can run */
+	_Atomic int fetch_error;    /* a fetch for it failed */
+	_Atomic int exec;           /* enum odx__exec_state (reads, writes) */
+	int nstaged;                /* arguments 0..nstaged-1 are pinned */
+	odx__succ *succ;
+	int nsucc, capsucc;
+	uint32_t grid[3], block[3];
+
+	_Atomic(char *) cancel_msg; /* why, published before `cancel` is set */
+	char *message;              /* heap, failure text */
+	/* heap or NULL: the first failure it was canceled because of ("task #5 'x' (kernel 'k')
+	 * on rank 0 failed: ..."), carried down a chain of canceled tasks and across ranks; NULL
+	 * for a task that failed itself (its own message is the cause). Written before the
+	 * pending count that lets it complete drops, read once it is done. */
+	char *origin;
+	char *fetch_msg;            /* why, written by whoever set fetch_error */
+	uint64_t t_start;           /* when its kernel was launched (stats, trace, models) */
+	odx__task *mem_next;        /* its device's queue of tasks waiting for room (worker.c) */
+	uint64_t hold_mask;         /* arguments whose replicas it holds as prefetched (bit i) */
+	uint64_t t_noroom;          /* when it first found no room on its device (stall time) */
+
+	/* Reads and writes: could the copy be queued behind the unfinished predecessors seen at
+	 * submission (odx__task_submit)? AFTER_UNSEEN none yet, AFTER_NO no, else the one device
+	 * they were all launched on; after_producer (a reference) the one among them whose
+	 * output a read copies. */
+	int after_dev;
+	int node;                   /* reads / writes: the memory node copied from or to */
+	odx__task *after_producer;
+	void *host_ptr;             /* reads / writes: user memory */
+	size_t host_off, host_len;
+	int peer;                   /* sends and receives: the other rank */
+	bool xfer_posted;           /* sends: handed to the fabric (else a failure sends an abort) */
+	uint64_t xfer_key;          /* sends and receives: the transfer's key on the fabric */
+
+	char tag[ODX__TAG_MAX];
+	odx_arg inline_args[ODX__INLINE_ARGS];
+	pthread_mutex_t lock;       /* succ list and done */
+	odx__succ inline_succ[4];
+
+	/* not reset per task: set where used */
+	void *xfer_stage;           /* sends and receives of a strided part: its packed bytes */
+	odx__task *policy_next;     /* the Lua policy host's pending list (policy.c) */
+
+	/* Rare, not reset at odx__task_get: zero in a new slab, and put back to zero by
+	 * odx__lengths_task_reset when the task returns to the pool (odx__task_put).
+	 * Run-time lengths (length.c). Kernels: the length rules of its submission (heap), the
 	 * lengths its host variant set (odx_host_launch.set_length: heap, under `lock`, in call
 	 * order), the first refused request (len_status, len_msg), the counts its rules read
 	 * (len_counts, heap) and the device reads of them in flight. */
@@ -554,6 +561,9 @@ struct odx__device {
 	odx__task **staged;         /* tasks whose inputs arrived: FIFO ring */
 	int staged_head, staged_n, staged_cap;
 	bool sleeping;
+	bool polling;               /* its worker found nothing and looks again before it sleeps
+				     * (poll_for_work): it takes what is queued here at once, so
+				     * neither a wake-up nor a thief is needed for it (under lock) */
 	bool inline_running;        /* a submitting thread stages and launches a task here: the
 				     * worker takes nothing meanwhile (under lock) */
 	bool stop;
@@ -575,6 +585,11 @@ struct odx__device {
 	_Atomic uint64_t tasks_run;
 	_Atomic uint64_t chained;   /* tasks launched behind an unfinished predecessor */
 	_Atomic uint64_t stolen;    /* ready tasks taken from devices sharing its memory */
+	/* A successor its worker's own completion made ready and placed here while nothing else
+	 * was queued: the worker runs it next, with no queue and no lock (odx__sched_queue). Read
+	 * and written by the worker's thread only. */
+	odx__task *direct;
+	_Atomic uint64_t direct_runs; /* tasks run so */
 	bool steal_peers;           /* sched.steal and another device shares its memory */
 	bool kicked;                /* a wake_thief came while it was about to sleep (under lock) */
 	_Atomic uint64_t copied_behind; /* reads and writes copied behind their predecessors */
@@ -631,6 +646,9 @@ extern _Thread_local bool odx__submitting;
 /* The device whose worker this thread is, -1 on other threads: placement prefers it on a tie,
  * so a worker runs the successor its own completion made ready, with no hand-off. */
 extern _Thread_local int odx__worker_device;
+/* The same as a pointer (a worker belongs to one context; odx__worker_device's index could name
+ * a device of another context whose task this thread made ready, from a nested submission). */
+extern _Thread_local odx__device *odx__worker_self;
 /* Stages and launches t on dev from the submitting thread; dev->inline_running was set (and
  * dev->load counted) under dev->lock by the caller. */
 void odx__run_inline(odx__device *dev, odx__task *t);
@@ -800,23 +818,29 @@ struct odx_context {
 	pthread_mutex_t shared_lock;
 	odx__queue shared;
 
-	/* task pool: slabs freed at close, free list reused in between */
-	pthread_mutex_t pool_lock;
+	/* task pool: slabs freed at close, free list reused in between. What a submission writes
+	 * (the pool's lock and free list, the task ids, the submission count) shares one cache
+	 * line that no worker writes per task: each worker's write to a line the submitting thread
+	 * then writes makes it wait for the line to come back (on 2 cores, up to a tenth of an
+	 * empty task's cost). The context is allocated aligned (context.c). */
+	_Alignas(64) pthread_mutex_t pool_lock;
 	odx__task *pool_free;         /* under pool_lock */
-	_Atomic(odx__task *) pool_returned; /* lock-free stack of finished tasks */
+	_Atomic uint64_t next_task_id;
+	_Atomic uint64_t submitted;   /* in flight = submitted - completed (below) */
+	/* written by every finishing worker: a line of its own */
+	_Alignas(64) _Atomic(odx__task *) pool_returned; /* lock-free stack of finished tasks */
 	void **slabs;
 	int nslabs, capslabs;
-	_Atomic uint64_t next_task_id;
 	/* tasks that carried an event, freed and waiting before reuse (under pool_lock) */
 	odx__task *evq_head, *evq_tail;
 	int evq_n;
 
-	/* in-flight accounting and waiting */
-	pthread_mutex_t wait_lock;
+	/* in-flight accounting and waiting: read by every completion (the waiter counts), written
+	 * rarely; its own lines */
+	_Alignas(64) pthread_mutex_t wait_lock;
 	pthread_cond_t wait_cond;
 	/* In flight = submitted - completed. Completions are counted per device so workers do not
 	 * fight over one cache line; submission checks the sum only when its estimate is full. */
-	_Atomic uint64_t submitted;
 	_Atomic uint64_t completed_other; /* tasks completed before placement (canceled) */
 	uint64_t completed_seen;          /* a lower bound of completions, read by submitters */
 	long max_inflight;
@@ -840,6 +864,8 @@ struct odx_context {
 	odx_buffer *buffers;
 	odx_kernel *kernels;
 	_Atomic int nsleeping;        /* workers asleep, for the eager queue's wake-up */
+	_Atomic uint64_t thief_wakes; /* sleeping workers woken to take tasks queued on a busy
+				       * peer (odx__sched_wake_thief; tests count them) */
 	_Atomic uint64_t coll_seq;    /* collectives so far (odx_allgather): their transfer key */
 	bool steal;                   /* sched.steal: idle workers take from devices sharing memory */
 	_Atomic uint64_t next_buffer_id;

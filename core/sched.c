@@ -126,7 +126,9 @@ static odx__task *queue_pop(odx__queue *q)
 	return NULL;
 }
 
-/* Takes t out of q wherever it waits (keeping the others' order); false if it is not there. */
+/* Takes t out of q wherever it waits (keeping the others' order); false if it is not there. The
+ * j tasks ahead of it move one place back and the head advances: a thief takes from near the
+ * head, so this costs O(j), not the length of a queue that may hold a million tasks. */
 static bool queue_take(odx__queue *q, const odx__task *t)
 {
 	int i, j;
@@ -137,8 +139,9 @@ static bool queue_take(odx__queue *q, const odx__task *t)
 		for (j = 0; j < l->n; j++) {
 			if (l->ring[(l->head + j) % l->cap] != t)
 				continue;
-			for (; j + 1 < l->n; j++)
-				l->ring[(l->head + j) % l->cap] = l->ring[(l->head + j + 1) % l->cap];
+			for (; j > 0; j--)
+				l->ring[(l->head + j) % l->cap] = l->ring[(l->head + j - 1) % l->cap];
+			l->head = (l->head + 1) % l->cap;
 			level_taken(q, i);
 			return true;
 		}
@@ -340,6 +343,17 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 	}
 	dev = &ctx->devices[d];
 	t->device = d;
+	/* Placed on the device whose worker's completion made it ready (this thread), with nothing
+	 * else queued or running there: the worker runs it next, directly, as soon as the task it
+	 * is finishing returns. No lock, no queue, no wake-up: the cost of an edge between two
+	 * small tasks on one worker. One at a time; more successors go through the queue. (A
+	 * task queued meanwhile by another thread waits that one task, as behind any other.) */
+	if (odx__worker_self == dev && !dev->direct && t->kind == ODX__TASK_KERNEL &&
+	    atomic_load_explicit(&dev->load, memory_order_relaxed) == 0) {
+		atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
+		dev->direct = t;
+		return;
+	}
 	pthread_mutex_lock(&dev->lock);
 	/* Its device's worker sleeps with nothing queued: the thread submitting it launches it
 	 * itself, sparing a wake-up of the worker (microseconds, on the path of every dependent
@@ -364,12 +378,14 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 		if (dev->sleeping)
 			pthread_cond_signal(&dev->cond);
 		else
-			busy = true;
+			busy = !dev->polling;
 	}
 	pthread_mutex_unlock(&dev->lock);
 	if (rc)
 		push_failed(t);
-	/* Not for dev's own worker: it takes the task as soon as its current one ends. */
+	/* Not for dev's own worker: it takes the task as soon as its current one ends; nor for
+	 * one that is polling for work: it takes it now (a thief woken for it would find it gone,
+	 * a futex wake-up and a lock round trip for nothing). */
 	else if (busy && ctx->steal && odx__worker_device != d && atomic_load(&ctx->nsleeping) > 0)
 		odx__sched_wake_thief(ctx, dev);
 }
@@ -421,13 +437,16 @@ odx__task *odx__sched_steal(odx_context *ctx, odx__device *dev)
 		    atomic_load_explicit(&v->load, memory_order_relaxed) < 2)
 			continue;
 		pthread_mutex_lock(&v->lock);
-		/* the victim's worker runs its own next task; take the most urgent of those waiting
-		 * behind it that dev may run (not one forced there) */
-		if (v->ready.n > (v->sleeping ? 1 : 0)) {
+		/* the victim's worker runs its own next task (an idle one, sleeping or polling,
+		 * takes the head itself); take the most urgent of those waiting behind it that dev
+		 * may run (not one forced there) */
+		int first = v->sleeping || v->polling ? 1 : 0;
+
+		if (v->ready.n > first) {
 			odx__task *head[STEAL_LOOK];
 			int k, n = odx__queue_peek_n(&v->ready, head, STEAL_LOOK);
 
-			for (k = v->sleeping ? 1 : 0; k < n && !t; k++)
+			for (k = first; k < n && !t; k++)
 				if (!head[k]->device_mask_only && odx__device_can_run(ctx, dev, head[k]))
 					t = head[k];
 			if (t)
@@ -464,6 +483,7 @@ void odx__sched_wake_thief(odx_context *ctx, odx__device *dev)
 			v->kicked = true;
 			pthread_cond_signal(&v->cond);
 			woke = true;
+			atomic_fetch_add_explicit(&ctx->thief_wakes, 1, memory_order_relaxed);
 		}
 		pthread_mutex_unlock(&v->lock);
 		if (woke)

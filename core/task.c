@@ -116,21 +116,7 @@ odx__task *odx__task_new(odx_context *ctx)
 	atomic_init(&t->user_ref, false);
 	atomic_init(&t->waited, false);
 	t->has_event = false;
-	t->rules = NULL;
-	t->nrules = 0;
-	t->lenrecs = NULL;
-	t->nlenrecs = t->caplenrecs = 0;
-	t->len_status = 0;
-	t->len_msg = NULL;
-	t->len_counts = NULL;
-	atomic_init(&t->len_reads, 0);
-	atomic_init(&t->len_read_status, 0);
-	t->xfer_nparts = 0;
-	atomic_init(&t->xfer_left, 0);
-	atomic_init(&t->xfer_status, 0);
-	t->xfer_msg = NULL;
-	t->xfer_bytes = t->xfer_len = 0;
-	t->xfer_lens = NULL;
+	/* the length and parts' transfer fields are zero already (odx__lengths_task_reset) */
 	return t;
 }
 
@@ -652,17 +638,22 @@ int odx__task_submit(odx_context *ctx, odx__task *t, int admit_mode)
 		odx__task_put(t);
 		return rc;
 	}
-	pthread_mutex_lock(&ctx->submit_lock);
-	for (i = 0; i < t->nargs && rc == 0; i++) {
-		odx_access mode;
+	for (i = 0; i < t->nargs && t->args[i].kind != ODX_ARG_BUFFER; i++)
+		;
+	/* A task with no buffer has no dependency to infer: no lock round trip for it. */
+	if (i < t->nargs) {
+		pthread_mutex_lock(&ctx->submit_lock);
+		for (; i < t->nargs && rc == 0; i++) {
+			odx_access mode;
 
-		if (t->args[i].kind != ODX_ARG_BUFFER)
-			continue;
-		mode = odx__task_dep_access(t, i);
-		if (mode)
-			rc = track_access(t, t->args[i].v.buffer, mode, &memo);
+			if (t->args[i].kind != ODX_ARG_BUFFER)
+				continue;
+			mode = odx__task_dep_access(t, i);
+			if (mode)
+				rc = track_access(t, t->args[i].v.buffer, mode, &memo);
+		}
+		pthread_mutex_unlock(&ctx->submit_lock);
 	}
-	pthread_mutex_unlock(&ctx->submit_lock);
 	if (rc) {
 		/* Out of memory while linking: the task is in the graph already, so it must still
 		 * complete; it fails instead of running. */

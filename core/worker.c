@@ -353,6 +353,13 @@ static odx__task *next_task(odx_context *ctx, odx__device *dev, bool steal)
 {
 	odx__task *t;
 
+	/* A successor its own completion made ready, left for it outside the queue (sched.c). */
+	if (dev->direct) {
+		t = dev->direct;
+		dev->direct = NULL;
+		atomic_fetch_add_explicit(&dev->direct_runs, 1, memory_order_relaxed);
+		return t;
+	}
 	/* A submitting thread is launching here: one launcher per device at a time. */
 	if (dev->inline_running)
 		return NULL;
@@ -568,6 +575,7 @@ static void run(odx__task *t, odx__device *dev)
 
 _Thread_local bool odx__submitting;
 _Thread_local int odx__worker_device = -1;
+_Thread_local odx__device *odx__worker_self;
 
 void odx__run_inline(odx__device *dev, odx__task *t)
 {
@@ -636,6 +644,7 @@ static void *worker_loop(void *p)
 
 	free(p);
 	odx__worker_device = dev->index;
+	odx__worker_self = dev;
 	snprintf(name, sizeof(name), "odx-dev%d", dev->index);
 	pthread_setname_np(pthread_self(), name);
 	if (ctx->bind)
@@ -644,9 +653,11 @@ static void *worker_loop(void *p)
 	for (;;) {
 		t = next_task(ctx, dev, true);
 		if (!t && !dev->stop && !dev->memwait_head) {
+			dev->polling = true;
 			pthread_mutex_unlock(&dev->lock);
 			poll_for_work(ctx, dev);
 			pthread_mutex_lock(&dev->lock);
+			dev->polling = false;
 			t = next_task(ctx, dev, true);
 		}
 		if (!t) {
@@ -680,6 +691,7 @@ static void *worker_loop(void *p)
 		/* tasks wait behind the one it took: an idle peer sharing its memory may take them */
 		if (behind && atomic_load(&ctx->nsleeping) > 0)
 			odx__sched_wake_thief(ctx, dev);
+run_batch:
 		fetching = false;
 		for (i = 0; i < nbatch; i++) {
 			odx__task *bt = batch[i];
@@ -706,6 +718,14 @@ static void *worker_loop(void *p)
 		}
 		if (fetching && ctx->prefetch)
 			prefetch_queued(ctx, dev);
+		/* the successor the last completion left here: next, without the queue's lock */
+		if (dev->direct) {
+			batch[0] = dev->direct;
+			dev->direct = NULL;
+			atomic_fetch_add_explicit(&dev->direct_runs, 1, memory_order_relaxed);
+			nbatch = 1;
+			goto run_batch;
+		}
 		pthread_mutex_lock(&dev->lock);
 	}
 	pthread_mutex_unlock(&dev->lock);
