@@ -111,6 +111,7 @@ odx__task *odx__task_new(odx_context *ctx)
 	t->peer = -1;
 	t->xfer_key = 0;
 	t->xfer_posted = false;
+	t->shuffle = NULL;
 	t->after_dev = ODX__AFTER_UNSEEN;
 	t->after_producer = NULL;
 	atomic_init(&t->user_ref, false);
@@ -139,6 +140,10 @@ void odx__task_put(odx__task *t)
 		free(t->succ);
 	if (t->after_producer)
 		odx__task_put(t->after_producer);
+	if (t->shuffle) {
+		odx__shuffle_free(t->shuffle);
+		t->shuffle = NULL;
+	}
 	if (t->has_event) {
 		/* Its event may still be in the user's hands, released: keep the task out of
 		 * reuse for a while, so that handle is refused instead of naming a new task. */
@@ -204,6 +209,7 @@ const char *odx__task_kind_name(const odx__task *t, bool kernel_too)
 		[ODX__TASK_KERNEL] = "task",		[ODX__TASK_READ] = "buffer read",
 		[ODX__TASK_WRITE] = "buffer write",	[ODX__TASK_DESTROY] = "buffer destroy",
 		[ODX__TASK_SEND] = "send to a rank", [ODX__TASK_RECV] = "receive from a rank",
+		[ODX__TASK_SHUFFLE] = "shuffle",
 	};
 
 	if (t->kind == ODX__TASK_KERNEL && kernel_too)
@@ -220,6 +226,8 @@ static char *describe(const odx__task *t, char *out, size_t n)
 			       t->tag, t->kernel->name);
 	else if (t->kind == ODX__TASK_SEND || t->kind == ODX__TASK_RECV)
 		len = snprintf(out, n, "transfer #%llu (%s)", (unsigned long long)t->id, t->tag);
+	else if (t->kind == ODX__TASK_SHUFFLE)
+		len = snprintf(out, n, "shuffle #%llu '%s'", (unsigned long long)t->id, t->tag);
 	else
 		len = snprintf(out, n, "%s #%llu", odx__task_kind_name(t, false),
 			       (unsigned long long)t->id);
@@ -400,6 +408,12 @@ void odx__task_complete(odx__task *t, int status, const char *msg)
 			char first[ODX__MSG_MAX];
 
 			odx__dist_send_failed(t, odx__task_origin(t, first, sizeof(first)));
+		}
+		/* Likewise a shuffle that never ran: every other rank waits for its sizes. */
+		if (t->kind == ODX__TASK_SHUFFLE) {
+			char first[ODX__MSG_MAX];
+
+			odx__shuffle_abandon(t, odx__task_origin(t, first, sizeof(first)));
 		}
 	}
 	/* After `done` is set no new edge is added, so the successor list is final. */
