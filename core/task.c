@@ -301,8 +301,9 @@ static void record_failure(odx_context *ctx, const odx__task *t)
 	int expected = 0;
 
 	odx__fail(ctx, t->status, "%s", t->message ? t->message : odx_strerror(t->status));
-	/* Reads, writes and releases report to their caller; odx_wait_all reports tasks. */
-	if (t->kind == ODX__TASK_KERNEL &&
+	/* Reads, writes and releases report to their caller; odx_wait_all reports tasks (kernels
+	 * and shuffles: the program submitted them). */
+	if ((t->kind == ODX__TASK_KERNEL || t->kind == ODX__TASK_SHUFFLE) &&
 	    atomic_compare_exchange_strong(&ctx->first_error, &expected, t->status)) {
 		pthread_mutex_lock(&ctx->error_lock);
 		snprintf(ctx->first_error_msg, sizeof(ctx->first_error_msg), "%s",
