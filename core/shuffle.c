@@ -76,35 +76,39 @@ struct odx__shuffle {
 };
 
 /* ---- lengths of buffers and parts --------------------------------------------------------
- * Every use of the buffers' length bookkeeping (docs/sizes.md) is in these five functions. */
+ * Every use of the buffers' length bookkeeping (length.c, docs/sizes.md) is in these four
+ * functions. */
 
-/* Parts of b's layout (odx_buffer_set_parts), 0 for none. */
+/* Parts of b's layout (odx_buffer_set_parts), 0 for none: a fact of program order. */
 static int layout_parts(const odx_buffer *b)
 {
-	(void)b;
-	return 0;
+	return b->layout ? b->layout->nparts : 0;
 }
 
-/* Offset of part i in b. */
+/* Offset of part i in b (with a layout). */
 static size_t layout_off(const odx_buffer *b, int i)
 {
-	(void)b;
-	(void)i;
-	return 0;
+	return b->layout->off[i];
 }
 
-/* The length its last writer left to part i of b (a buffer without parts: part 0 is b). */
-static size_t part_length(const odx_buffer *b, int i)
+/* The length its last writer left to part i of b (a buffer without parts: part 0 is b). Lengths
+ * are written under b's lock where a version is made (length.c). */
+static size_t part_length(odx_buffer *b, int i)
 {
-	(void)i;
-	return b->size;
+	size_t n;
+
+	pthread_mutex_lock(&b->lock);
+	n = b->layout ? b->layout->len[i] : b->length;
+	pthread_mutex_unlock(&b->lock);
+	return n;
 }
 
-/* Sets b's length once the task that writes it succeeded. */
+/* Sets the length of b (no layout) before the version its task made is published. */
 static void set_length(odx_buffer *b, size_t len)
 {
-	(void)b;
-	(void)len;
+	pthread_mutex_lock(&b->lock);
+	b->length = len;
+	pthread_mutex_unlock(&b->lock);
 }
 
 /* ---- running -------------------------------------------------------------------------------- */
@@ -522,6 +526,10 @@ static int check_buffer(odx_context *ctx, odx_buffer *b, const char *what, int i
 		return odx__fail(ctx, ODX_EINVAL,
 				 "odx_shuffle: %s[%d] is a 2D tile of a partition: the shuffle "
 				 "takes whole buffers and 1D parts", what, i);
+	if (strcmp(what, "src") && layout_parts(b))
+		return odx__fail(ctx, ODX_EINVAL,
+				 "odx_shuffle: %s[%d] has parts (odx_buffer_set_parts): the shuffle "
+				 "writes it packed, with one length", what, i);
 	return 0;
 }
 

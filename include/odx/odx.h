@@ -678,9 +678,9 @@ typedef struct odx_arg {
  * `elem_size` bytes (rounded down), as the task sees it when it starts: what the tasks before it
  * set (docs/sizes.md). Matches an I32 or I64 parameter, so a kernel with an `n` parameter
  * processes exactly the valid elements. */
-#define ODX_LEN(arg, elem_size)                                                                    \
-	((odx_arg){.kind = ODX_ARG_LEN, .v.len = {.arg = (int32_t)(arg),                           \
-						  .elem_size = (int32_t)(elem_size)}})
+#define ODX_LEN(arg_index, elem_bytes)                                                             \
+	((odx_arg){.kind = ODX_ARG_LEN, .v.len = {.arg = (int32_t)(arg_index),                     \
+						  .elem_size = (int32_t)(elem_bytes)}})
 
 /** odx_task_opts.flags */
 enum {
