@@ -8,9 +8,9 @@
  * of every src to dst[d] on rank d; a consumer task on rank d sees dst's length (ODX_LEN, and
  * buffer_lengths) and the counts, and hashes the rows it was given. Every rank then reads every
  * dst, counts and consumer output (collective reads) and compares them byte for byte with the
- * same shuffle done sequentially here. Rounds: random sizes (small and multi-megabyte, so parts
- * go in several chunks and the own part is copied on the worker), parts mostly empty, every
- * part empty, one part holding everything; a dst too small on one rank (that rank's shuffle
+ * same shuffle done sequentially here. Rounds: random sizes (small and up to 1.5 MiB, so parts
+ * go in several chunks), parts mostly empty, every part empty, one part holding everything,
+ * large own parts (copied on the worker); a dst too small on one rank (that rank's shuffle
  * fails with ODX_ENOSPC naming the bytes, every rank's odx_wait_all_ranks returns it, nobody
  * hangs); a producer that fails on one rank (every shuffle ends ODX_ECANCELED naming it); and
  * after each failure a good round again. Every wait has a deadline.
@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "odx/odx.h"
 
@@ -36,7 +37,7 @@ static int rank_ = -1;
 		exit(1);                                                                           \
 	} while (0)
 
-enum { MODE_RANDOM = 0, MODE_SPARSE, MODE_EMPTY, MODE_ONE_PART, MODE_FAIL };
+enum { MODE_RANDOM = 0, MODE_SPARSE, MODE_EMPTY, MODE_ONE_PART, MODE_BIG_OWN };
 
 static uint32_t mix(uint64_t x)
 {
@@ -59,6 +60,8 @@ static uint64_t rows_of(int mode, uint64_t seed, int s, int d, uint64_t caprows)
 		return 0;
 	case MODE_ONE_PART:
 		return d == 0 ? caprows : 0;
+	case MODE_BIG_OWN:
+		return s == d ? caprows : h % 64;
 	default:
 		return h % 5 == 0 ? 0 : h % (caprows + 1);
 	}
@@ -84,6 +87,11 @@ static int gen_fn(const odx_host_launch *l)
 
 	if (i64_arg(l, 6))
 		return 5;
+	/* Rank 0's producer late: the others' sides start first and learn rank 0's size from a
+	 * callback, where a large own part is handed to the worker (either way the bytes are
+	 * checked; only which path copies it depends on the timing). */
+	if (mode == MODE_BIG_OWN && s == 0)
+		usleep(100000);
 	for (int d = 0; d < n; d++) {
 		uint64_t rows = rows_of((int)mode, (uint64_t)seed, s, d, (uint64_t)cap);
 
@@ -304,6 +312,7 @@ int main(void)
 		{MODE_RANDOM, 1, 1000, -1, -1},	  {MODE_SPARSE, 2, 700, -1, -1},
 		{MODE_EMPTY, 3, 100, -1, -1},	  {MODE_ONE_PART, 4, 5000, -1, -1},
 		{MODE_RANDOM, 5, 400000, -1, -1}, {MODE_RANDOM, 6, 3, -1, -1},
+		{MODE_BIG_OWN, 7, 100000, -1, -1},
 	};
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
 		rc = run_round(ctx, &k, &good[i]);
