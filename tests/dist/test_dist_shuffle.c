@@ -10,7 +10,8 @@
  * dst, counts and consumer output (collective reads) and compares them byte for byte with the
  * same shuffle done sequentially here. Rounds: random sizes (small and up to 1.5 MiB, so parts
  * go in several chunks), parts mostly empty, every part empty, one part holding everything,
- * large own parts (copied on the worker); dst[0] half too small (rank 0's shuffle fails with
+ * large own parts (copied on the worker), each src written on another rank (it moves to its
+ * rank first, its part lengths with it); dst[0] half too small (rank 0's shuffle fails with
  * ODX_ENOSPC naming the bytes, the parts that do not fit are drained, the other dsts are right,
  * every rank's odx_wait_all_ranks returns it, nobody hangs); a producer that fails on one rank (every shuffle ends ODX_ECANCELED naming it); and
  * after each failure a good round again. Every wait has a deadline.
@@ -151,6 +152,7 @@ typedef struct round_spec {
 	uint64_t seed, caprows;
 	int small_rank;  /* dst[small_rank] one row too small (-1: none) */
 	int fail_rank;   /* the producer fails there (-1: none) */
+	int shift;       /* src[r] is owned (and written) by rank r + shift: it moves to r first */
 } round_spec;
 
 /* One shuffle and its checks; returns what odx_wait_all_ranks returned. */
@@ -183,7 +185,7 @@ static int run_round(odx_context *ctx, kernels *k, const round_spec *rs)
 		CHECK(ctx, odx_buffer_create(ctx, dcap ? dcap : 1, 0, &dst[r]));
 		CHECK(ctx, odx_buffer_create(ctx, (size_t)n * sizeof(uint64_t), 0, &counts[r]));
 		CHECK(ctx, odx_buffer_create(ctx, 4 * sizeof(uint64_t), 0, &out[r]));
-		CHECK(ctx, odx_buffer_set_owner(src[r], r));
+		CHECK(ctx, odx_buffer_set_owner(src[r], (r + rs->shift) % n));
 		CHECK(ctx, odx_buffer_set_owner(dst[r], r));
 		CHECK(ctx, odx_buffer_set_owner(counts[r], r));
 		CHECK(ctx, odx_buffer_set_owner(out[r], r));
@@ -192,6 +194,7 @@ static int run_round(odx_context *ctx, kernels *k, const round_spec *rs)
 		CHECK(ctx, odx_buffer_set_label(dst[r], tag));
 	}
 	for (int s = 0; s < n; s++) {
+		/* on src[s]'s owner (rank s, or another one with a shift) */
 		odx_arg a[] = {ODX_BUF(src[s], ODX_W), ODX_I64(n), ODX_I64((int64_t)cap),
 			       ODX_I64((int64_t)rs->seed), ODX_I64(rs->mode), ODX_I64(s),
 			       ODX_I64(s == rs->fail_rank)};
@@ -309,10 +312,10 @@ int main(void)
 	k.consume = make_kernel(ctx, "consume", con_p, 4, consume_fn);
 
 	static const round_spec good[] = {
-		{MODE_RANDOM, 1, 1000, -1, -1},	  {MODE_SPARSE, 2, 700, -1, -1},
-		{MODE_EMPTY, 3, 100, -1, -1},	  {MODE_ONE_PART, 4, 5000, -1, -1},
-		{MODE_RANDOM, 5, 400000, -1, -1}, {MODE_RANDOM, 6, 3, -1, -1},
-		{MODE_BIG_OWN, 7, 100000, -1, -1},
+		{MODE_RANDOM, 1, 1000, -1, -1, 0},	  {MODE_SPARSE, 2, 700, -1, -1, 0},
+		{MODE_EMPTY, 3, 100, -1, -1, 0},	  {MODE_ONE_PART, 4, 5000, -1, -1, 0},
+		{MODE_RANDOM, 5, 400000, -1, -1, 0}, {MODE_RANDOM, 6, 3, -1, -1, 0},
+		{MODE_BIG_OWN, 7, 100000, -1, -1, 0},  {MODE_RANDOM, 8, 5000, -1, -1, 1},
 	};
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
 		rc = run_round(ctx, &k, &good[i]);
@@ -322,20 +325,20 @@ int main(void)
 	}
 	/* dst[0] half as large as its parts: the own part (source 0) is placed first, so every
 	 * later part that does not fit comes from another rank and is drained. */
-	round_spec small = {MODE_RANDOM, 11, 2000, 0, -1};
+	round_spec small = {MODE_RANDOM, 11, 2000, 0, -1, 0};
 	rc = run_round(ctx, &k, &small);
 	if (rc != ODX_ENOSPC || !strstr(odx_last_error(ctx), "holds"))
 		FAIL("a dst too small: odx_wait_all_ranks gave %s (%s), ODX_ENOSPC expected",
 		     odx_err_name(rc), odx_last_error(ctx));
-	rc = run_round(ctx, &k, &(round_spec){MODE_RANDOM, 12, 800, -1, -1});
+	rc = run_round(ctx, &k, &(round_spec){MODE_RANDOM, 12, 800, -1, -1, 0});
 	if (rc)
 		FAIL("after the overflow: %s: %s", odx_err_name(rc), odx_last_error(ctx));
 	/* A producer fails on the last rank: every shuffle is canceled naming it. */
-	rc = run_round(ctx, &k, &(round_spec){MODE_RANDOM, 13, 600, -1, n - 1});
+	rc = run_round(ctx, &k, &(round_spec){MODE_RANDOM, 13, 600, -1, n - 1, 0});
 	if (rc != ODX_EKERNEL)
 		FAIL("a failed producer: odx_wait_all_ranks gave %s (%s), ODX_EKERNEL expected",
 		     odx_err_name(rc), odx_last_error(ctx));
-	rc = run_round(ctx, &k, &(round_spec){MODE_SPARSE, 14, 900, -1, -1});
+	rc = run_round(ctx, &k, &(round_spec){MODE_SPARSE, 14, 900, -1, -1, 0});
 	if (rc)
 		FAIL("after the failed producer: %s: %s", odx_err_name(rc), odx_last_error(ctx));
 	CHECK(ctx, odx_close(ctx));
