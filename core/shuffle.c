@@ -220,10 +220,12 @@ static void place(struct odx__shuffle *sh, bool worker)
 
 	while (sh->next < sh->size && !sh->self_queued) {
 		int s = sh->next;
-		uint64_t len = sh->in_len[s];
+		uint64_t len;
 
+		/* in_len[s] is the fabric's until its receive completed */
 		if (sh->row[s] == ROW_WAIT)
 			return;
+		len = sh->in_len[s];
 		if (sh->row[s] == ROW_FAILED) {
 			sh->broken = true; /* the offsets after it are unknown */
 			sh->next++;
