@@ -323,6 +323,33 @@ int main(void)
 			FAIL("round %zu: odx_wait_all_ranks: %s: %s", i, odx_err_name(rc),
 			     odx_last_error(ctx));
 	}
+	if (getenv("DIST_SHUFFLE_TRACE")) {
+		/* dist_shuffle_trace.sh: what the trace and ODX_STATS must show for those rounds */
+		unsigned long long sent = 0, recvd = 0, copied = 0;
+
+		for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+			for (int p = 0; p < n; p++) {
+				const round_spec *g = &good[i];
+				unsigned long long out = rows_of(g->mode, g->seed, rank_, p, g->caprows) * 4;
+				unsigned long long in = rows_of(g->mode, g->seed, p, rank_, g->caprows) * 4;
+
+				if (p == rank_) {
+					copied += out;
+					continue;
+				}
+				if (out)
+					printf("EXPECT send %d %llu\n", p, out);
+				if (in)
+					printf("EXPECT recv %d %llu\n", p, in);
+				sent += out;
+				recvd += in;
+			}
+		printf("EXPECT stats %zu %llu %llu %llu\n", sizeof(good) / sizeof(good[0]), sent,
+		       recvd, copied);
+		fflush(stdout);
+		CHECK(ctx, odx_close(ctx));
+		return 0;
+	}
 	/* dst[0] half as large as its parts: the own part (source 0) is placed first, so every
 	 * later part that does not fit comes from another rank and is drained. */
 	round_spec small = {MODE_RANDOM, 11, 2000, 0, -1, 0};
