@@ -241,13 +241,15 @@ static int run_round(odx_context *ctx, kernels *k, const round_spec *rs)
 
 	/* Every dst that was not too small, unless a producer failed. */
 	for (int d = 0; d < n && rs->fail_rank < 0; d++) {
-		size_t len = 0, nb = want_bytes[d];
-		uint32_t *got = malloc(nb + 4), *ref = malloc(nb + 4);
-		uint64_t *cnt = malloc((size_t)n * sizeof(uint64_t)), o[4];
-		size_t at = 0;
+		size_t len = 0, nb = want_bytes[d], at = 0;
+		uint32_t *got, *ref;
+		uint64_t *cnt, o[4];
 
 		if (d == rs->small_rank)
 			continue;
+		got = malloc(nb + 4);
+		ref = malloc(nb + 4);
+		cnt = malloc((size_t)n * sizeof(uint64_t));
 		for (int s = 0; s < n; s++) {
 			uint64_t rows = rows_of(rs->mode, rs->seed, s, d, cap);
 
