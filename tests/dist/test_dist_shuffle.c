@@ -295,6 +295,52 @@ static int run_round(odx_context *ctx, kernels *k, const round_spec *rs)
 	return wrc;
 }
 
+/*
+ * DIST_SHUFFLE_KILL=1: the last rank vanishes (exits without closing) once its src is written,
+ * before its shuffle call. Every other rank's shuffle must fail, naming that rank, within the peer
+ * timeout, and so must odx_wait_all_ranks: no rank waits for its parts forever.
+ */
+static int killed_rank(odx_context *ctx, kernels *k)
+{
+	int n = odx_size(ctx), last = n - 1, rc;
+	odx_buffer **src = calloc((size_t)n, sizeof(*src)), **dst = calloc((size_t)n, sizeof(*dst));
+	odx_partition blocks = {.kind = ODX_PART_BLOCKS, .elem_size = sizeof(uint32_t)};
+	odx_event *ev = NULL;
+	char who[32];
+
+	for (int r = 0; r < n; r++) {
+		CHECK(ctx, odx_buffer_create(ctx, (size_t)n * 1000 * sizeof(uint32_t), 0, &src[r]));
+		CHECK(ctx, odx_buffer_create(ctx, (size_t)n * 1000 * sizeof(uint32_t), 0, &dst[r]));
+		CHECK(ctx, odx_buffer_set_owner(src[r], r));
+		CHECK(ctx, odx_buffer_set_owner(dst[r], r));
+		CHECK(ctx, odx_buffer_set_parts(src[r], &blocks, n));
+		odx_arg a[] = {ODX_BUF(src[r], ODX_W), ODX_I64(n), ODX_I64(1000), ODX_I64(21),
+			       ODX_I64(MODE_RANDOM), ODX_I64(r), ODX_I64(0)};
+		CHECK(ctx, odx_submit(ctx, k->gen, a, 7, NULL, NULL));
+	}
+	if (rank_ == last) {
+		CHECK(ctx, odx_wait_all(ctx, TIMEOUT_MS));
+		printf("rank %d: leaving without a word\n", rank_);
+		fflush(stdout);
+		_exit(0);
+	}
+	CHECK(ctx, odx_shuffle(ctx, src, dst, NULL, NULL, &ev));
+	rc = odx_event_wait(ev, TIMEOUT_MS);
+	snprintf(who, sizeof(who), "rank %d", last);
+	printf("rank %d: the shuffle: %s: %s\n", rank_, odx_err_name(rc), odx_event_message(ev));
+	if (rc != ODX_EPEER || !strstr(odx_event_message(ev), who))
+		FAIL("the shuffle did not fail with ODX_EPEER naming %s", who);
+	odx_event_release(ev);
+	rc = odx_wait_all_ranks(ctx, TIMEOUT_MS);
+	if (rc == 0 || !strstr(odx_last_error(ctx), who))
+		FAIL("odx_wait_all_ranks: %s (%s): the vanished rank went unnoticed",
+		     odx_err_name(rc), odx_last_error(ctx));
+	odx_close(ctx);
+	free(src);
+	free(dst);
+	return 0;
+}
+
 int main(void)
 {
 	odx_param gen_p[] = {{ODX_ARG_BUFFER, ODX_W, "src"}, {ODX_ARG_I64, 0, "nparts"},
@@ -312,6 +358,8 @@ int main(void)
 	n = odx_size(ctx);
 	k.gen = make_kernel(ctx, "gen", gen_p, 7, gen_fn);
 	k.consume = make_kernel(ctx, "consume", con_p, 4, consume_fn);
+	if (getenv("DIST_SHUFFLE_KILL"))
+		return killed_rank(ctx, &k);
 
 	static const round_spec good[] = {
 		{MODE_RANDOM, 1, 1000, -1, -1, 0},	  {MODE_SPARSE, 2, 700, -1, -1, 0},
