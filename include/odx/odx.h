@@ -324,10 +324,11 @@ ODX_API size_t odx_buffer_size(const odx_buffer *buf);
  * (odx_host_launch.set_length in a host variant, or a length rule, odx_length_rule, on any
  * backend); later tasks see it (odx_host_launch.buffer_lengths, ODX_LEN) and only the valid bytes
  * move between memory nodes, to and from disk and between ranks, where the length travels with
- * the bytes. odx_buffer_write makes what it wrote valid: the length (with parts: of every part
- * it touches) reaches at least the end of the written range. Bytes past a length are not kept
- * (copies do not move them): what they hold is unspecified until written. Lengths are data, not
- * control: nothing in the replicated task flow depends on them except the blocking queries below.
+ * the bytes. A length stays until set again (a writer that sets none leaves it). odx_buffer_write
+ * makes what it wrote valid: the length (with parts: of every part it touches) reaches at least
+ * the end of the written range. Bytes past a length are not kept (copies do not move them): what
+ * they hold is unspecified until written. Lengths are data, not control: nothing in the
+ * replicated task flow depends on them except the blocking queries below.
  */
 
 /**
@@ -368,9 +369,9 @@ ODX_API int odx_buffer_prefetch(odx_buffer *buf, int device, odx_prefetch_level 
 
 /**
  * Names the buffer in traces (ODX_TRACE: copies, write-backs, spills, reloads, sends and receives
- * show "'label'" instead of "buffer N", with its size in bytes) and in the messages that name it.
- * The text is copied (up to ODX_LABEL_MAX bytes); it may be changed at any time. ODX_EINVAL for a
- * NULL label or a stale handle.
+ * show "'label'" instead of "buffer N", with the bytes they moved: its valid ones, docs/sizes.md)
+ * and in the messages that name it. The text is copied (up to ODX_LABEL_MAX bytes); it may be
+ * changed at any time. ODX_EINVAL for a NULL label or a stale handle.
  */
 ODX_API int odx_buffer_set_label(odx_buffer *buf, const char *label);
 
