@@ -556,6 +556,10 @@ static void run(odx__task *t, odx__device *dev)
 			 t->tag, err);
 		odx__task_finish(t, rc, msg);
 		return;
+	case ODX__TASK_SHUFFLE:
+		/* Finishes itself once its parts moved (shuffle.c). */
+		odx__shuffle_run(t);
+		return;
 	default:
 		/* Buffer destruction and partition switches: what they needed was done by staging
 		 * (the switches' bookkeeping follows in odx__task_finish); reads and writes never

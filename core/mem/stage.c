@@ -241,8 +241,10 @@ static int alloc_missing(odx__task *t, const odx__task *producer, int m, bool di
 			pthread_mutex_unlock(&b->lock);
 			continue;
 		}
-		/* A write of the whole buffer from user memory needs no zeros underneath. */
-		zero = b->zero && !(t->kind == ODX__TASK_WRITE && t->args[i].access == ODX_W);
+		/* A write of the whole buffer from user memory needs no zeros underneath, nor does
+		 * a shuffle's output (its bytes past the length it sets are not valid). */
+		zero = b->zero && !((t->kind == ODX__TASK_WRITE || t->kind == ODX__TASK_SHUFFLE) &&
+				    t->args[i].access == ODX_W);
 		fill = zero && node->pool && !direct;
 		rc = odx__replica_alloc_as(ctx, b, m, zero && !fill, direct);
 		if (rc == 0 && fill) {
@@ -313,7 +315,8 @@ int odx__stage(odx__task *t, const odx__task *producer)
 
 		if (stages_arg(t, i) && b->replicas[m].evicting &&
 		    (t->kind == ODX__TASK_WRITE || t->kind == ODX__TASK_PARTITION ||
-		     (t->kind == ODX__TASK_KERNEL && (odx__task_dep_access(t, i) & ODX_W)))) {
+		     ((t->kind == ODX__TASK_KERNEL || t->kind == ODX__TASK_SHUFFLE) &&
+		      (odx__task_dep_access(t, i) & ODX_W)))) {
 			pthread_mutex_unlock(&node->lock);
 			atomic_fetch_add(&node->noroom, 1);
 			return ODX__STAGE_NOROOM;
@@ -597,14 +600,18 @@ void odx__unstage(odx__task *t, int status)
 		if (!stages_arg(t, i))
 			continue;
 		mode = odx__task_dep_access(t, i);
-		writes = !t->no_effect && ((t->kind == ODX__TASK_KERNEL && (mode & ODX_W)) ||
-					   t->kind == ODX__TASK_WRITE || t->kind == ODX__TASK_RECV);
+		writes = !t->no_effect &&
+			 (((t->kind == ODX__TASK_KERNEL || t->kind == ODX__TASK_SHUFFLE) &&
+			   (mode & ODX_W)) ||
+			  t->kind == ODX__TASK_WRITE || t->kind == ODX__TASK_RECV);
 		pthread_mutex_lock(&b->lock);
 		if (writes && status == 0) {
 			odx__replica_written(b, m);
-		} else if (writes && (status == ODX_EKERNEL || (t->chained && t->launched))) {
+		} else if (writes && (status == ODX_EKERNEL || (t->chained && t->launched) ||
+				      t->kind == ODX__TASK_SHUFFLE)) {
 			/* It may have written part of the replica (or, launched behind a producer that
-			 * failed, written garbage): that copy is no longer valid. */
+			 * failed, written garbage; a failed shuffle, some parts): that copy is no
+			 * longer valid. */
 			odx__replica_set_state(b, m, ODX__INVALID);
 		}
 		if (--b->replicas[m].pins == 0)
