@@ -114,6 +114,7 @@ odx_buffer *odx__buffer_new(odx_context *ctx, size_t size)
 	b->ctx = ctx;
 	b->id = atomic_fetch_add(&ctx->next_buffer_id, 1) + 1;
 	b->size = size;
+	b->length = size; /* a new buffer's bytes are all valid (zeros) */
 	b->home_rank = 0;
 	atomic_init(&b->home, ctx->nhost == 1 ? 0 : -1);
 	b->zero = true;
@@ -556,6 +557,13 @@ static int host_access_run(odx__task *t, int behind)
 	else if (rc == 0 && read_behind)
 		rc = direct_access(t, false);
 	free(bounce);
+	/* The bytes written are valid now: the length reaches their end (docs/sizes.md), before
+	 * the new version is published. */
+	if (rc == 0 && t->kind == ODX__TASK_WRITE && user && !t->no_effect) {
+		pthread_mutex_lock(&b->lock);
+		odx__length_written(b, t->host_off, t->host_len);
+		pthread_mutex_unlock(&b->lock);
+	}
 	odx__unstage(t, rc);
 	odx__task_complete(t, rc, t->fetch_msg);
 	return rc;
@@ -804,6 +812,7 @@ int odx__buffer_release_memory(odx_buffer *b)
 	}
 	pthread_mutex_lock(&b->lock);
 	odx__tier_disk_free(ctx, b);
+	odx__length_release(b);
 	pthread_mutex_unlock(&b->lock);
 	if (b->host_registered)
 		host_unregister(b);

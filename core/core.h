@@ -171,9 +171,48 @@ struct odx_buffer {
 	 * read at every public entry that refuses a partitioned buffer */
 	_Atomic int nparts;
 	struct odx_buffer **parts;
+	/* Run-time lengths (length.c, docs/sizes.md). The valid bytes: [0, length), or with a
+	 * layout (odx_buffer_set_parts) each part's [off, off + len). Set where a version is made
+	 * (a writer's completion, a receive, a host write), under `lock`, before the version is
+	 * published: whoever may copy that version afterwards reads them under `lock`. */
+	size_t length;
+	struct odx__layout *layout;  /* NULL: no parts */
+	/* What the disk copy holds: disk_len packed bytes, from the segments disk_segs (NULL: one,
+	 * [0, disk_len)); written with disk_state */
+	size_t disk_len;
+	struct odx__seg *disk_segs;
+	int disk_nsegs;
 	struct odx_buffer *prev, *next; /* ctx->buffers (live buffers); next: the quarantine */
 	odx__replica replicas[]; /* one per memory node */
 };
+
+/* A layout of parts with run-time lengths (odx_buffer_set_parts): part i is [off[i], off[i] +
+ * cap[i]) of its buffer, len[i] <= cap[i] valid bytes of it. One allocation; replaced whole
+ * (the old one freed) only when no task uses the buffer. */
+typedef struct odx__layout {
+	int nparts;
+	size_t *off, *cap, *len;
+} odx__layout;
+
+/* A run of valid bytes, at the same offset in every copy of a buffer. */
+typedef struct odx__seg {
+	size_t off, len;
+} odx__seg;
+
+/* The valid bytes of b as runs in offset order, adjacent ones merged (length.c; b's lock held
+ * or no writer of it running): returns their number (0: nothing valid) and sets *segs to `inl`
+ * when ninl are enough, else to an array the caller frees; *bytes to their sum. Negative:
+ * ODX_ENOMEM. */
+int odx__valid_segs(const odx_buffer *b, odx__seg *inl, int ninl, odx__seg **segs, size_t *bytes);
+/* The buffer's length: the sum of its part lengths with a layout. */
+size_t odx__buffer_length(const odx_buffer *b);
+/* A host write of [off, off + len) landed (buffer.c): every part it touches is valid at least to
+ * the end of what it wrote there. b's lock held. */
+void odx__length_written(odx_buffer *b, size_t off, size_t len);
+/* Waits until no task of this rank submitted so far uses b (fn names the caller in messages). */
+int odx__buffer_wait_users(odx_buffer *b, const char *fn);
+/* Frees a buffer's layout and disk segments (its release). */
+void odx__length_release(odx_buffer *b);
 
 typedef struct odx__label {
 	struct odx__label *older;
@@ -376,7 +415,53 @@ struct odx__task {
 	_Atomic bool user_ref;
 	_Atomic bool waited;        /* a thread waits for its completion (odx__task_wait) */
 	bool has_event;
+
+	/* Run-time lengths (length.c). Kernels: the length rules of its submission (heap), the
+	 * lengths its host variant set (odx_host_launch.set_length: heap, under `lock`, in call
+	 * order), the first refused request (len_status, len_msg), the counts its rules read
+	 * (len_counts, heap) and the device reads of them in flight. */
+	odx_length_rule *rules;
+	int nrules;
+	struct odx__lenrec *lenrecs;
+	int nlenrecs, caplenrecs;
+	int len_status;
+	char *len_msg;
+	uint32_t *len_counts;
+	_Atomic int len_reads;
+	_Atomic int len_read_status;
+	/* Sends and receives: its parts' transfers in flight (one without parts), the first
+	 * failure among them, the bytes moved and, for a receive, the lengths that came. */
+	int xfer_nparts;           /* the buffer's parts when it was submitted (0: none) */
+	_Atomic int xfer_left;
+	_Atomic int xfer_status;
+	char *xfer_msg;
+	size_t xfer_bytes;
+	size_t xfer_len;           /* a receive without parts: what came */
+	size_t *xfer_lens;         /* with parts: per part (heap) */
 };
+
+/* One odx_host_launch.set_length call: argument `arg`, part (or ODX_WHOLE_BUFFER), bytes. */
+typedef struct odx__lenrec {
+	int arg, part;
+	size_t bytes;
+} odx__lenrec;
+
+/* Length rules and ODX_LEN at submission (length.c): 0, or ODX_EINVAL with the reason. */
+int odx__lengths_check(odx_context *ctx, const odx_kernel *k, const odx_arg *args, int nargs,
+		       const odx_task_opts *opts);
+/* The counts t's length rules read, once its kernel succeeded on `dev` (length.c): 0 when they
+ * are in t->len_counts (or t has none), 1 when device reads were queued (their completion
+ * finishes t), negative when they could not be read (t->len_msg says why). */
+int odx__lengths_fetch(odx__task *t, odx__device *dev);
+/* Applies what t set (rules, host set_length) to its buffers, before their new version is
+ * published: 0, or the failure (ODX_EKERNEL) with its message in t->len_msg. */
+int odx__lengths_apply(odx__task *t);
+/* odx_backend_launch.set_length: records a host variant's request for task `ctx` (a task). */
+void odx__lengths_set(void *task, int arg, int part, size_t bytes);
+/* May t (running a host variant, or with rules) change lengths its successors read at launch? */
+bool odx__task_sets_lengths(const odx__task *t, const odx__device *dev);
+/* Frees a task's length state (task reuse). */
+void odx__lengths_task_reset(odx__task *t);
 
 /* Freed tasks that carried an event, kept before reuse (FIFO, per context). */
 #define ODX__EVENT_QUARANTINE 4096
@@ -627,6 +712,9 @@ void odx__dist_send_failed(odx__task *t, const char *origin);
 /* The first failure behind a failed task: its origin, else "<task> failed: <message>" in buf. */
 const char *odx__task_origin(const odx__task *t, char *buf, size_t n);
 void odx__dist_stats_print(odx_context *ctx, void (*emit)(odx_context *, const char *));
+/* The rank whose copy of b is the latest one (every rank computes the same), for a collective
+ * query of its length; this rank on one process. */
+int odx__dist_source(odx_buffer *b);
 
 /* ---- topology (topo.c) -------------------------------------------------------------------- */
 

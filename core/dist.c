@@ -318,10 +318,14 @@ static int transfer(odx_context *ctx, odx_buffer *b, int src, int dst, int prior
 {
 	/* the transport's keys are 55 bits: 31 for the buffer, 24 for the count (transfers of one
 	 * buffer 16M apart are never in flight together); buffer field 0 is the collectives' */
-	uint64_t key = (((b->id - 1) % 0x7fffffffull + 1) << 24) | (b->xfer_seq++ & 0xffffff);
+	uint64_t key = (((b->id - 1) % 0x7fffffffull + 1) << 24) | (b->xfer_seq & 0xffffff);
+	/* A buffer with parts moves part by part, one key each (its layout is a fact of program
+	 * order: the same part count on both sides). */
+	int nparts = b->layout ? b->layout->nparts : 0;
 	odx__task *t;
 	int rc;
 
+	b->xfer_seq += nparts > 0 ? (uint32_t)nparts : 1;
 	rc = holds_also(ctx, b, dst);
 	if (rc)
 		return rc;
@@ -337,6 +341,7 @@ static int transfer(odx_context *ctx, odx_buffer *b, int src, int dst, int prior
 	t->args[0] = ODX_BUF(b, t->kind == ODX__TASK_SEND ? ODX_R : ODX_W);
 	t->peer = ctx->rank == src ? dst : src;
 	t->xfer_key = key;
+	t->xfer_nparts = nparts;
 	/* Its consumer's priority, known alike on both sides: a user's priorities above 0 no
 	 * longer leave the transfers their tasks wait for behind every other kernel. */
 	atomic_store_explicit(&t->priority, priority, memory_order_relaxed);
@@ -399,6 +404,11 @@ static int source_rank(const odx_context *ctx, const odx_buffer *b)
 		if (b->valid_set[w])
 			return (int)(w * 64) + __builtin_ctzll(b->valid_set[w]);
 	return 0; /* not reached: a set holds its writer */
+}
+
+int odx__dist_source(odx_buffer *b)
+{
+	return b->ctx->fab ? source_rank(b->ctx, b) : b->ctx->rank;
 }
 
 /* Every rank computes the same placement from the same facts. */
@@ -539,7 +549,7 @@ static void peer_end(odx__task *t, int status, uint64_t now)
 {
 	odx_context *ctx = t->ctx;
 	struct odx__peer_stats *p;
-	uint64_t n = t->args[0].v.buffer->size;
+	uint64_t n = t->xfer_bytes; /* the valid bytes that moved */
 
 	if (!ctx->peers)
 		return;
@@ -564,7 +574,7 @@ static void trace_xfer(odx__task *t, int status, uint64_t t0, uint64_t t1)
 {
 	odx_context *ctx = t->ctx;
 	const char *what = strstr(t->tag, ", ");
-	double size = (double)t->args[0].v.buffer->size;
+	double size = (double)t->xfer_bytes;
 	const char *unit = "B", *end = "";
 	char name[112];
 
@@ -582,8 +592,7 @@ static void trace_xfer(odx__task *t, int status, uint64_t t0, uint64_t t1)
 		 size, unit, end);
 	odx__trace_span_sized(odx__trace_peer_lane(ctx, t->peer, t->kind == ODX__TASK_SEND), name,
 			      t->kind == ODX__TASK_SEND ? "send" : "receive", t0, t1, t->id,
-			      t->args[0].v.buffer->size,
-			      t->args[0].v.buffer->id);
+			      t->xfer_bytes, t->args[0].v.buffer->id);
 }
 
 /* A part whose home copy is strided inside its parent (a 2D tile): it travels packed. */
@@ -621,6 +630,25 @@ static void xfer_done(void *arg, int status, const char *msg)
 	char why[ODX__MSG_MAX];
 	uint64_t id = t->args[0].v.buffer->id;
 
+	/* What came: its lengths are the new version's, set before it is published
+	 * (odx__unstage, from odx__task_finish). */
+	if (status == 0 && t->kind == ODX__TASK_RECV && !t->args[0].v.buffer->part_of) {
+		odx_buffer *b = t->args[0].v.buffer;
+
+		pthread_mutex_lock(&b->lock);
+		if (t->xfer_nparts) {
+			t->xfer_bytes = 0;
+			for (int i = 0; i < t->xfer_nparts; i++) {
+				b->layout->len[i] = t->xfer_lens[i];
+				t->xfer_bytes += t->xfer_lens[i];
+			}
+		} else {
+			b->length = t->xfer_len;
+			t->xfer_bytes = t->xfer_len;
+		}
+		pthread_mutex_unlock(&b->lock);
+	}
+
 	/* A strided part: what came lands in its runs before the task completes. */
 	if (t->xfer_stage) {
 		if (status == 0 && t->kind == ODX__TASK_RECV)
@@ -638,7 +666,7 @@ static void xfer_done(void *arg, int status, const char *msg)
 		trace_xfer(t, status, t->t_start, now);
 	}
 	if (status == 0) {
-		size_t n = t->args[0].v.buffer->size;
+		size_t n = t->xfer_bytes;
 
 		atomic_fetch_add(t->kind == ODX__TASK_SEND ? &ctx->sent_bytes : &ctx->recv_bytes, n);
 		atomic_fetch_add(&ctx->xfers, 1);
@@ -661,6 +689,80 @@ static void xfer_done(void *arg, int status, const char *msg)
 		 (unsigned long long)t->args[0].v.buffer->id, odx_err_name(status), msg ? ": " : "",
 		 msg ? msg : "");
 	odx__task_finish(t, status, why);
+}
+
+/* One part's transfer of a buffer with parts ended: the task's ends with the last one, with the
+ * first failure. */
+static void part_xfer_done(void *arg, int status, const char *msg)
+{
+	odx__task *t = arg;
+	int zero = 0;
+
+	if (status && atomic_compare_exchange_strong(&t->xfer_status, &zero, status))
+		t->xfer_msg = msg ? strdup(msg) : NULL;
+	if (atomic_fetch_sub(&t->xfer_left, 1) != 1)
+		return;
+	status = atomic_load(&t->xfer_status);
+	xfer_done(t, status, status ? t->xfer_msg : NULL);
+}
+
+/* A buffer with parts: each part's valid prefix under its own key, sized (the receiver learns
+ * each length from its announcement: odx_fab_send_sized / odx_fab_recv_upto). An empty part
+ * costs its announcement only. 0, or the refusal of the first part (the ones posted before it
+ * still complete, and end the task with it). */
+static int run_parts(odx__task *t, odx_buffer *b, char *host)
+{
+	odx_context *ctx = t->ctx;
+	const odx__layout *lay = b->layout;
+	int i, n = t->xfer_nparts, rc = 0;
+
+	if (t->kind == ODX__TASK_RECV) {
+		t->xfer_lens = calloc((size_t)n, sizeof(size_t));
+		if (!t->xfer_lens)
+			return ODX_ENOMEM;
+	} else {
+		pthread_mutex_lock(&b->lock);
+		t->xfer_bytes = odx__buffer_length(b);
+		pthread_mutex_unlock(&b->lock);
+	}
+	atomic_store(&t->xfer_left, n + 1); /* + 1 until every part is posted */
+	atomic_store(&t->xfer_status, 0);
+	if (t->kind == ODX__TASK_SEND)
+		t->xfer_posted = true;
+	for (i = 0; i < n; i++) {
+		uint64_t key = (t->xfer_key & ~0xffffffull) | ((t->xfer_key + (uint64_t)i) & 0xffffff);
+
+		if (t->kind == ODX__TASK_SEND)
+			rc = odx_fab_send_sized(ctx->fab, t->peer, key, host + lay->off[i],
+						lay->len[i], part_xfer_done, t);
+		else
+			rc = odx_fab_recv_upto(ctx->fab, t->peer, key, host + lay->off[i],
+					       lay->cap[i], &t->xfer_lens[i], part_xfer_done, t);
+		if (rc)
+			break;
+	}
+	if (i == 0 && rc) {
+		/* Nothing posted: the caller reports it; nothing calls back. */
+		if (t->kind == ODX__TASK_SEND)
+			t->xfer_posted = false;
+		free(t->xfer_lens);
+		t->xfer_lens = NULL;
+		return rc;
+	}
+	if (rc) {
+		/* Some parts are posted: they end the task, failed with this. */
+		int zero = 0;
+		char msg[128];
+
+		snprintf(msg, sizeof(msg), "the fabric refused part %d of %d: %s", i, n,
+			 odx_strerror(rc));
+		if (atomic_compare_exchange_strong(&t->xfer_status, &zero, rc))
+			t->xfer_msg = strdup(msg);
+		atomic_fetch_sub(&t->xfer_left, n - i);
+	}
+	odx_fab_kick(ctx->fab);
+	part_xfer_done(t, 0, NULL); /* this thread's share */
+	return 0;
 }
 
 int odx__dist_run(odx__task *t)
@@ -691,15 +793,38 @@ int odx__dist_run(odx__task *t)
 		t->t_start = odx__now_ns();
 		peer_begin(t);
 	}
-	if (t->kind == ODX__TASK_SEND) {
-		/* A send the fabric took fails by itself on both sides (a failed peer, a length
-		 * mismatch); only one it never took needs an abort. */
+	if (t->xfer_nparts > 0) {
+		rc = run_parts(t, b, host);
+		if (rc == 0)
+			return 0;
+	} else if (b->part_of) {
+		/* A part of a partition has no run-time length: all of it moves. */
+		t->xfer_bytes = b->size;
+		if (t->kind == ODX__TASK_SEND) {
+			/* A send the fabric took fails by itself on both sides (a failed peer, a
+			 * length mismatch); only one it never took needs an abort. */
+			t->xfer_posted = true;
+			rc = odx_fab_send(ctx->fab, t->peer, t->xfer_key, host, b->size, xfer_done,
+					  t);
+			if (rc)
+				t->xfer_posted = false; /* done will not run */
+		} else {
+			rc = odx_fab_recv(ctx->fab, t->peer, t->xfer_key, host, b->size, xfer_done,
+					  t);
+		}
+	} else if (t->kind == ODX__TASK_SEND) {
+		/* Its valid bytes only, announced with their length (docs/sizes.md). */
+		pthread_mutex_lock(&b->lock);
+		t->xfer_bytes = b->length;
+		pthread_mutex_unlock(&b->lock);
 		t->xfer_posted = true;
-		rc = odx_fab_send(ctx->fab, t->peer, t->xfer_key, host, b->size, xfer_done, t);
+		rc = odx_fab_send_sized(ctx->fab, t->peer, t->xfer_key, host, t->xfer_bytes,
+					xfer_done, t);
 		if (rc)
-			t->xfer_posted = false; /* done will not run */
+			t->xfer_posted = false;
 	} else {
-		rc = odx_fab_recv(ctx->fab, t->peer, t->xfer_key, host, b->size, xfer_done, t);
+		rc = odx_fab_recv_upto(ctx->fab, t->peer, t->xfer_key, host, b->size, &t->xfer_len,
+				       xfer_done, t);
 	}
 	if (!rc)
 		odx_fab_kick(ctx->fab); /* nobody waits on the fabric for it: start it now */
@@ -738,6 +863,12 @@ void odx__dist_send_failed(odx__task *t, const char *origin)
 	/* One control message under the transfer's key instead of the bytes; a successful send
 	 * costs nothing more. The receive completes with ODX_ECANCELED and the origin. */
 	rc = odx_fab_send_abort(ctx->fab, t->peer, t->xfer_key, ODX_ECANCELED, origin);
+	/* A buffer with parts: every part's key is told. */
+	for (int i = 1; rc == 0 && i < t->xfer_nparts; i++)
+		rc = odx_fab_send_abort(ctx->fab, t->peer,
+					(t->xfer_key & ~0xffffffull) |
+						((t->xfer_key + (uint64_t)i) & 0xffffff),
+					ODX_ECANCELED, origin);
 	if (rc)
 		odx__log(ctx, ODX_LOG_WARN,
 			 "rank %d could not tell rank %d that buffer %llu will not come: %s "

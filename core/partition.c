@@ -213,6 +213,11 @@ ODX_API int odx_buffer_partition(odx_buffer *buf, const odx_partition *p, int np
 	rc = odx__buffer_partitioned(buf, fn);
 	if (rc)
 		return rc;
+	if (buf->layout)
+		return odx__fail(ctx, ODX_EBUSY,
+				 "%s: buffer #%llu has parts with lengths (odx_buffer_set_parts): "
+				 "remove them first (odx_buffer_set_parts(buf, NULL, 0))",
+				 fn, (unsigned long long)buf->id);
 	rc = describe(buf, p, nparts, NULL, &n, fn);
 	if (rc)
 		return rc;
@@ -369,4 +374,85 @@ void odx__partition_release_parts(odx_buffer *buf)
 	free(buf->parts);
 	buf->parts = NULL;
 	atomic_store(&buf->nparts, 0);
+}
+
+/* ---- parts with run-time lengths (docs/sizes.md) ----------------------------------------- */
+
+/*
+ * The same ODX_PART_BLOCKS description as a partition, but the buffer stays one: only its valid
+ * bytes get a layout (core.h, odx__layout). The layout is a fact of the replicated flow, like an
+ * owner: every rank sets it at the same point of its program. It is swapped once no task of this
+ * rank uses the buffer, so a task, a copy or a transfer never sees it change under it (a
+ * transfer's part count is fixed at its submission, the same on both ranks).
+ */
+ODX_API int odx_buffer_set_parts(odx_buffer *buf, const odx_partition *p, int nparts)
+{
+	static const char fn[] = "odx_buffer_set_parts";
+	odx_context *ctx;
+	odx__layout *lay = NULL, *old;
+	part_desc *d = NULL;
+	int rc, n = 0, i;
+
+	rc = odx__buffer_check(buf, fn);
+	if (rc)
+		return rc;
+	ctx = buf->ctx;
+	if (buf->part_of)
+		return odx__fail(ctx, ODX_ENOSYS,
+				 "%s: buffer #%llu is a part of buffer #%llu: parts of a partition "
+				 "take no layout in this version (docs/sizes.md, Limits)",
+				 fn, (unsigned long long)buf->id, (unsigned long long)buf->part_of->id);
+	rc = odx__buffer_partitioned(buf, fn);
+	if (rc)
+		return rc;
+	if (nparts == 0 && !p) {
+		lay = NULL; /* no layout: the length is the capacity again */
+	} else {
+		ODX__CHECK_ARG(ctx, p, "p");
+		ODX__CHECK_ARG(ctx, nparts > 0, "nparts");
+		if (p->kind != ODX_PART_BLOCKS)
+			return odx__fail(ctx, ODX_EINVAL,
+					 "%s: parts with lengths are ODX_PART_BLOCKS (kind %d given)",
+					 fn, (int)p->kind);
+		rc = describe_blocks(buf, p, nparts, NULL, &n, fn);
+		if (rc)
+			return rc;
+		if (n != nparts)
+			return odx__fail(ctx, ODX_EINVAL,
+					 "%s: the description makes %d parts of buffer #%llu, nparts "
+					 "is %d",
+					 fn, n, (unsigned long long)buf->id, nparts);
+		d = calloc((size_t)n, sizeof(*d));
+		lay = malloc(sizeof(*lay) + 3 * (size_t)n * sizeof(size_t));
+		if (!d || !lay) {
+			free(d);
+			free(lay);
+			return odx__fail(ctx, ODX_ENOMEM, "%s: out of memory (%d parts)", fn, n);
+		}
+		describe_blocks(buf, p, nparts, d, &n, fn);
+		lay->nparts = n;
+		lay->off = (size_t *)(lay + 1);
+		lay->cap = lay->off + n;
+		lay->len = lay->cap + n;
+		for (i = 0; i < n; i++) {
+			lay->off[i] = d[i].off;
+			lay->cap[i] = lay->len[i] = d[i].shape.width;
+		}
+		free(d);
+	}
+	/* In program order: after this rank's tasks submitted so far that use the buffer. */
+	rc = odx__buffer_wait_users(buf, fn);
+	if (rc) {
+		free(lay);
+		return rc;
+	}
+	pthread_mutex_lock(&buf->lock);
+	old = buf->layout;
+	buf->layout = lay;
+	buf->length = lay ? 0 : buf->size;
+	for (i = 0; lay && i < lay->nparts; i++)
+		buf->length += lay->len[i];
+	pthread_mutex_unlock(&buf->lock);
+	free(old);
+	return 0;
 }

@@ -116,6 +116,21 @@ odx__task *odx__task_new(odx_context *ctx)
 	atomic_init(&t->user_ref, false);
 	atomic_init(&t->waited, false);
 	t->has_event = false;
+	t->rules = NULL;
+	t->nrules = 0;
+	t->lenrecs = NULL;
+	t->nlenrecs = t->caplenrecs = 0;
+	t->len_status = 0;
+	t->len_msg = NULL;
+	t->len_counts = NULL;
+	atomic_init(&t->len_reads, 0);
+	atomic_init(&t->len_read_status, 0);
+	t->xfer_nparts = 0;
+	atomic_init(&t->xfer_left, 0);
+	atomic_init(&t->xfer_status, 0);
+	t->xfer_msg = NULL;
+	t->xfer_bytes = t->xfer_len = 0;
+	t->xfer_lens = NULL;
 	return t;
 }
 
@@ -139,6 +154,7 @@ void odx__task_put(odx__task *t)
 		free(t->succ);
 	if (t->after_producer)
 		odx__task_put(t->after_producer);
+	odx__lengths_task_reset(t);
 	if (t->has_event) {
 		/* Its event may still be in the user's hands, released: keep the task out of
 		 * reuse for a while, so that handle is refused instead of naming a new task. */
@@ -793,6 +809,8 @@ static int check_args(odx_context *ctx, const odx_kernel *k, const odx_arg *args
 						 k->name, i, p->name ? p->name : "?", (int)a->v.i32);
 			continue;
 		}
+		if (a->kind == ODX_ARG_LEN)
+			continue; /* odx__lengths_check */
 		if (a->kind != p->kind)
 			return odx__fail(ctx, ODX_EINVAL,
 					 "odx_submit: kernel '%s' argument %d (%s): kind %d given, "
@@ -927,6 +945,9 @@ ODX_API int odx_submit(odx_context *ctx, odx_kernel *kernel, const odx_arg *args
 	rc = check_launch(ctx, kernel, opts);
 	if (rc)
 		return rc;
+	rc = odx__lengths_check(ctx, kernel, args, nargs, opts);
+	if (rc)
+		return rc;
 	rc = forced_device(ctx, opts, &forced);
 	if (rc)
 		return rc;
@@ -993,6 +1014,15 @@ ODX_API int odx_submit(odx_context *ctx, odx_kernel *kernel, const odx_arg *args
 	}
 	if (opts->tag)
 		snprintf(t->tag, sizeof(t->tag), "%s", opts->tag);
+	if ((opts->flags & ODX_SUBMIT_LENGTHS) && opts->nlengths > 0) {
+		t->rules = malloc((size_t)opts->nlengths * sizeof(*t->rules));
+		if (!t->rules) {
+			odx__task_put(t);
+			return odx__fail(ctx, ODX_ENOMEM, "odx_submit: out of memory");
+		}
+		memcpy(t->rules, opts->lengths, (size_t)opts->nlengths * sizeof(*t->rules));
+		t->nrules = opts->nlengths;
+	}
 	if (event) {
 		atomic_fetch_add(&t->refs, 1);
 		t->has_event = true;

@@ -34,7 +34,18 @@ void odx__task_finish(odx__task *t, int status, const char *msg)
 {
 	odx_context *ctx = t->ctx;
 	odx__device *dev = &ctx->devices[t->device];
+	char why[ODX__MSG_MAX];
 
+	/* The lengths it set, before its outputs' new version is published (length.c); a refused
+	 * one fails it like a kernel that failed (its outputs are not valid). */
+	if (status == 0 && t->kind == ODX__TASK_KERNEL &&
+	    (t->nrules || t->nlenrecs || t->len_status) && odx__lengths_apply(t) != 0) {
+		status = t->len_status;
+		snprintf(why, sizeof(why), "task #%llu '%s' (kernel '%s') failed on device %d (%s): "
+			 "%s", (unsigned long long)t->id, t->tag, t->kernel->name, dev->index,
+			 dev->name, t->len_msg ? t->len_msg : "a length it set was refused");
+		msg = why;
+	}
 	if (t->staged)
 		odx__unstage(t, status);
 	atomic_fetch_sub_explicit(&dev->load, 1, memory_order_relaxed);
@@ -113,6 +124,7 @@ static int run_kernel(odx__task *t, odx__device *dev, char *err, size_t errlen, 
 {
 	odx_backend_arg largs[64];
 	odx_shape shapes[64];
+	size_t lengths[64];
 	odx_backend_launch l;
 	int i, rc, m = dev->memnode;
 
@@ -124,9 +136,12 @@ static int run_kernel(odx__task *t, odx__device *dev, char *err, size_t errlen, 
 
 		largs[i].kind = a->kind;
 		shapes[i] = (odx_shape){0, 0, 0};
+		lengths[i] = 0;
 		if (a->kind == ODX_ARG_BUFFER) {
 			const odx__replica *r = &a->v.buffer->replicas[m];
 
+			/* Set by the writers it waited for; no writer of it runs now. */
+			lengths[i] = odx__buffer_length(a->v.buffer);
 			/* A part used in place, inside its parent, spans more than its size. */
 			shapes[i] = odx__replica_shape(a->v.buffer, m);
 			largs[i].mem = r->mem;
@@ -146,6 +161,18 @@ static int run_kernel(odx__task *t, odx__device *dev, char *err, size_t errlen, 
 				largs[i].v.i32 = (int32_t)(s.pitch / elem);
 			else
 				largs[i].v.i64 = (int64_t)(s.pitch / elem);
+		} else if (a->kind == ODX_ARG_LEN) {
+			/* The length of the buffer argument it names, in elements (docs/sizes.md). */
+			size_t n = odx__buffer_length(t->args[a->v.len.arg].v.buffer) /
+				   (size_t)a->v.len.elem_size;
+
+			largs[i].kind = t->kernel->params[i].kind;
+			largs[i].mem = 0;
+			largs[i].size = 0;
+			if (largs[i].kind == ODX_ARG_I32)
+				largs[i].v.i32 = (int32_t)n;
+			else
+				largs[i].v.i64 = (int64_t)n;
 		} else {
 			largs[i].mem = 0;
 			largs[i].size = 0;
@@ -165,6 +192,9 @@ static int run_kernel(odx__task *t, odx__device *dev, char *err, size_t errlen, 
 		.error_size = errlen,
 		.native = 0,
 		.shapes = shapes,
+		.lengths = lengths,
+		.set_length = odx__lengths_set,
+		.set_length_ctx = t,
 	};
 	err[0] = '\0';
 	rc = dev->ops->launch(dev->bdev, &l, launch_done, t);
@@ -191,6 +221,15 @@ static void kernel_failed(odx__task *t, odx__device *dev, int rc, const char *er
 	odx__task_finish(t, rc, msg);
 }
 
+/* A kernel succeeded: the counts of its length rules are read (from device memory: the read's
+ * completion finishes it), then it finishes. */
+static void kernel_succeeded(odx__task *t, odx__device *dev)
+{
+	if (t->nrules && odx__lengths_fetch(t, dev) > 0)
+		return;
+	odx__task_finish(t, 0, NULL);
+}
+
 /* Completion of an asynchronous launch, from a backend thread. */
 static void launch_done(void *arg, int status, const char *msg)
 {
@@ -213,7 +252,7 @@ static void launch_done(void *arg, int status, const char *msg)
 		return;
 	}
 	if (status == 0)
-		odx__task_finish(t, 0, NULL);
+		kernel_succeeded(t, dev);
 	else
 		kernel_failed(t, dev, status, msg, 0);
 }
@@ -417,7 +456,10 @@ static void chain_successors(odx__task *p, odx__device *dev)
 		for (j = 0; j < p->nsucc; j++)
 			edges += p->succ[j].task == s;
 		/* Every pending count left is an edge from p, and it may run here. */
+		/* Not behind one that may change lengths s reads at its launch (ODX_LEN,
+		 * buffer_lengths): they are set when p completes, after s was launched. */
 		if (s->kind != ODX__TASK_KERNEL || atomic_load(&s->pending) != edges ||
+		    odx__task_sets_lengths(p, dev) ||
 		    atomic_load(&s->chain) != ODX__CHAIN_FREE || atomic_load(&s->cancel) ||
 		    (s->device_mask_only && s->device_mask_only != dev->index + 1) ||
 		    s->kernel->device_variant[dev->index] < 0)
@@ -512,7 +554,10 @@ static void run(odx__task *t, odx__device *dev)
 	}
 	finish_trace(t, dev, t0);
 	if (rc == 0) {
-		odx__task_finish(t, 0, NULL);
+		if (t->kind == ODX__TASK_KERNEL)
+			kernel_succeeded(t, dev);
+		else
+			odx__task_finish(t, 0, NULL);
 		return;
 	}
 	kernel_failed(t, dev, rc, err, native);

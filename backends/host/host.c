@@ -67,7 +67,22 @@ typedef struct host_exec {
 	char tag[64];
 	odx_backend_done_fn done;
 	void *arg;
+	/* ABI 1.8 (docs/sizes.md): per argument, its length at launch, when has_lengths; the
+	 * core's set_length and its context */
+	size_t lengths[HOST_MAX_PARAMS];
+	bool has_lengths;
+	void (*set_length)(void *ctx, int arg, int part, size_t bytes);
+	void *set_length_ctx;
 } host_exec;
+
+/* What odx_host_launch.set_length reaches (length_state): the core's callback, and which
+ * argument each buffer parameter is. */
+typedef struct host_lengths {
+	void (*set_length)(void *ctx, int arg, int part, size_t bytes);
+	void *ctx;
+	int nbuffers;
+	int argof[HOST_MAX_PARAMS];
+} host_lengths;
 
 typedef struct host_dev host_dev;
 
@@ -635,15 +650,29 @@ static int run_one_call(host_dev *d, const odx_kernel_variant *variant, odx_host
 	return rc != 0 ? ODX_EKERNEL : 0;
 }
 
+/* odx_host_launch.set_length: buffer parameter `param` is the core's argument argof[param]. A
+ * parameter that does not exist is passed on as argument -1, which the core refuses (failing the
+ * task with a message), as it refuses everything else it cannot apply. */
+static void host_set_length(const odx_host_launch *l, int param, int part, size_t bytes)
+{
+	const host_lengths *hl = l->length_state;
+
+	if (!hl || !hl->set_length)
+		return;
+	hl->set_length(hl->ctx, param >= 0 && param < hl->nbuffers ? hl->argof[param] : -1, part,
+		       bytes);
+}
+
 /* Runs a launch on the calling thread (plus the helpers); the kernel's message goes to `error`,
- * its return value to *native. */
+ * its return value to *native. `lengths` (per argument) and `hl` come from a core of ABI 1.8 or
+ * later, else NULL. */
 static int host_run(host_dev *d, const odx_kernel_variant *variant, const odx_backend_arg *args,
-		    const odx_shape *shapes, int nargs, const uint32_t grid[3],
-		    const uint32_t block[3], int device, const char *tag, char *error,
-		    size_t error_size, int *native)
+		    const odx_shape *shapes, const size_t *lengths, host_lengths *hl, int nargs,
+		    const uint32_t grid[3], const uint32_t block[3], int device, const char *tag,
+		    char *error, size_t error_size, int *native)
 {
 	void *bufs[HOST_MAX_PARAMS];
-	size_t sizes[HOST_MAX_PARAMS];
+	size_t sizes[HOST_MAX_PARAMS], blens[HOST_MAX_PARAMS];
 	odx_shape bshapes[HOST_MAX_PARAMS];
 	odx_arg_kind kinds[HOST_MAX_PARAMS];
 	const void *scalars[HOST_MAX_PARAMS];
@@ -666,6 +695,10 @@ static int host_run(host_dev *d, const odx_kernel_variant *variant, const odx_ba
 				bshapes[nb] = shapes[i];
 			else
 				bshapes[nb] = (odx_shape){a->size, 1, a->size};
+			/* ABI 1.8: its valid bytes; all of them from an older core. */
+			blens[nb] = lengths ? lengths[i] : a->size;
+			if (hl)
+				hl->argof[nb] = i;
 			nb++;
 			scalars[i] = NULL;
 		} else {
@@ -698,7 +731,12 @@ static int host_run(host_dev *d, const odx_kernel_variant *variant, const odx_ba
 		.threads = (int)d->threads,
 		.run = run_in_order, /* a split launch's helpers are busy with it */
 		.run_state = d,
+		.buffer_lengths = blens,
+		.set_length = host_set_length,
+		.length_state = hl,
 	};
+	if (hl)
+		hl->nbuffers = nb;
 	error[0] = '\0';
 	if (variant->format == ODX_FORMAT_HOST_CALL)
 		return run_one_call(d, variant, &l, native);
@@ -766,8 +804,13 @@ static void *compute_lane_main(void *arg)
 			pthread_cond_broadcast(&d->copied_cond);
 			continue;
 		}
-		rc = host_run(d, e->variant, e->args, e->has_shapes ? e->shapes : NULL, e->nargs,
-			      e->grid, e->block, e->device, e->tag, error, sizeof(error), &native);
+		{
+			host_lengths hl = {.set_length = e->set_length, .ctx = e->set_length_ctx};
+
+			rc = host_run(d, e->variant, e->args, e->has_shapes ? e->shapes : NULL,
+				      e->has_lengths ? e->lengths : NULL, &hl, e->nargs, e->grid,
+				      e->block, e->device, e->tag, error, sizeof(error), &native);
+		}
 		if (rc)
 			snprintf(msg, sizeof(msg), "%s (kernel returned %d)", error, native);
 		/* In launch order, from this one thread: what ordered_compute promises. */
@@ -814,6 +857,8 @@ static int host_launch(void *dev, odx_backend_launch *bl, odx_backend_done_fn do
 {
 	host_dev *d = dev;
 	const odx_shape *shapes = NULL;
+	const size_t *lengths = NULL;
+	host_lengths hl = {0};
 	host_exec *e;
 
 	if (bl->nargs > HOST_MAX_PARAMS) {
@@ -824,9 +869,16 @@ static int host_launch(void *dev, odx_backend_launch *bl, odx_backend_done_fn do
 	/* odx_backend_launch.shapes exists only in a core of ABI 1.7 or later. */
 	if ((d->st->env->abi_version & 0xffff) >= 7)
 		shapes = bl->shapes;
+	/* lengths and set_length exist only in a core of ABI 1.8 or later. */
+	if ((d->st->env->abi_version & 0xffff) >= 8) {
+		lengths = bl->lengths;
+		hl.set_length = bl->set_length;
+		hl.ctx = bl->set_length_ctx;
+	}
 	if (!d->st->async)
-		return host_run(d, bl->variant, bl->args, shapes, bl->nargs, bl->grid, bl->block,
-				bl->device, bl->tag, bl->error, bl->error_size, &bl->native);
+		return host_run(d, bl->variant, bl->args, shapes, lengths, &hl, bl->nargs, bl->grid,
+				bl->block, bl->device, bl->tag, bl->error, bl->error_size,
+				&bl->native);
 	e = malloc(sizeof(*e));
 	if (!e)
 		return ODX_ENOMEM;
@@ -836,6 +888,11 @@ static int host_launch(void *dev, odx_backend_launch *bl, odx_backend_done_fn do
 	e->has_shapes = shapes != NULL;
 	if (shapes)
 		memcpy(e->shapes, shapes, (size_t)bl->nargs * sizeof(*shapes));
+	e->has_lengths = lengths != NULL;
+	if (lengths)
+		memcpy(e->lengths, lengths, (size_t)bl->nargs * sizeof(*lengths));
+	e->set_length = hl.set_length;
+	e->set_length_ctx = hl.ctx;
 	e->nargs = bl->nargs;
 	memcpy(e->grid, bl->grid, sizeof(e->grid));
 	memcpy(e->block, bl->block, sizeof(e->block));

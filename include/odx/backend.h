@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define ODX_BACKEND_ABI_MAJOR 1
-#define ODX_BACKEND_ABI_MINOR 7
+#define ODX_BACKEND_ABI_MINOR 8
 #define ODX_BACKEND_ABI_VERSION ((ODX_BACKEND_ABI_MAJOR << 16) | ODX_BACKEND_ABI_MINOR)
 
 /** True if table `t` (whose first member is its size) was built with member `op` in it. */
@@ -148,6 +148,18 @@ typedef struct odx_backend_launch {
 	 * ({w, n, parent pitch}): a host backend hands these to odx_host_launch.buffer_shapes.
 	 * NULL for a backend that declares an older minor. */
 	const odx_shape *shapes;
+	/* ABI 1.8 (docs/sizes.md): per argument, a buffer argument's length in bytes when the
+	 * task starts (<= size; scalars 0); a host backend hands the buffers' ones to
+	 * odx_host_launch.buffer_lengths. NULL for a backend that declares an older minor. */
+	const size_t *lengths;
+	/* ABI 1.8: what odx_host_launch.set_length reaches: records that buffer argument `arg`
+	 * (its index in the signature, not among buffers) gets length `bytes` (part `part`, or
+	 * ODX_WHOLE_BUFFER) when the task succeeds. The core checks the request (a refused one
+	 * fails the task with a message) and keeps the last call per (arg, part). Callable from
+	 * any thread of the launch until its completion is reported (`done`, or launch's return);
+	 * set_length_ctx is its first argument. NULL for a backend that declares an older minor. */
+	void (*set_length)(void *set_length_ctx, int arg, int part, size_t bytes);
+	void *set_length_ctx;
 } odx_backend_launch;
 
 /**
@@ -188,6 +200,8 @@ static inline const char *odx_backend_arg_kind_name(odx_arg_kind kind)
 		return "f64";
 	case ODX_ARG_LD: /* resolved by the core into i32 or i64: a backend never sees it */
 		return "ld";
+	case ODX_ARG_LEN: /* likewise (ABI 1.8) */
+		return "len";
 	}
 	return "?";
 }
@@ -340,6 +354,15 @@ typedef struct odx_backend_ops {
 	 * valid and untouched until `done`. Map it to the hardware's 2D copy (cuMemcpy2DAsync,
 	 * hipMemcpy2DAsync, clEnqueue{Read,Write,Copy}BufferRect, one VkBufferCopy per row). */
 	int (*copy_2d)(void *dev, const odx_backend_copy2d *c, odx_backend_done_fn done, void *arg);
+
+	/* ---- ABI 1.8: no new operation ------------------------------------------------------
+	 * Run-time lengths (docs/sizes.md). odx_backend_launch gained `lengths` and `set_length`
+	 * (with its context): a host backend that declares 1.8 fills odx_host_launch's
+	 * buffer_lengths and set_length for every host variant, its set_length turning the buffer
+	 * parameter index into the argument index and calling the launch's set_length. Other
+	 * backends need nothing: the core applies length rules after the task itself (reading the
+	 * counts from device memory with the copy operations above), and resolves ODX_LEN into
+	 * a scalar before launch, like ODX_LD. */
 } odx_backend_ops;
 
 /** What a backend module describes itself with. Static storage in the module. */

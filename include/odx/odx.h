@@ -313,8 +313,33 @@ ODX_API int odx_buffer_write(odx_buffer *buf, size_t offset, const void *src, si
  */
 ODX_API int odx_buffer_read(odx_buffer *buf, size_t offset, void *dst, size_t len, int timeout_ms);
 
-/** The buffer's size in bytes (0 for NULL). */
+/** The buffer's size in bytes (0 for NULL): its capacity, fixed at creation, the same on every
+ * rank. How many of those bytes are valid is its length (odx_buffer_length). */
 ODX_API size_t odx_buffer_size(const odx_buffer *buf);
+
+/*
+ * Capacity and length (docs/sizes.md). Every buffer has a length: how many of its bytes, from
+ * byte 0, are valid (<= its capacity, odx_buffer_size). A new buffer's length is its capacity, so
+ * a program that never sets lengths sees no change. A task sets the length of a buffer it writes
+ * (odx_host_launch.set_length in a host variant, or a length rule, odx_length_rule, on any
+ * backend); later tasks see it (odx_host_launch.buffer_lengths, ODX_LEN) and only the valid bytes
+ * move between memory nodes, to and from disk and between ranks, where the length travels with
+ * the bytes. odx_buffer_write of a whole buffer (offset 0, len = capacity) sets the length back
+ * to the capacity; a partial write leaves it. Lengths are data, not control: nothing in the
+ * replicated task flow depends on them except the blocking queries below.
+ */
+
+/**
+ * Waits (up to `timeout_ms`, -1 forever) for the tasks submitted so far that write `buf`, then
+ * writes its length in bytes to *len: for a buffer with parts (odx_buffer_set_parts), the sum of
+ * its part lengths. On several ranks it is collective, like odx_buffer_read: every rank calls it
+ * in the same place of its program and gets the same value. ODX_ECANCELED when that writer failed
+ * (the cause in odx_last_error), ODX_ETIMEDOUT, ODX_EINVAL (stale handle, NULL len), ODX_EBUSY
+ * (partitioned with odx_buffer_partition). *len is untouched on failure.
+ */
+ODX_API int odx_buffer_length(odx_buffer *buf, size_t *len, int timeout_ms);
+
+/* ------------------------------------------------------------------------------------------ */
 
 /** How soon a prefetched copy is wanted (odx_buffer_prefetch). */
 typedef enum odx_prefetch_level {
@@ -426,6 +451,35 @@ ODX_API int odx_buffer_partition(odx_buffer *buf, const odx_partition *p, int np
  */
 ODX_API int odx_buffer_unpartition(odx_buffer *buf, int timeout_ms);
 
+/** odx_length_rule.part and odx_host_launch.set_length: the whole buffer's length. */
+#define ODX_WHOLE_BUFFER (-1)
+/** odx_length_rule.part: every part i of the buffer, from element index + i. */
+#define ODX_ALL_PARTS (-2)
+
+/**
+ * Gives `buf` a layout of `nparts` parts with run-time lengths (docs/sizes.md): `p` is an
+ * ODX_PART_BLOCKS description, as for odx_buffer_partition (equal blocks of elem_size multiples,
+ * or explicit `sizes`), and part i occupies [off_i, off_i + cap_i) of buf. Unlike
+ * odx_buffer_partition, buf stays one buffer (one unit of dependencies, used by tasks whole);
+ * each part only has a length <= cap_i, initially cap_i, which a task writing buf sets
+ * (odx_host_launch.set_length with a part index, or a length rule with `part`). The buffer's
+ * length is then the sum of its part lengths, and copies, spills and transfers move each part's
+ * valid prefix only. In program order on every rank (it is part of the replicated flow): it
+ * applies after the tasks submitted so far, without waiting for them; calling it again replaces
+ * the layout (every part's length back to its capacity); nparts = 0 with p NULL removes it (the
+ * length becomes the capacity). Returns 0, ODX_EINVAL (a description that does not fit: the
+ * message says which), ODX_EBUSY (buf is partitioned with odx_buffer_partition), ODX_ENOSYS (buf is
+ * itself a part) or ODX_ENOMEM.
+ */
+ODX_API int odx_buffer_set_parts(odx_buffer *buf, const odx_partition *p, int nparts);
+
+/**
+ * Like odx_buffer_length for each of the `nparts` parts of a buffer with parts: lens[i] receives
+ * part i's length in bytes. nparts must be the layout's part count (ODX_EINVAL otherwise, or for
+ * a buffer without parts). Collective on several ranks; lens untouched on failure.
+ */
+ODX_API int odx_buffer_part_lengths(odx_buffer *buf, size_t *lens, int nparts, int timeout_ms);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Kernels                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
@@ -446,6 +500,9 @@ typedef enum odx_arg_kind {
 	/* A task argument only (ODX_LD), never a kernel parameter: the leading dimension of a
 	 * tile, resolved into the I32 or I64 parameter it stands for before launch. */
 	ODX_ARG_LD = 6,
+	/* A task argument only (ODX_LEN), never a kernel parameter: a buffer argument's length
+	 * in elements, resolved into the I32 or I64 parameter it stands for at launch. */
+	ODX_ARG_LEN = 7,
 } odx_arg_kind;
 
 /** One parameter of a kernel's declared signature. */
@@ -509,6 +566,20 @@ struct odx_host_launch {
 	 * A tile of a partitioned matrix on a CPU device is reached in place, inside its parent:
 	 * buffers[i] is its first byte, buffer_sizes[i] its span (pitch * (count - 1) + width). */
 	const odx_shape *buffer_shapes;
+
+	/* Added with backend ABI 1.8 (docs/sizes.md), set for every host variant. Per buffer
+	 * parameter (indexed like buffers), its length in bytes when the task starts (<= its
+	 * size; for a buffer with parts, the sum of the part lengths). */
+	const size_t *buffer_lengths;
+	/* Sets the length of buffer parameter `param` (indexed like buffers; one the task writes,
+	 * W or RW) to `bytes` once the task succeeds: part = ODX_WHOLE_BUFFER (-1) for the whole
+	 * buffer, else part `part` of a buffer with parts (odx_buffer_set_parts). Callable from
+	 * any thread of the task, any number of times: the last call per (param, part) wins.
+	 * A length above the capacity (of the buffer or part), a read-only parameter or a part
+	 * that does not exist fails the task (ODX_EKERNEL with a message that says which).
+	 * Call it as l->set_length(l, param, part, bytes). */
+	void (*set_length)(const odx_host_launch *l, int param, int part, size_t bytes);
+	void *length_state;          /* the backend's, for set_length; do not touch */
 };
 
 /**
@@ -585,6 +656,10 @@ typedef struct odx_arg {
 		int64_t i64;
 		float f32;
 		double f64;
+		struct {
+			int32_t arg;       /* ODX_LEN: the buffer argument's index ... */
+			int32_t elem_size; /* ... and the element size its length is counted in */
+		} len;
 	} v;
 } odx_arg;
 
@@ -599,6 +674,13 @@ typedef struct odx_arg {
  * elements (a block: its partition's elem_size, else bytes). Matches an I32 or I64 parameter;
  * docs/partitions.md. */
 #define ODX_LD(arg) ((odx_arg){.kind = ODX_ARG_LD, .v.i32 = (arg)})
+/* The length of the buffer passed as argument `arg` (an index) of the same task, in elements of
+ * `elem_size` bytes (rounded down), as the task sees it when it starts: what the tasks before it
+ * set (docs/sizes.md). Matches an I32 or I64 parameter, so a kernel with an `n` parameter
+ * processes exactly the valid elements. */
+#define ODX_LEN(arg, elem_size)                                                                    \
+	((odx_arg){.kind = ODX_ARG_LEN, .v.len = {.arg = (int32_t)(arg),                           \
+						  .elem_size = (int32_t)(elem_size)}})
 
 /** odx_task_opts.flags */
 enum {
@@ -606,7 +688,26 @@ enum {
 	ODX_SUBMIT_NONBLOCK = 1u << 0,
 	/* odx_task_opts.on_device says where the task runs (without it: any device). */
 	ODX_SUBMIT_ON_DEVICE = 1u << 1,
+	/* odx_task_opts.lengths / nlengths are set: length rules applied when the task succeeds. */
+	ODX_SUBMIT_LENGTHS = 1u << 2,
 };
+
+/**
+ * A length rule (docs/sizes.md): how a task on any backend (a GPU kernel cannot call the host)
+ * sets a length. After the task succeeds, and before any later task or transfer sees the buffer,
+ * the length of buffer argument `arg` (its part `part`; ODX_WHOLE_BUFFER for the whole buffer;
+ * ODX_ALL_PARTS for every part i, from element index + i) becomes element `index` of the u32
+ * array in buffer argument `from_arg` (which the same task writes, W or RW) times `unit` bytes
+ * (0 is read as 1). `arg` must be written by the task too. A length above the capacity fails the
+ * task with a message naming the argument, the part and both numbers.
+ */
+typedef struct odx_length_rule {
+	int arg;        /* the buffer argument whose length is set */
+	int from_arg;   /* the u32 buffer argument holding the count */
+	uint32_t index; /* element of from_arg holding it (part p of ODX_ALL_PARTS: index + p) */
+	uint32_t unit;  /* bytes per counted element */
+	int part;       /* a part index, ODX_WHOLE_BUFFER or ODX_ALL_PARTS */
+} odx_length_rule;
 
 /** odx_task_opts.on_device: the task may run on any device. */
 #define ODX_DEVICE_ANY (-1)
@@ -636,6 +737,10 @@ typedef struct odx_task_opts {
 	 * be able to run the kernel), or ODX_DEVICE_ANY. Added at the end: a program built against
 	 * an older odx.h never sets the flag, so the library never reads past its struct. */
 	int on_device;
+	/* Read only with ODX_SUBMIT_LENGTHS in flags (same reason as on_device): `nlengths` length
+	 * rules, applied in order when the task succeeds (copied at submission). */
+	const odx_length_rule *lengths;
+	int nlengths;
 } odx_task_opts;
 
 /** Completion of one task (or of an internal operation). Reference counted. */
