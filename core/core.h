@@ -314,6 +314,7 @@ enum odx__task_kind {
 	ODX__TASK_DESTROY, /* release a buffer after its last user */
 	ODX__TASK_SEND,    /* send the host replica to rank `peer` (distributed execution) */
 	ODX__TASK_RECV,    /* receive the buffer from rank `peer` into the host replica */
+	ODX__TASK_SHUFFLE, /* this rank's side of an odx_shuffle (shuffle.c) */
 	ODX__TASK_KIND_COUNT,
 };
 /* What a task is, in messages and traces: its kernel's name for a kernel task ("task" with
@@ -403,6 +404,7 @@ struct odx__task {
 	uint64_t xfer_key;          /* sends and receives: the transfer's key on the fabric */
 	bool xfer_posted;           /* sends: handed to the fabric (else a failure sends an abort) */
 	void *xfer_stage;           /* sends and receives of a strided part: its packed bytes */
+	struct odx__shuffle *shuffle; /* a shuffle's state (shuffle.c), freed with the task */
 	/* Reads and writes: could the copy be queued behind the unfinished predecessors seen at
 	 * submission (odx__task_submit)? AFTER_UNSEEN none yet, AFTER_NO no, else the one device
 	 * they were all launched on; after_producer (a reference) the one among them whose
@@ -715,6 +717,29 @@ void odx__dist_stats_print(odx_context *ctx, void (*emit)(odx_context *, const c
 /* The rank whose copy of b is the latest one (every rank computes the same), for a collective
  * query of its length; this rank on one process. */
 int odx__dist_source(odx_buffer *b);
+/* A transfer with `peer` began at t0 / ended at `now` (status 0: its bytes moved): the per-peer
+ * statistics (ODX_STATS), for transfers that are not send or receive tasks (shuffle.c). */
+void odx__dist_peer_begin(odx_context *ctx, int peer, uint64_t t0);
+void odx__dist_peer_end(odx_context *ctx, int peer, bool send, int status, size_t bytes,
+			uint64_t t0, uint64_t now);
+/* odx_shuffle's replicated bookkeeping, before its task is submitted: brings every src[s]'s
+ * latest version to rank s (send and receive tasks on the ranks concerned) and gives the
+ * shuffle its two transfer keys (the sizes', the parts'; the same on every rank). After it:
+ * odx__dist_shuffled records that dst[d] and counts[d] (counts may be NULL) live on rank d. */
+int odx__dist_shuffle(odx_context *ctx, odx_buffer *const *src, odx_buffer *const *dst,
+		      int priority, const char *tag, uint64_t keys[2]);
+void odx__dist_shuffled(odx_context *ctx, odx_buffer *const *dst, odx_buffer *const *counts);
+
+/* ---- shuffle (shuffle.c) ------------------------------------------------------------------ */
+
+/* Runs this rank's side of a shuffle on a worker (worker.c); it finishes the task itself,
+ * later, from the fabric's callbacks (or at once on one rank). Called again for a queued copy
+ * of the own part (the task is queued as staged once more). */
+void odx__shuffle_run(odx__task *t);
+/* The task failed before it ran (its input failed, or staging did): tells every other rank
+ * that no part will come from here and takes what they send, so none of them waits (task.c). */
+void odx__shuffle_abandon(odx__task *t, const char *origin);
+void odx__shuffle_free(struct odx__shuffle *sh);
 
 /* ---- topology (topo.c) -------------------------------------------------------------------- */
 
@@ -865,6 +890,9 @@ struct odx_context {
 	int rank, size;
 	_Atomic uint64_t sent_bytes, recv_bytes, xfers;
 	struct odx__peer_stats *peers; /* ODX_STATS: per rank, under peers_lock; NULL without */
+	/* odx_shuffle (ODX_STATS): shuffles run here, the bytes of parts sent to and received
+	 * from other ranks, and of the own part copied locally */
+	_Atomic uint64_t shuffles, shuffle_sent, shuffle_recvd, shuffle_copied;
 	pthread_mutex_t peers_lock;
 	unsigned monitor_start, monitor_stop; /* watermarks, percent */
 };

@@ -311,6 +311,14 @@ void odx__dist_close(odx_context *ctx)
 
 /* ---- the replicated bookkeeping --------------------------------------------------------- */
 
+/* The next transfer key of b, the same on every rank: the transport's keys are 55 bits, 31 for
+ * the buffer, 24 for the count (transfers of one buffer 16M apart are never in flight
+ * together); buffer field 0 is the collectives'. */
+static uint64_t xfer_key(odx_buffer *b)
+{
+	return (((b->id - 1) % 0x7fffffffull + 1) << 24) | (b->xfer_seq++ & 0xffffff);
+}
+
 /* Submits this rank's side of one transfer of b from rank `src` to rank `dst`, for a task tagged
  * `why` (NULL: for a host read or write). */
 static int transfer(odx_context *ctx, odx_buffer *b, int src, int dst, int priority,
@@ -527,45 +535,91 @@ void odx__dist_write(odx_buffer *b, bool full)
 	b->valid_kind = VALID_ALL;
 }
 
+int odx__dist_shuffle(odx_context *ctx, odx_buffer *const *src, odx_buffer *const *dst,
+		      int priority, const char *tag, uint64_t keys[2])
+{
+	int s, rc;
+
+	keys[0] = keys[1] = 0;
+	if (!ctx->fab)
+		return 0;
+	/* Rank s sends from its own copy of src[s]: the latest version goes there first, as for
+	 * a task of rank s that reads it. */
+	for (s = 0; s < ctx->size; s++) {
+		if (has(src[s], s))
+			continue;
+		rc = transfer(ctx, src[s], source_rank(ctx, src[s]), s, priority, tag);
+		if (rc)
+			return rc;
+	}
+	/* Two keys of dst[0]'s sequence, the sizes' and the parts': each pair of ranks uses them
+	 * once per direction, and no other transfer of dst[0] draws them. */
+	keys[0] = xfer_key(dst[0]);
+	keys[1] = xfer_key(dst[0]);
+	return 0;
+}
+
+void odx__dist_shuffled(odx_context *ctx, odx_buffer *const *dst, odx_buffer *const *counts)
+{
+	int d;
+
+	if (!ctx->fab)
+		return;
+	for (d = 0; d < ctx->size; d++) {
+		holds_only(dst[d], d);
+		if (counts)
+			holds_only(counts[d], d);
+	}
+}
+
 /* ---- running the transfers ------------------------------------------------------------- */
 
-/* A transfer was handed to the fabric at t->t_start. */
-static void peer_begin(odx__task *t)
+void odx__dist_peer_begin(odx_context *ctx, int peer, uint64_t t0)
 {
-	odx_context *ctx = t->ctx;
 	struct odx__peer_stats *p;
 
 	if (!ctx->peers)
 		return;
-	p = &ctx->peers[t->peer];
+	p = &ctx->peers[peer];
 	pthread_mutex_lock(&ctx->peers_lock);
 	if (p->inflight++ == 0)
-		p->since = t->t_start;
+		p->since = t0;
 	pthread_mutex_unlock(&ctx->peers_lock);
 }
 
 /* It ended at `now` (status 0: its bytes moved; counted: it was begun). */
-static void peer_end(odx__task *t, int status, uint64_t now)
+void odx__dist_peer_end(odx_context *ctx, int peer, bool send, int status, size_t bytes,
+			uint64_t t0, uint64_t now)
 {
-	odx_context *ctx = t->ctx;
 	struct odx__peer_stats *p;
-	uint64_t n = t->xfer_bytes; /* the valid bytes that moved */
 
 	if (!ctx->peers)
 		return;
-	p = &ctx->peers[t->peer];
+	p = &ctx->peers[peer];
 	pthread_mutex_lock(&ctx->peers_lock);
 	if (--p->inflight == 0 && now > p->since)
 		p->busy_ns += now - p->since;
-	if (now > t->t_start)
-		p->summed_ns += now - t->t_start;
+	if (now > t0)
+		p->summed_ns += now - t0;
 	if (status)
 		p->failed++;
-	else if (t->kind == ODX__TASK_SEND)
-		p->sent++, p->sent_bytes += n;
+	else if (send)
+		p->sent++, p->sent_bytes += bytes;
 	else
-		p->recvd++, p->recvd_bytes += n;
+		p->recvd++, p->recvd_bytes += bytes;
 	pthread_mutex_unlock(&ctx->peers_lock);
+}
+
+/* A transfer was handed to the fabric at t->t_start. */
+static void peer_begin(odx__task *t)
+{
+	odx__dist_peer_begin(t->ctx, t->peer, t->t_start);
+}
+
+static void peer_end(odx__task *t, int status, uint64_t now)
+{
+	odx__dist_peer_end(t->ctx, t->peer, t->kind == ODX__TASK_SEND, status,
+			   t->xfer_bytes /* the valid bytes that moved */, t->t_start, now);
 }
 
 /* The span of a transfer on its peer's lane: "buffer N for '<tag>', SIZE" ("'label' for ...") and

@@ -111,6 +111,7 @@ odx__task *odx__task_new(odx_context *ctx)
 	t->peer = -1;
 	t->xfer_key = 0;
 	t->xfer_posted = false;
+	t->shuffle = NULL;
 	t->after_dev = ODX__AFTER_UNSEEN;
 	t->after_producer = NULL;
 	atomic_init(&t->user_ref, false);
@@ -154,6 +155,10 @@ void odx__task_put(odx__task *t)
 		free(t->succ);
 	if (t->after_producer)
 		odx__task_put(t->after_producer);
+	if (t->shuffle) {
+		odx__shuffle_free(t->shuffle);
+		t->shuffle = NULL;
+	}
 	odx__lengths_task_reset(t);
 	if (t->has_event) {
 		/* Its event may still be in the user's hands, released: keep the task out of
@@ -220,6 +225,7 @@ const char *odx__task_kind_name(const odx__task *t, bool kernel_too)
 		[ODX__TASK_KERNEL] = "task",		[ODX__TASK_READ] = "buffer read",
 		[ODX__TASK_WRITE] = "buffer write",	[ODX__TASK_DESTROY] = "buffer destroy",
 		[ODX__TASK_SEND] = "send to a rank", [ODX__TASK_RECV] = "receive from a rank",
+		[ODX__TASK_SHUFFLE] = "shuffle",
 	};
 
 	if (t->kind == ODX__TASK_KERNEL && kernel_too)
@@ -236,6 +242,8 @@ static char *describe(const odx__task *t, char *out, size_t n)
 			       t->tag, t->kernel->name);
 	else if (t->kind == ODX__TASK_SEND || t->kind == ODX__TASK_RECV)
 		len = snprintf(out, n, "transfer #%llu (%s)", (unsigned long long)t->id, t->tag);
+	else if (t->kind == ODX__TASK_SHUFFLE)
+		len = snprintf(out, n, "shuffle #%llu '%s'", (unsigned long long)t->id, t->tag);
 	else
 		len = snprintf(out, n, "%s #%llu", odx__task_kind_name(t, false),
 			       (unsigned long long)t->id);
@@ -309,8 +317,9 @@ static void record_failure(odx_context *ctx, const odx__task *t)
 	int expected = 0;
 
 	odx__fail(ctx, t->status, "%s", t->message ? t->message : odx_strerror(t->status));
-	/* Reads, writes and releases report to their caller; odx_wait_all reports tasks. */
-	if (t->kind == ODX__TASK_KERNEL &&
+	/* Reads, writes and releases report to their caller; odx_wait_all reports tasks (kernels
+	 * and shuffles: the program submitted them). */
+	if ((t->kind == ODX__TASK_KERNEL || t->kind == ODX__TASK_SHUFFLE) &&
 	    atomic_compare_exchange_strong(&ctx->first_error, &expected, t->status)) {
 		pthread_mutex_lock(&ctx->error_lock);
 		snprintf(ctx->first_error_msg, sizeof(ctx->first_error_msg), "%s",
@@ -416,6 +425,12 @@ void odx__task_complete(odx__task *t, int status, const char *msg)
 			char first[ODX__MSG_MAX];
 
 			odx__dist_send_failed(t, odx__task_origin(t, first, sizeof(first)));
+		}
+		/* Likewise a shuffle that never ran: every other rank waits for its sizes. */
+		if (t->kind == ODX__TASK_SHUFFLE) {
+			char first[ODX__MSG_MAX];
+
+			odx__shuffle_abandon(t, odx__task_origin(t, first, sizeof(first)));
 		}
 	}
 	/* After `done` is set no new edge is added, so the successor list is final. */

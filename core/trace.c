@@ -328,6 +328,16 @@ void odx__stats_print(odx_context *ctx)
 				 (double)b / (1 << 20));
 			emit(ctx, stderr, line);
 		}
+	if (atomic_load(&ctx->shuffles)) {
+		snprintf(line, sizeof(line),
+			 "  shuffles: %llu on this rank; parts: %llu bytes sent to other ranks, "
+			 "%llu bytes received from them, %llu bytes copied locally",
+			 (unsigned long long)atomic_load(&ctx->shuffles),
+			 (unsigned long long)atomic_load(&ctx->shuffle_sent),
+			 (unsigned long long)atomic_load(&ctx->shuffle_recvd),
+			 (unsigned long long)atomic_load(&ctx->shuffle_copied));
+		emit(ctx, stderr, line);
+	}
 	odx__tier_stats_print(ctx, emit_line);
 	odx__dist_stats_print(ctx, emit_line);
 }

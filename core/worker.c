@@ -547,6 +547,10 @@ static void run(odx__task *t, odx__device *dev)
 			 t->tag, err);
 		odx__task_finish(t, rc, msg);
 		return;
+	case ODX__TASK_SHUFFLE:
+		/* Finishes itself once its parts moved (shuffle.c). */
+		odx__shuffle_run(t);
+		return;
 	default:
 		/* Buffer destruction: what it needed was done by staging; reads and writes never
 		 * come here (the calling thread runs them). */

@@ -304,7 +304,8 @@ int odx__stage(odx__task *t, const odx__task *producer)
 
 		if (stages_arg(t, i) && b->replicas[m].evicting &&
 		    (t->kind == ODX__TASK_WRITE ||
-		     (t->kind == ODX__TASK_KERNEL && (odx__task_dep_access(t, i) & ODX_W)))) {
+		     ((t->kind == ODX__TASK_KERNEL || t->kind == ODX__TASK_SHUFFLE) &&
+		      (odx__task_dep_access(t, i) & ODX_W)))) {
 			pthread_mutex_unlock(&node->lock);
 			atomic_fetch_add(&node->noroom, 1);
 			return ODX__STAGE_NOROOM;
@@ -572,8 +573,10 @@ void odx__unstage(odx__task *t, int status)
 		if (!stages_arg(t, i))
 			continue;
 		mode = odx__task_dep_access(t, i);
-		writes = !t->no_effect && ((t->kind == ODX__TASK_KERNEL && (mode & ODX_W)) ||
-					   t->kind == ODX__TASK_WRITE || t->kind == ODX__TASK_RECV);
+		writes = !t->no_effect &&
+			 (((t->kind == ODX__TASK_KERNEL || t->kind == ODX__TASK_SHUFFLE) &&
+			   (mode & ODX_W)) ||
+			  t->kind == ODX__TASK_WRITE || t->kind == ODX__TASK_RECV);
 		pthread_mutex_lock(&b->lock);
 		if (writes && status == 0) {
 			for (k = 0; k < ctx->nmemnodes; k++)
@@ -585,9 +588,11 @@ void odx__unstage(odx__task *t, int status)
 			b->spill_failed = false;
 			if (atomic_load(&b->disk_state) != ODX__INVALID)
 				odx__tier_disk_free(ctx, b);
-		} else if (writes && (status == ODX_EKERNEL || (t->chained && t->launched))) {
+		} else if (writes && (status == ODX_EKERNEL || (t->chained && t->launched) ||
+				      t->kind == ODX__TASK_SHUFFLE)) {
 			/* It may have written part of the replica (or, launched behind a producer that
-			 * failed, written garbage): that copy is no longer valid. */
+			 * failed, written garbage; a failed shuffle, some parts): that copy is no
+			 * longer valid. */
 			odx__replica_set_state(b, m, ODX__INVALID);
 		}
 		if (--b->replicas[m].pins == 0)

@@ -678,9 +678,9 @@ typedef struct odx_arg {
  * `elem_size` bytes (rounded down), as the task sees it when it starts: what the tasks before it
  * set (docs/sizes.md). Matches an I32 or I64 parameter, so a kernel with an `n` parameter
  * processes exactly the valid elements. */
-#define ODX_LEN(arg, elem_size)                                                                    \
-	((odx_arg){.kind = ODX_ARG_LEN, .v.len = {.arg = (int32_t)(arg),                           \
-						  .elem_size = (int32_t)(elem_size)}})
+#define ODX_LEN(arg_index, elem_bytes)                                                             \
+	((odx_arg){.kind = ODX_ARG_LEN, .v.len = {.arg = (int32_t)(arg_index),                     \
+						  .elem_size = (int32_t)(elem_bytes)}})
 
 /** odx_task_opts.flags */
 enum {
@@ -862,6 +862,37 @@ typedef enum odx_reduce_op {
  */
 ODX_API int odx_allreduce(odx_context *ctx, odx_arg_kind kind, odx_reduce_op op, void *inout,
 			  int n, int timeout_ms);
+
+/**
+ * All-to-all of parts whose sizes are known only at run time, as a task of the graph
+ * (docs/distributed.md, "Shuffle"). With n = odx_size(ctx), src, dst and counts (counts may be
+ * NULL) are arrays of n buffers; src[s] has n parts (odx_buffer_set_parts; on one rank a buffer
+ * without parts is one part) whose lengths its writer set. Afterwards dst[d] holds part d of
+ * src[0], then part d of src[1], ..., packed in source-rank order, its length is their sum, and
+ * counts[d] (at least n * 8 bytes; its length becomes n * 8) holds n uint64_t: the bytes that
+ * came from each source. dst[d] and counts[d] live on rank d afterwards (tasks reading them run
+ * best there: make rank d their owner); src is not changed.
+ *
+ * Collective and in program order, like odx_submit: every rank makes the call with the same
+ * arrays, and returns at once (nothing waits on the submitting thread). On rank r it is one task
+ * that reads src[r] (it waits for its writer) and writes dst[r] and counts[r] (after their
+ * earlier users): it sends part d of src[r] to rank d as soon as src[r] is written, each part
+ * lands at its final place in dst[r]'s host copy, and it completes when its parts are sent and
+ * dst[r] is full. Only valid bytes move; an empty part costs an 8-byte size message. Buffers
+ * whose latest copy is on a device are staged through host memory (it reads and writes the host
+ * copies). Its event (`*event`, on every rank) completes with it.
+ *
+ * opts: priority and tag are used (the tag names the task in traces and messages); the task
+ * always waits for room under sched.max_inflight. Returns 0, ODX_EINVAL (a NULL array or buffer,
+ * a src without n parts, counts too small, a buffer twice among dst and counts, src[r], dst[r]
+ * and counts[r] not distinct, a 2D tile), ODX_EBUSY (a partitioned buffer), ODX_ECLOSED or
+ * ODX_ENOMEM; nothing is submitted then. The task fails with ODX_ENOSPC on rank d when dst[d] is
+ * too small for its parts (the message gives both sizes; no byte is written past its capacity),
+ * and with ODX_ECANCELED naming the first failure on every rank when some src[s]'s writer failed;
+ * the other ranks never wait for a failed rank's parts.
+ */
+ODX_API int odx_shuffle(odx_context *ctx, odx_buffer *const *src, odx_buffer *const *dst,
+			odx_buffer *const *counts, const odx_task_opts *opts, odx_event **event);
 
 /**
  * odx_wait_all on this rank, then a barrier with every rank of the job: when it returns 0, every
