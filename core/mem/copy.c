@@ -23,9 +23,53 @@ odx__copy_job *odx__copy_job_new(odx_buffer *b, int src, int dst, int kind)
 	if (!job)
 		return NULL;
 	odx__transfer_begin(b);
-	*job = (odx__copy_job){
-		.buf = b, .src = src, .dst = dst, .kind = kind, .wversion = b->wversion};
+	*job = (odx__copy_job){.buf = b,
+			       .src = src,
+			       .dst = dst,
+			       .kind = kind,
+			       .wversion = b->wversion,
+			       .nsegs = -1,
+			       .moved = b->size};
 	return job;
+}
+
+/*
+ * Which bytes the job moves: its buffer's valid runs (docs/sizes.md), read under the buffer's
+ * lock when it starts. A buffer whose bytes are all valid, a part of a partition (whose length is
+ * always its size) and zero pages move whole, by the paths below that existed before lengths.
+ * For parts with lengths, each part's valid prefix is its own run (adjacent full parts merged):
+ * a strided 2D copy cannot express runs of different lengths, and the span up to the last valid
+ * byte of every part would move the gaps too.
+ */
+static int job_segs(odx__copy_job *job)
+{
+	odx_buffer *b = job->buf;
+	odx__seg *s;
+	size_t bytes;
+	int n;
+
+	job->nsegs = -1;
+	job->moved = b->size;
+	if (b->part_of || job->src == ODX__SRC_ZERO)
+		return 0;
+	pthread_mutex_lock(&b->lock);
+	n = odx__valid_segs(b, &job->seg1, 1, &s, &bytes);
+	pthread_mutex_unlock(&b->lock);
+	if (n < 0)
+		return n;
+	if (n == 1 && s[0].off == 0 && s[0].len == b->size)
+		return 0;
+	job->segs = s;
+	job->nsegs = n;
+	job->moved = bytes;
+	return 0;
+}
+
+static void job_free(odx__copy_job *job)
+{
+	if (job->segs != &job->seg1)
+		free(job->segs);
+	free(job);
 }
 
 /* The memory node to copy from: host RAM first (every lane can reach it), then any device, then
@@ -137,16 +181,16 @@ static void copy_done(void *arg, int status, const char *msg)
 	if (status == 0 && job->src != ODX__SRC_ZERO) {
 		int s = job->src >= 0 ? job->src : job->dst; /* reloads count on their node */
 
-		atomic_fetch_add(&ctx->bytes_copied[s * ctx->nmemnodes + job->dst], b->size);
+		atomic_fetch_add(&ctx->bytes_copied[s * ctx->nmemnodes + job->dst], job->moved);
 		atomic_fetch_add(&ctx->copies, 1);
 		/* A Lua policy's transfer estimates come from measured links: copies big enough
 		 * that their time is bandwidth, not latency (from issue, so a queued copy reads
 		 * slower than the link: an estimate on the safe side). */
-		if (ctx->policy && job->src >= 0 && job->t_issue && b->size >= (64u << 10)) {
+		if (ctx->policy && job->src >= 0 && job->t_issue && job->moved >= (64u << 10)) {
 			uint64_t ns = odx__now_ns() - job->t_issue;
 
 			if (ns > 0)
-				ev.bandwidth = (double)b->size * 1e9 / (double)ns;
+				ev.bandwidth = (double)job->moved * 1e9 / (double)ns;
 		}
 	} else if (status != 0) {
 		odx__log(ctx, ODX_LOG_ERROR, "copy of buffer %llu from %s %d to memory node %d failed: %s",
@@ -190,12 +234,90 @@ static void copy_done(void *arg, int status, const char *msg)
 	ev.waiters = w;
 	ev.why = why;
 	ev.refetch = refetch;
-	free(job);
+	job_free(job);
 	/* Up through the door: policy, watchdog, waiting tasks, tasks waiting for room, the
 	 * refetch, prefetch requests. Before the transfer's end: ctx may be closed once the count
 	 * drops. */
 	odx__mem_done(ctx, &ev);
 	odx__transfer_end(b); /* the last access to b and ctx */
+}
+
+/* ---- valid runs (docs/sizes.md): one 1D copy per run ------------------------------------- */
+
+/* The runs of one hop in flight: the hop ends once, when the last landed, with the first
+ * failure, and goes on to `then` (copy_done, or the second hop of a staged copy). */
+typedef struct seg_copies {
+	odx__copy_job *job;
+	odx_backend_done_fn then;
+	_Atomic int left;   /* runs in flight + 1 for the issuing thread */
+	_Atomic int status; /* the first failure */
+	char msg[256];
+} seg_copies;
+
+static void seg_done(void *arg, int status, const char *msg)
+{
+	seg_copies *sc = arg;
+	int expected = 0;
+
+	if (status && atomic_compare_exchange_strong(&sc->status, &expected, status))
+		snprintf(sc->msg, sizeof(sc->msg), "%s", msg ? msg : odx_strerror(status));
+	if (atomic_fetch_sub(&sc->left, 1) != 1)
+		return;
+	status = atomic_load(&sc->status);
+	{
+		odx__copy_job *job = sc->job;
+		odx_backend_done_fn then = sc->then;
+		char why[256];
+
+		snprintf(why, sizeof(why), "%s", sc->msg);
+		free(sc);
+		then(job, status, status ? why : NULL);
+	}
+}
+
+/* Which 1D copy moves one run: the same offset on both sides (run.off into each). */
+enum seg_dir { SEG_H2D, SEG_D2H, SEG_D2D };
+
+/* The job's runs from (src side) to (dst side) on `dev`'s lane: host sides are pointers to the
+ * buffer's first byte, device sides a handle and offset. 0: `then` will be called. */
+static int copy_segs(odx__copy_job *job, odx__device *dev, enum seg_dir dir, char *dst_host,
+		     uint64_t dst, size_t dst_off, const char *src_host, void *src_dev, uint64_t src,
+		     size_t src_off, odx_backend_done_fn then)
+{
+	seg_copies *sc = calloc(1, sizeof(*sc));
+	int i, rc = 0;
+
+	if (!sc)
+		return ODX_ENOMEM;
+	sc->job = job;
+	sc->then = then;
+	atomic_init(&sc->left, job->nsegs + 1);
+	for (i = 0; i < job->nsegs; i++) {
+		const odx__seg *g = &job->segs[i];
+
+		if (dir == SEG_H2D)
+			rc = dev->ops->copy_h2d(dev->bdev, dst, dst_off + g->off, src_host + g->off,
+						g->len, seg_done, sc);
+		else if (dir == SEG_D2H)
+			rc = dev->ops->copy_d2h(dev->bdev, dst_host + g->off, src, src_off + g->off,
+						g->len, seg_done, sc);
+		else
+			rc = dev->ops->copy_d2d(dev->bdev, dst, dst_off + g->off, src_dev, src,
+						src_off + g->off, g->len, seg_done, sc);
+		if (rc) {
+			int expected = 0;
+
+			if (atomic_compare_exchange_strong(&sc->status, &expected, rc))
+				snprintf(sc->msg, sizeof(sc->msg),
+					 "could not queue run %d of %d of the valid bytes", i,
+					 job->nsegs);
+			/* The runs never queued will not call back. */
+			atomic_fetch_sub(&sc->left, job->nsegs - i);
+			break;
+		}
+	}
+	seg_done(sc, 0, NULL); /* the issuing thread's share */
+	return 0;
 }
 
 /* Second hop of a copy staged through host memory: the bounce buffer to the destination. */
@@ -210,8 +332,12 @@ static void bounce_done(void *arg, int status, const char *msg)
 		copy_done(job, status, msg);
 		return;
 	}
-	rc = ddev->ops->copy_h2d(ddev->bdev, dst->mem, dst->off, job->bounce, job->buf->size,
-				 copy_done, job);
+	if (job->nsegs >= 0)
+		rc = copy_segs(job, ddev, SEG_H2D, NULL, dst->mem, dst->off, job->bounce, NULL, 0, 0,
+			       copy_done);
+	else
+		rc = ddev->ops->copy_h2d(ddev->bdev, dst->mem, dst->off, job->bounce,
+					 job->buf->size, copy_done, job);
 	if (rc)
 		copy_done(job, rc, "could not queue the second hop of a staged copy");
 }
@@ -302,6 +428,51 @@ static int copy_strided(odx__copy_job *job, odx__device *dev, bool h2d, char *ho
 	return 0;
 }
 
+/* A copy of a buffer whose valid bytes are some runs (job->nsegs >= 0, not from disk: a reload
+ * restores what the disk copy holds, mem/disk.c): each run on its own, on the lanes the whole
+ * copy would have used. */
+static void copy_valid(odx_context *ctx, odx__copy_job *job)
+{
+	odx_buffer *b = job->buf;
+	odx__replica *dst = &b->replicas[job->dst];
+	odx__replica *src = &b->replicas[job->src];
+	odx__device *sdev = ctx->memnodes[job->src].device;
+	odx__device *ddev = ctx->memnodes[job->dst].device;
+	char *dh = (char *)(uintptr_t)dst->mem + dst->off;
+	const char *sh = (const char *)(uintptr_t)src->mem + src->off;
+	int rc, i;
+
+	if (!sdev && !ddev) {
+		for (i = 0; i < job->nsegs; i++)
+			memcpy(dh + job->segs[i].off, sh + job->segs[i].off, job->segs[i].len);
+		copy_done(job, 0, NULL);
+		return;
+	}
+	if (!sdev) {
+		job->lane = ddev;
+		rc = copy_segs(job, ddev, SEG_H2D, NULL, dst->mem, dst->off, sh, NULL, 0, 0,
+			       copy_done);
+	} else if (!ddev) {
+		job->lane = sdev;
+		rc = copy_segs(job, sdev, SEG_D2H, dh, 0, 0, NULL, NULL, src->mem, src->off,
+			       copy_done);
+	} else if (sdev->ops == ddev->ops &&
+		   ODX_BACKEND_HAS_OP(ddev->ops, odx_backend_ops, copy_d2d)) {
+		job->lane = ddev;
+		rc = copy_segs(job, ddev, SEG_D2D, NULL, dst->mem, dst->off, NULL, sdev->bdev,
+			       src->mem, src->off, copy_done);
+	} else {
+		/* Through a host bounce buffer laid out like the buffer: the runs at their offsets. */
+		job->lane = sdev;
+		job->bounce = bounce_get(ctx, b->size);
+		rc = job->bounce ? copy_segs(job, sdev, SEG_D2H, job->bounce, 0, 0, NULL, NULL,
+					     src->mem, src->off, bounce_done)
+				 : ODX_ENOMEM;
+	}
+	if (rc)
+		copy_done(job, rc, "could not queue the copy");
+}
+
 static void copy_start(odx_context *ctx, odx__copy_job *job)
 {
 	odx_buffer *b = job->buf;
@@ -315,6 +486,15 @@ static void copy_start(odx_context *ctx, odx__copy_job *job)
 	int rc;
 
 	job->t_issue = ctx->tracing || ctx->policy ? odx__now_ns() : 0;
+	rc = job_segs(job);
+	if (rc) {
+		copy_done(job, rc, "out of memory for the runs of a copy");
+		return;
+	}
+	if (job->nsegs >= 0 && job->src != ODX__SRC_DISK) {
+		copy_valid(ctx, job);
+		return;
+	}
 	if (job->src == ODX__SRC_ZERO) {
 		/* Zero pages to pooled memory (whose last user's bytes are still there). */
 		const void *zeros = odx__tier_zeros(ctx, b->size);

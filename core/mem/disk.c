@@ -8,6 +8,7 @@
  * through the completion door.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "core.h"
 #include "mem.h"
@@ -28,6 +29,12 @@ uint64_t odx__tier_disk_capacity(const odx_context *ctx)
 typedef struct spill_job {
 	odx_buffer *b;
 	uint64_t wversion, slot, t0;
+	/* What it writes (docs/sizes.md): `len` bytes, the buffer's valid runs packed in `pack`
+	 * (NULL: [0, len) straight from the host copy); the runs become the disk copy's */
+	size_t len;
+	void *pack;
+	odx__seg *segs;
+	int nsegs;
 } spill_job;
 
 static void spill_done(void *arg, int status, const char *msg)
@@ -53,8 +60,13 @@ static void spill_done(void *arg, int status, const char *msg)
 		if (atomic_load(&r->state) == ODX__MODIFIED)
 			odx__replica_set_state(b, home, ODX__SHARED);
 		b->disk_slot = job->slot;
+		b->disk_len = job->len;
+		free(b->disk_segs);
+		b->disk_segs = job->segs;
+		b->disk_nsegs = job->nsegs;
+		job->segs = NULL;
 		atomic_fetch_add(&tier->spills, 1);
-		atomic_fetch_add(&tier->spill_bytes, b->size);
+		atomic_fetch_add(&tier->spill_bytes, job->len);
 		if (r->pins == 0 && r->holds == 0 && r->allocated) {
 			odx__replica_free(ctx, b, home);
 			freed = true;
@@ -82,6 +94,8 @@ static void spill_done(void *arg, int status, const char *msg)
 	if (ctx->tracing && tier->disk_trace)
 		odx__trace_span_buf(tier->disk_trace, status ? "spill (failed)" : "spill", "spill",
 				    job->t0, odx__now_ns(), 0, b);
+	free(job->pack);
+	free(job->segs);
 	free(job);
 	/* Up through the door: the watchdog's progress, and room on the host node. */
 	odx__mem_done(ctx, &(odx__mem_event){.kind = ODX__MEM_SPILL,
@@ -109,15 +123,51 @@ int odx__tier_spill(odx_context *ctx, odx_buffer *b)
 	job = malloc(sizeof(*job));
 	if (!job)
 		return ODX_ENOMEM;
-	*job = (spill_job){.b = b, .wversion = b->wversion, .t0 = odx__now_ns()};
+	*job = (spill_job){.b = b, .wversion = b->wversion, .t0 = odx__now_ns(), .len = b->size};
+	/* Only the valid bytes go to disk (b's lock is held: its lengths hold still). One run from
+	 * byte 0 is written in place; several are packed, and their places kept for the reload. */
+	if (!b->part_of) {
+		odx__seg one, *segs;
+		int n = odx__valid_segs(b, &one, 1, &segs, &job->len);
+
+		if (n < 0) {
+			free(job);
+			return ODX_ENOMEM;
+		}
+		if (n > 1 || (n == 1 && segs[0].off != 0)) {
+			size_t at = 0;
+
+			job->segs = segs == &one ? malloc(sizeof(one)) : segs;
+			job->pack = malloc(job->len ? job->len : 1);
+			if (!job->segs || !job->pack) {
+				if (segs != &one)
+					free(segs);
+				else
+					free(job->segs);
+				free(job->pack);
+				free(job);
+				return ODX_ENOMEM;
+			}
+			if (segs == &one)
+				job->segs[0] = one;
+			job->nsegs = n;
+			for (int i = 0; i < n; i++) {
+				memcpy((char *)job->pack + at,
+				       (const char *)(uintptr_t)(r->mem + r->off) + job->segs[i].off,
+				       job->segs[i].len);
+				at += job->segs[i].len;
+			}
+		}
+	}
 	odx__transfer_begin(b);
 	/* Pinned while the I/O thread reads it: never freed or moved meanwhile. */
 	r->pins++;
 	r->evicting = true;
 	b->disk_busy = true;
 	ctx->memnodes[home].evicting += b->size;
-	rc = odx__spill_write(tier->spill, (const void *)(uintptr_t)(r->mem + r->off), b->size,
-			      &job->slot, spill_done, job);
+	rc = odx__spill_write(tier->spill,
+			      job->pack ? job->pack : (const void *)(uintptr_t)(r->mem + r->off),
+			      job->len, &job->slot, spill_done, job);
 	if (rc) {
 		r->pins--;
 		r->evicting = false;
@@ -139,6 +189,8 @@ int odx__tier_spill(odx_context *ctx, odx_buffer *b)
 					 "and later ones stay in host RAM",
 					 odx__spill_last_error(), (unsigned long long)b->id);
 		}
+		free(job->pack);
+		free(job->segs);
 		free(job);
 		odx__transfer_end(b);
 	}
@@ -150,6 +202,11 @@ typedef struct reload_job {
 	void (*done)(void *arg, int status, const char *msg);
 	void *arg;
 	uint64_t t0;
+	size_t len;      /* bytes read back */
+	void *pack;      /* packed runs read here, then put in their places in dst */
+	char *dst;
+	odx__seg *segs;  /* the disk copy's runs (a copy: the buffer's may be replaced) */
+	int nsegs;
 } reload_job;
 
 static void reload_done(void *arg, int status, const char *msg)
@@ -158,9 +215,19 @@ static void reload_done(void *arg, int status, const char *msg)
 	odx_context *ctx = job->b->ctx;
 	odx__tier *tier = ctx->tier;
 
+	if (status == 0 && job->pack) {
+		size_t at = 0;
+
+		for (int i = 0; i < job->nsegs; i++) {
+			memcpy(job->dst + job->segs[i].off, (char *)job->pack + at, job->segs[i].len);
+			at += job->segs[i].len;
+		}
+	}
+	free(job->pack);
+	free(job->segs);
 	if (status == 0) {
 		atomic_fetch_add(&tier->reloads, 1);
-		atomic_fetch_add(&tier->reload_bytes, job->b->size);
+		atomic_fetch_add(&tier->reload_bytes, job->len);
 	} else {
 		atomic_fetch_add(&tier->reload_errors, 1);
 	}
@@ -181,10 +248,31 @@ int odx__tier_reload(odx_context *ctx, odx_buffer *b, void *dst,
 
 	if (!job)
 		return ODX_ENOMEM;
-	*job = (reload_job){.b = b, .done = done, .arg = arg, .t0 = odx__now_ns()};
-	rc = odx__spill_read(ctx->tier->spill, b->disk_slot, dst, b->size, reload_done, job);
-	if (rc)
+	/* The disk copy's facts, under b's lock (its reader count keeps the slot). */
+	pthread_mutex_lock(&b->lock);
+	*job = (reload_job){.b = b, .done = done, .arg = arg, .t0 = odx__now_ns(),
+			    .len = b->disk_len, .dst = dst};
+	if (b->disk_segs) {
+		job->nsegs = b->disk_nsegs;
+		job->segs = malloc((size_t)b->disk_nsegs * sizeof(*job->segs));
+		job->pack = malloc(b->disk_len ? b->disk_len : 1);
+		if (!job->segs || !job->pack) {
+			pthread_mutex_unlock(&b->lock);
+			free(job->segs);
+			free(job->pack);
+			free(job);
+			return ODX_ENOMEM;
+		}
+		memcpy(job->segs, b->disk_segs, (size_t)b->disk_nsegs * sizeof(*job->segs));
+	}
+	pthread_mutex_unlock(&b->lock);
+	rc = odx__spill_read(ctx->tier->spill, b->disk_slot, job->pack ? job->pack : dst, job->len,
+			     reload_done, job);
+	if (rc) {
+		free(job->segs);
+		free(job->pack);
 		free(job);
+	}
 	return rc;
 }
 
@@ -195,4 +283,7 @@ void odx__tier_disk_free(odx_context *ctx, odx_buffer *b)
 	/* odx__spill_free defers the release past reads still in flight. */
 	odx__spill_free(ctx->tier->spill, b->disk_slot);
 	atomic_store(&b->disk_state, ODX__INVALID);
+	free(b->disk_segs);
+	b->disk_segs = NULL;
+	b->disk_nsegs = 0;
 }

@@ -159,6 +159,13 @@ struct odx__copy_job {
 	void *bounce;        /* host staging between devices of different backends, or disk */
 	odx__device *lane;   /* whose copy lane runs it, for the trace */
 	uint64_t t_issue;
+	/* Run-time lengths (docs/sizes.md): the valid runs it moves, taken when it starts (a
+	 * length changes only with a new version, which makes the copy stale anyway); nsegs -1:
+	 * the whole buffer in one piece (segs unused) */
+	int nsegs;
+	odx__seg *segs;      /* &seg1, or heap */
+	odx__seg seg1;
+	size_t moved;        /* bytes it moves (the copy counters) */
 };
 
 /* A new job (counted as a transfer of b); NULL when out of memory. */
