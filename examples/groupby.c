@@ -231,17 +231,6 @@ static odx_buffer *constant(job *j, uint32_t first, uint32_t step, const char *l
 	return b;
 }
 
-/* ODX_LEN(arg, elem_size), written out: the macro in odx.h of this branch does not compile (its
- * parameters are named like the designators it uses); the same argument. */
-static odx_arg len_of(int32_t arg, int32_t elem_size)
-{
-	odx_arg a = {.kind = ODX_ARG_LEN};
-
-	a.v.len.arg = arg;
-	a.v.len.elem_size = elem_size;
-	return a;
-}
-
 static void submit_opts(job *j, odx_kernel *k, const odx_arg *args, int nargs,
 			const odx_task_opts *o)
 {
@@ -384,7 +373,7 @@ static void groupby(job *j)
 			submit(j, j->k.groupby,
 			       (odx_arg[]){ODX_BUF(st[i]->dkeys, ODX_R),
 					   ODX_BUF(st[i]->dvals, ODX_R), ODX_BUF(b->table, ODX_RW),
-					   ODX_BUF(b->status, ODX_RW), len_of(0, 4),
+					   ODX_BUF(b->status, ODX_RW), ODX_LEN(0, 4),
 					   ODX_I32(j->capacity), ODX_I32(1),
 					   ODX_I32(sh[i]->value_kind)},
 			       8, j->groups, 256, i ? "groupby records" : "groupby rows");
