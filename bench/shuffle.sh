@@ -9,7 +9,10 @@
 # group-by on every rank, and print the digest of their result: every pair must agree on it.
 #
 # For every configuration (ranks x rows per rank x key distribution, K keys), one untimed warm-up
-# of each side, then PAIRS pairs alternated (ODX, MPI, ODX, MPI ...). Prints, per configuration,
+# of each side, then PAIRS pairs alternated (ODX, MPI, ODX, MPI ...). Each run makes its rows, then
+# does the group-by REPS times (-R; buffers kept, the table emptied untimed in between, on both
+# sides) and reports the median: what is measured is the exchange and the group-by, not the first
+# touch of fresh memory. Prints, per configuration,
 # the median, min and max rows/s of both and the median of the per-pair ratios ODX/MPI (> 1: ODX
 # faster) as JSON lines ("bench":"shuffle"), then a table, and writes a plot of rows/s against
 # rows per rank (scripts/perf-plots) next to the raw outputs, in the results directory it prints.
@@ -19,18 +22,19 @@
 # cores).
 #
 #   usage: bench/shuffle.sh [-q] [-r "RANKS ..."] [-n "ROWS ..."] [-d "DISTS ..."] [-k KEYS]
-#                           [-p PAIRS] [-o DIR] [-B BUILDDIR]
+#                           [-R REPS] [-p PAIRS] [-o DIR] [-B BUILDDIR]
 set -euo pipefail
 
 usage() {
 	cat <<EOF
 usage: bench/shuffle.sh [-q] [-r "RANKS ..."] [-n "ROWS ..."] [-d "DISTS ..."] [-k KEYS]
-                        [-p PAIRS] [-o DIR] [-B BUILDDIR]
+                        [-R REPS] [-p PAIRS] [-o DIR] [-B BUILDDIR]
   -q          quick smoke check: -r 2 -n 100000 -p 2 (a figure from it is not quotable)
   -r RANKS    rank counts (default "2 4")
   -n ROWS     rows per rank (default "1000000 16000000")
   -d DISTS    key distributions: uniform, zipf (Zipf 1.1) (default "uniform zipf")
   -k KEYS     distinct keys (default 1000000)
+  -R REPS     group-bys per run, the median reported (default 3)
   -p PAIRS    ODX/MPI pairs per configuration, alternated (default 5)
   -o DIR      where raw outputs go (default BUILDDIR/bench-results/shuffle-DATE)
   -B BUILDDIR the meson build directory, set up if needed (default build)
@@ -41,16 +45,18 @@ ranks_list="2 4"
 rows_list="1000000 16000000"
 dists="uniform zipf"
 keys=1000000
+reps=3
 pairs=5
 outdir=""
 builddir=build
-while getopts "qr:n:d:k:p:o:B:h" opt; do
+while getopts "qr:n:d:k:R:p:o:B:h" opt; do
 	case $opt in
 	q) ranks_list=2 rows_list=100000 pairs=2 ;;
 	r) ranks_list=${OPTARG//,/ } ;;
 	n) rows_list=${OPTARG//,/ } ;;
 	d) dists=${OPTARG//,/ } ;;
 	k) keys=$OPTARG ;;
+	R) reps=$OPTARG ;;
 	p) pairs=$OPTARG ;;
 	o) outdir=$OPTARG ;;
 	B) builddir=$OPTARG ;;
@@ -59,7 +65,8 @@ while getopts "qr:n:d:k:p:o:B:h" opt; do
 	esac
 done
 shift $((OPTIND - 1))
-if [ $# -ne 0 ] || ! [[ $pairs =~ ^[1-9][0-9]*$ && $keys =~ ^[1-9][0-9]*$ ]]; then
+if [ $# -ne 0 ] || ! [[ $pairs =~ ^[1-9][0-9]*$ && $keys =~ ^[1-9][0-9]*$ &&
+	$reps =~ ^[1-9][0-9]*$ ]]; then
 	usage >&2
 	exit 2
 fi
@@ -113,14 +120,14 @@ run_odx() {
 	local p=$1 n=$2 dist=$3 out
 	out=$(env ODX_CONFIG= ODX_BACKENDS=host \
 		"$odx_run" -n "$p" --timeout 600 "$odx_bin" -n "$n" -k "$keys" -z "$(zipf_s "$dist")" \
-		--no-check 2>&1) || { echo "$out" >&2; return 1; }
+		-r "$reps" --no-check 2>&1) || { echo "$out" >&2; return 1; }
 	grep -o '{"bench":"shuffle","side":"odx".*}' <<<"$out" | head -n 1 | grep . ||
 		{ echo "no result line in ODX's output: $out" >&2; return 1; }
 }
 run_mpi() {
 	local p=$1 n=$2 dist=$3 out
 	out=$(timeout 600 mpirun --allow-run-as-root --oversubscribe -n "$p" "$mpi_bin" -n "$n" \
-		-k "$keys" -z "$(zipf_s "$dist")" 2>&1) || { echo "$out" >&2; return 1; }
+		-k "$keys" -z "$(zipf_s "$dist")" -r "$reps" 2>&1) || { echo "$out" >&2; return 1; }
 	grep -o '{"bench":"shuffle","side":"mpi".*}' <<<"$out" | head -n 1 | grep . ||
 		{ echo "no result line in the MPI program's output: $out" >&2; return 1; }
 }
@@ -150,10 +157,10 @@ for p in $ranks_list; do
 	done
 done
 
-python3 - "$raw" "$mpi_version" "$date" "$cpu" >"$outdir/summary.txt" <<'EOF'
+python3 - "$raw" "$mpi_version" "$date" "$cpu" "$reps" >"$outdir/summary.txt" <<'EOF'
 import json, statistics, sys
 
-raw, mpi_version, date, cpu = sys.argv[1:5]
+raw, mpi_version, date, cpu, reps = sys.argv[1:6]
 mpi_name = "openmpi-" + ".".join(mpi_version.split(".")[:2])
 runs = {}   # (ranks, rows, zipf_s) -> {pair: {side: record}}
 for line in open(raw):
@@ -179,7 +186,7 @@ for (ranks, n, z), per_pair in sorted(runs.items()):
            "anchor": mpi_name + " MPI_Alltoallv (bench/shuffle_mpi)",
            "anchor_value": round(amed), "anchor_min": round(alo), "anchor_max": round(ahi),
            "ratio": round(rmed, 3), "ratio_min": round(rlo, 3), "ratio_max": round(rhi, 3),
-           "pairs": len(both), "checksum": both[0]["odx"]["checksum"],
+           "pairs": len(both), "reps": int(reps), "checksum": both[0]["odx"]["checksum"],
            "load_max": max(p["odx"]["load"] for p in both), "date": date}
     print(json.dumps(out, separators=(",", ":")))
     rows.append(out)
