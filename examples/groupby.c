@@ -28,12 +28,14 @@
  * f64 whatever the order in which rows and records reach the table.
  *
  *	usage: groupby [-n ROWS_PER_RANK] [-k KEYS] [-z ZIPF_S] [-s SEED] [-g GROUPS] [-r REPS]
- *		       [--no-check]
+ *		       [-D DEVICE] [--no-check]
  *	       scripts/odx-run -n 4 build/examples/groupby -n 1000000 -z 1.1
  *
  * -z 0 draws keys uniformly (the default), -z 1.1 from Zipf 1.1. -g is the work-groups of the
  * combiner and of the scatters and group-by (about the threads of a rank); -r repeats the timed
- * part (tables reset in between) and reports the median. --no-check skips
+ * part (tables reset in between) and reports the median. -D runs the standard kernels on device
+ * DEVICE (an odx device index: with ODX_BACKENDS=host,vulkan and one host device, 1 is the Vulkan
+ * device); the generator and the digest stay on the host. --no-check skips
  * the per-key comparison (the digest is still printed; bench/shuffle.sh compares it with the MPI
  * program's). Prints the time from the first task after the rows exist to the last task of the
  * group-by on every rank, the rows per second, and one JSON line (bench/shuffle.sh reads it).
@@ -171,7 +173,7 @@ typedef struct kernels {
  * combiner's records), their partitions, and each one's place in the shuffle's sources. */
 typedef struct stream {
 	odx_buffer *keys, *vals;   /* the columns: u32 keys, and f32 values or 8-word records */
-	odx_buffer *pids;          /* u32[rows]: partition of each row (NO_PART: not in this stream) */
+	odx_buffer *pids;          /* u32[rows]: partition of each row (0xffffffff: not in it) */
 	odx_buffer *cnt;           /* u32[P]: rows of each partition */
 	odx_buffer *dest;          /* u32[rows + P]: the row's place in src, then the counts again */
 	odx_buffer *skeys, *svals; /* the shuffle's sources: P parts of `cap` rows */
@@ -199,6 +201,7 @@ typedef struct job {
 	kernels k;
 	int size;
 	uint32_t n, groups;        /* rows per rank, combiner (and scatter) work-groups */
+	int device;                /* -D: the device of the standard kernels, or -1 (any) */
 	int32_t capacity;          /* table slots (a power of two) */
 	shape rows, recs;
 	rank_bufs *r;
@@ -231,10 +234,18 @@ static odx_buffer *constant(job *j, uint32_t first, uint32_t step, const char *l
 	return b;
 }
 
+/* With -D, the standard kernels run on that device (this program's own two kernels have only a
+ * host variant): a way to see the same pipeline on Vulkan, OpenCL or CUDA. */
 static void submit_opts(job *j, odx_kernel *k, const odx_arg *args, int nargs,
 			const odx_task_opts *o)
 {
-	check(j->ctx, odx_submit(j->ctx, k, args, nargs, o, NULL), o->tag);
+	odx_task_opts on = *o;
+
+	if (j->device >= 0 && k != j->k.gen && k != j->k.digest) {
+		on.flags |= ODX_SUBMIT_ON_DEVICE;
+		on.on_device = j->device;
+	}
+	check(j->ctx, odx_submit(j->ctx, k, args, nargs, &on, NULL), o->tag);
 }
 
 static void submit(job *j, odx_kernel *k, const odx_arg *args, int nargs, uint32_t grid,
@@ -454,14 +465,14 @@ int main(int argc, char **argv)
 {
 	uint64_t rows = 1u << 20, nkeys = 1000000, seed = 42;
 	double zipf_s = 0;
-	int reps = 1, groups = 4, verify = 1, opt;
+	int reps = 1, groups = 4, verify = 1, device = -1, opt;
 	static const struct option longopts[] = {
 		{"no-check", no_argument, NULL, 'C'},
 		{"check", no_argument, NULL, 'c'},
 		{0, 0, 0, 0},
 	};
 
-	while ((opt = getopt_long(argc, argv, "n:k:z:s:g:r:", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "n:k:z:s:g:r:D:", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'n': rows = strtoull(optarg, NULL, 0); break;
 		case 'k': nkeys = strtoull(optarg, NULL, 0); break;
@@ -469,11 +480,12 @@ int main(int argc, char **argv)
 		case 's': seed = strtoull(optarg, NULL, 0); break;
 		case 'g': groups = atoi(optarg); break;
 		case 'r': reps = atoi(optarg); break;
+		case 'D': device = atoi(optarg); break;
 		case 'C': verify = 0; break;
 		case 'c': verify = 1; break;
 		default:
 			fprintf(stderr, "usage: %s [-n ROWS_PER_RANK] [-k KEYS] [-z ZIPF_S] [-s SEED] "
-					"[-g GROUPS] [-r REPS] [--no-check]\n", PROGRAM);
+					"[-g GROUPS] [-r REPS] [-D DEVICE] [--no-check]\n", PROGRAM);
 			return 2;
 		}
 	}
@@ -489,7 +501,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
-	job j = {.n = (uint32_t)rows, .groups = (uint32_t)groups};
+	job j = {.n = (uint32_t)rows, .groups = (uint32_t)groups, .device = device};
 	check(NULL, odx_open(&j.ctx, NULL), "odx_open");
 	j.size = odx_size(j.ctx);
 	int me = odx_rank(j.ctx), P = j.size;
