@@ -208,6 +208,13 @@ static bool post(struct odx__shuffle *sh, int kind, int peer, void *buf, size_t 
 	op_failed(sh, rc, "the fabric refused the %s %s rank %d: %s",
 		  kind == OP_SIZE_RECV || kind == OP_SIZE_SEND ? "size message" : "part",
 		  send ? "to" : "from", peer, odx_strerror(rc));
+	/* Its receiver posted a receive for it (a part larger than the provider takes, say): it
+	 * gets the failure instead. (A refused size: the peer failed or the fabric is closing,
+	 * and its receives fail by themselves.) */
+	if (kind == OP_PART_SEND && odx_fab_send_abort(ctx->fab, peer, key, rc, sh->msg))
+		odx__log(ctx, ODX_LOG_WARN, "rank %d could not tell rank %d that its shuffle part "
+			 "will not come (its shuffle fails when this rank is found failed)",
+			 sh->rank, peer);
 	return false;
 }
 
@@ -220,10 +227,12 @@ static void place(struct odx__shuffle *sh, bool worker)
 
 	while (sh->next < sh->size && !sh->self_queued) {
 		int s = sh->next;
-		uint64_t len = sh->in_len[s];
+		uint64_t len;
 
+		/* in_len[s] is the fabric's until its receive completed */
 		if (sh->row[s] == ROW_WAIT)
 			return;
+		len = sh->in_len[s];
 		if (sh->row[s] == ROW_FAILED) {
 			sh->broken = true; /* the offsets after it are unknown */
 			sh->next++;
