@@ -32,7 +32,7 @@
  *	       scripts/odx-run -n 4 build/examples/groupby -n 1000000 -z 1.1
  *
  * -z 0 draws keys uniformly (the default), -z 1.1 from Zipf 1.1. -g is the work-groups of the
- * combiner and of the scatters and group-by (about the threads of a rank); -r repeats the timed
+ * combiner (about the threads of a rank: each does its chunk in order); -r repeats the timed
  * part (tables reset in between) and reports the median. -D runs the standard kernels on device
  * DEVICE (an odx device index: with ODX_BACKENDS=host,vulkan and one host device, 1 is the Vulkan
  * device); the generator and the digest stay on the host. --no-check skips
@@ -191,6 +191,7 @@ typedef struct shape {
 	uint32_t rows;   /* rows of the stream per rank */
 	int width;       /* value words per row: 1 (f32), 8 (a record: 4 u64) */
 	uint32_t cap;    /* rows each part of the shuffle's sources can hold */
+	uint32_t dcap;   /* rows the shuffle's destination can hold */
 	odx_buffer *base; /* u32[P], base[p] = p * cap: where partition p starts in the sources */
 	odx_buffer *tail; /* u32[P], tail[p] = rows + p: where the counts go in `dest` */
 	int value_kind;  /* hash_groupby's: 0 f32 rows, 3 f64 records */
@@ -200,7 +201,7 @@ typedef struct job {
 	odx_context *ctx;
 	kernels k;
 	int size;
-	uint32_t n, groups;        /* rows per rank, combiner (and scatter) work-groups */
+	uint32_t n, groups;        /* rows per rank, combiner work-groups (-g) */
 	int device;                /* -D: the device of the standard kernels, or -1 (any) */
 	int32_t capacity;          /* table slots (a power of two) */
 	shape rows, recs;
@@ -248,6 +249,15 @@ static void submit_opts(job *j, odx_kernel *k, const odx_arg *args, int nargs,
 	check(j->ctx, odx_submit(j->ctx, k, args, nargs, &on, NULL), o->tag);
 }
 
+/* Work-groups of 256 for a grid-stride kernel over n elements: one element per work-item. On a
+ * GPU any grid does; on the host it matters: each work-item's loop steps by the whole grid, so a
+ * small grid over many rows reads them a grid apart (a cache line, often a page, per row), while
+ * one row per work-item reads them in order (and groups past n cost nothing: docs/kernels.md). */
+static uint32_t blocks(uint64_t n)
+{
+	return (uint32_t)((n + 255) / 256);
+}
+
 static void submit(job *j, odx_kernel *k, const odx_arg *args, int nargs, uint32_t grid,
 		   uint32_t block, const char *tag)
 {
@@ -258,10 +268,11 @@ static void submit(job *j, odx_kernel *k, const odx_arg *args, int nargs, uint32
 
 /* The buffers of one stream of rank r: sources of P parts of sh->cap rows each (set_parts: the
  * part lengths are what the scatter's length rule sets), destinations that hold what the rank
- * can receive (dcap rows; the shuffle fails cleanly, ODX_ENOSPC, if more comes). */
-static void new_stream(job *j, stream *s, const shape *sh, int r, uint32_t dcap,
-		       const char *name)
+ * can receive (sh->dcap rows; the shuffle fails cleanly, ODX_ENOSPC, if more comes). */
+static void new_stream(job *j, stream *s, const shape *sh, int r)
 {
+	const char *name = sh->width == 1 ? "rows" : "recs";
+	uint32_t dcap = sh->dcap;
 	size_t rows = sh->rows, P = j->size, vbytes = 4 * (size_t)sh->width;
 	char label[32];
 	odx_partition parts = {.kind = ODX_PART_BLOCKS};
@@ -293,7 +304,7 @@ static void reset_table(job *j, int r)
 	int32_t words = (j->capacity + 1) * 10;
 
 	submit(j, j->k.fill, (odx_arg[]){ODX_BUF(b->table, ODX_W), ODX_I32(0), ODX_I32(words)}, 3,
-	       64, 256, "reset table");
+	       blocks((uint64_t)words), 256, "reset table");
 	submit(j, j->k.fill, (odx_arg[]){ODX_BUF(b->status, ODX_W), ODX_I32(0), ODX_I32(1)}, 3, 1,
 	       1, "reset status");
 }
@@ -332,7 +343,7 @@ static void stream_to_parts(job *j, stream *s, const shape *sh)
 	for (int c = 0; c < 2; c++) {
 		odx_buffer *col = c ? s->vals : s->keys, *out = c ? s->svals : s->skeys;
 		int width = c ? sh->width : 1;
-		odx_task_opts o = {.grid = {j->groups}, .block = {256}, .tag = "scatter",
+		odx_task_opts o = {.grid = {blocks(sh->rows)}, .block = {256}, .tag = "scatter",
 				   .flags = ODX_SUBMIT_LENGTHS, .lengths = &rule, .nlengths = 1};
 
 		rule.unit = 4 * (uint32_t)width;
@@ -387,7 +398,7 @@ static void groupby(job *j)
 					   ODX_BUF(b->status, ODX_RW), ODX_LEN(0, 4),
 					   ODX_I32(j->capacity), ODX_I32(1),
 					   ODX_I32(sh[i]->value_kind)},
-			       8, j->groups, 256, i ? "groupby records" : "groupby rows");
+			       8, blocks(sh[i]->dcap), 256, i ? "groupby records" : "groupby rows");
 	}
 	free(src);
 	free(dst);
@@ -535,9 +546,9 @@ int main(int argc, char **argv)
 	uint64_t dcap = rows * P <= (1u << 22) ? rows * P : 2 * rows + 65536 * (uint64_t)P;
 
 	j.rows = (shape){.rows = j.n, .width = 1, .cap = (uint32_t)(cap < rows ? cap : rows),
-			 .value_kind = 0};
+			 .dcap = (uint32_t)dcap, .value_kind = 0};
 	j.recs = (shape){.rows = (uint32_t)nrec, .width = 8, .cap = (uint32_t)nrec,
-			 .value_kind = 3};
+			 .dcap = (uint32_t)(nrec * P), .value_kind = 3};
 	j.rows.base = constant(&j, 0, j.rows.cap, "rows.base");
 	j.rows.tail = constant(&j, j.rows.rows, 1, "rows.tail");
 	j.recs.base = constant(&j, 0, j.recs.cap, "recs.base");
@@ -552,8 +563,8 @@ int main(int argc, char **argv)
 		b->rows.vals = new_buffer(&j, 4 * (size_t)j.n, r, "vals", r);
 		b->recs.keys = new_buffer(&j, 4 * nrec, r, "recs.keys", r);
 		b->recs.vals = new_buffer(&j, 32 * nrec, r, "recs.vals", r);
-		new_stream(&j, &b->rows, &j.rows, r, (uint32_t)dcap, "rows");
-		new_stream(&j, &b->recs, &j.recs, r, (uint32_t)(nrec * P), "recs");
+		new_stream(&j, &b->rows, &j.rows, r);
+		new_stream(&j, &b->recs, &j.recs, r);
 		b->table = new_buffer(&j, 40 * ((size_t)j.capacity + 1), r, "table", r);
 		b->status = new_buffer(&j, 4, r, "status", r);
 		b->digest = new_buffer(&j, 24, r, "digest", r);
