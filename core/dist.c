@@ -813,6 +813,12 @@ static int run_parts(odx__task *t, odx_buffer *b, char *host)
 		if (atomic_compare_exchange_strong(&t->xfer_status, &zero, rc))
 			t->xfer_msg = strdup(msg);
 		atomic_fetch_sub(&t->xfer_left, n - i);
+		/* The receiver waits for every part: the ones never sent are called off. */
+		for (; t->kind == ODX__TASK_SEND && i < n; i++)
+			odx_fab_send_abort(ctx->fab, t->peer,
+					   (t->xfer_key & ~0xffffffull) |
+						   ((t->xfer_key + (uint64_t)i) & 0xffffff),
+					   ODX_ECANCELED, msg);
 	}
 	odx_fab_kick(ctx->fab);
 	part_xfer_done(t, 0, NULL); /* this thread's share */

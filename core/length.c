@@ -145,9 +145,10 @@ static int wait_tasks(odx__task **ts, int n, int timeout_ms, const char *fn, boo
 			int st = odx__task_wait(ts[i], left);
 
 			if (st == ODX_ETIMEDOUT && !atomic_load(&ts[i]->done))
-				rc = odx__fail(ctx, ODX_ETIMEDOUT,
-					       "%s: the tasks before it did not finish within %d ms",
-					       fn, timeout_ms);
+				rc = odx__fail(
+					ctx, ODX_ETIMEDOUT,
+					"%s: the tasks before it did not finish within %d ms", fn,
+					timeout_ms);
 			else if (st && report) {
 				char first[ODX__MSG_MAX];
 
@@ -201,11 +202,12 @@ static int check_rule(odx_context *ctx, const odx_kernel *k, const odx_arg *args
 	b = args[r->arg].v.buffer;
 	from = args[r->from_arg].v.buffer;
 	if (b->part_of)
-		return odx__fail(ctx, ODX_ENOSYS,
-				 "odx_submit: kernel '%s': length rule %d: buffer #%llu is a part of a "
-				 "partition: parts of a partition have no run-time length in this "
-				 "version (docs/sizes.md, Limits)",
-				 k->name, n, (unsigned long long)b->id);
+		return odx__fail(
+			ctx, ODX_ENOSYS,
+			"odx_submit: kernel '%s': length rule %d: buffer #%llu is a part of a "
+			"partition: parts of a partition have no run-time length in this "
+			"version (docs/sizes.md, Limits)",
+			k->name, n, (unsigned long long)b->id);
 	if (r->part == ODX_ALL_PARTS || r->part >= 0) {
 		if (!b->layout)
 			return odx__fail(ctx, ODX_EINVAL,
@@ -213,18 +215,19 @@ static int check_rule(odx_context *ctx, const odx_kernel *k, const odx_arg *args
 					 "buffer #%llu, which has no parts (odx_buffer_set_parts)",
 					 k->name, n, r->part, (unsigned long long)b->id);
 		if (r->part >= b->layout->nparts)
-			return odx__fail(ctx, ODX_EINVAL,
-					 "odx_submit: kernel '%s': length rule %d: part %d of buffer "
-					 "#%llu, which has %d parts",
-					 k->name, n, r->part, (unsigned long long)b->id,
-					 b->layout->nparts);
+			return odx__fail(
+				ctx, ODX_EINVAL,
+				"odx_submit: kernel '%s': length rule %d: part %d of buffer "
+				"#%llu, which has %d parts",
+				k->name, n, r->part, (unsigned long long)b->id, b->layout->nparts);
 		if (r->part == ODX_ALL_PARTS)
 			count = (uint32_t)b->layout->nparts;
 	} else if (r->part != ODX_WHOLE_BUFFER) {
-		return odx__fail(ctx, ODX_EINVAL,
-				 "odx_submit: kernel '%s': length rule %d: part %d is not a part index, "
-				 "ODX_WHOLE_BUFFER or ODX_ALL_PARTS",
-				 k->name, n, r->part);
+		return odx__fail(
+			ctx, ODX_EINVAL,
+			"odx_submit: kernel '%s': length rule %d: part %d is not a part index, "
+			"ODX_WHOLE_BUFFER or ODX_ALL_PARTS",
+			k->name, n, r->part);
 	} else if (b->layout) {
 		return odx__fail(ctx, ODX_EINVAL,
 				 "odx_submit: kernel '%s': length rule %d sets the whole length of "
@@ -232,12 +235,13 @@ static int check_rule(odx_context *ctx, const odx_kernel *k, const odx_arg *args
 				 k->name, n, (unsigned long long)b->id);
 	}
 	if (((uint64_t)r->index + count) * 4 > from->size || from->part_of)
-		return odx__fail(ctx, ODX_EINVAL,
-				 "odx_submit: kernel '%s': length rule %d reads u32 elements [%u, %llu) "
-				 "of buffer #%llu (%zu bytes%s)",
-				 k->name, n, r->index, (unsigned long long)r->index + count,
-				 (unsigned long long)from->id, from->size,
-				 from->part_of ? ", a part of a partition: not in this version" : "");
+		return odx__fail(
+			ctx, ODX_EINVAL,
+			"odx_submit: kernel '%s': length rule %d reads u32 elements [%u, %llu) "
+			"of buffer #%llu (%zu bytes%s)",
+			k->name, n, r->index, (unsigned long long)r->index + count,
+			(unsigned long long)from->id, from->size,
+			from->part_of ? ", a part of a partition: not in this version" : "");
 	return 0;
 }
 
@@ -252,19 +256,21 @@ int odx__lengths_check(odx_context *ctx, const odx_kernel *k, const odx_arg *arg
 		if (a->kind != ODX_ARG_LEN)
 			continue;
 		if (k->params[i].kind != ODX_ARG_I32 && k->params[i].kind != ODX_ARG_I64)
-			return odx__fail(ctx, ODX_EINVAL,
-					 "odx_submit: kernel '%s' argument %d (%s): ODX_LEN stands for "
-					 "an I32 or I64 parameter, kind %d declared",
-					 k->name, i, k->params[i].name ? k->params[i].name : "?",
-					 (int)k->params[i].kind);
+			return odx__fail(
+				ctx, ODX_EINVAL,
+				"odx_submit: kernel '%s' argument %d (%s): ODX_LEN stands for "
+				"an I32 or I64 parameter, kind %d declared",
+				k->name, i, k->params[i].name ? k->params[i].name : "?",
+				(int)k->params[i].kind);
 		if (a->v.len.arg < 0 || a->v.len.arg >= nargs ||
 		    args[a->v.len.arg].kind != ODX_ARG_BUFFER || a->v.len.elem_size <= 0)
-			return odx__fail(ctx, ODX_EINVAL,
-					 "odx_submit: kernel '%s' argument %d (%s): ODX_LEN(%d, %d) must "
-					 "name a buffer argument of the same task and an element size "
-					 "above 0",
-					 k->name, i, k->params[i].name ? k->params[i].name : "?",
-					 (int)a->v.len.arg, (int)a->v.len.elem_size);
+			return odx__fail(
+				ctx, ODX_EINVAL,
+				"odx_submit: kernel '%s' argument %d (%s): ODX_LEN(%d, %d) must "
+				"name a buffer argument of the same task and an element size "
+				"above 0",
+				k->name, i, k->params[i].name ? k->params[i].name : "?",
+				(int)a->v.len.arg, (int)a->v.len.elem_size);
 	}
 	if (!(opts->flags & ODX_SUBMIT_LENGTHS))
 		return 0;
@@ -311,13 +317,17 @@ static bool length_target(odx__task *t, int arg, int part, size_t bytes, const c
 
 	odx__buffer_name(b, name, sizeof(name));
 	if (b->part_of) {
-		refuse(t, "%s: argument %d (%s) is a part of a partition: parts of a partition have "
-			  "no run-time length in this version", who, arg, name);
+		refuse(t,
+		       "%s: argument %d (%s) is a part of a partition: parts of a partition have "
+		       "no run-time length in this version",
+		       who, arg, name);
 		return false;
 	}
 	if (part == ODX_WHOLE_BUFFER && lay) {
-		refuse(t, "%s: argument %d (%s) has %d parts: set their lengths, not the whole "
-			  "buffer's", who, arg, name, lay->nparts);
+		refuse(t,
+		       "%s: argument %d (%s) has %d parts: set their lengths, not the whole "
+		       "buffer's",
+		       who, arg, name, lay->nparts);
 		return false;
 	}
 	if (part != ODX_WHOLE_BUFFER && (!lay || part < 0 || part >= lay->nparts)) {
@@ -328,12 +338,15 @@ static bool length_target(odx__task *t, int arg, int part, size_t bytes, const c
 	cap = part == ODX_WHOLE_BUFFER ? b->size : lay->cap[part];
 	if (bytes > cap) {
 		if (part == ODX_WHOLE_BUFFER)
-			refuse(t, "%s: length %zu bytes of argument %d (%s) is above its capacity "
-				  "of %zu bytes", who, bytes, arg, name, cap);
+			refuse(t,
+			       "%s: length %zu bytes of argument %d (%s) is above its capacity "
+			       "of %zu bytes",
+			       who, bytes, arg, name, cap);
 		else
-			refuse(t, "%s: length %zu bytes of part %d of argument %d (%s) is above "
-				  "the part's capacity of %zu bytes", who, bytes, part, arg, name,
-			       cap);
+			refuse(t,
+			       "%s: length %zu bytes of part %d of argument %d (%s) is above "
+			       "the part's capacity of %zu bytes",
+			       who, bytes, part, arg, name, cap);
 		return false;
 	}
 	return true;
@@ -410,7 +423,7 @@ static void counts_read(void *arg, int status, const char *msg)
 int odx__lengths_fetch(odx__task *t, odx__device *dev)
 {
 	odx_context *ctx = t->ctx;
-	int m = dev->memnode, i, queued = 0;
+	int m = dev->memnode, i;
 	size_t total = 0, at = 0;
 
 	if (t->nrules == 0)
@@ -450,12 +463,12 @@ int odx__lengths_fetch(odx__task *t, odx__device *dev)
 			if (rc) {
 				atomic_fetch_sub(&t->len_reads, 1);
 				pthread_mutex_lock(&t->lock);
-				refuse(t, "could not queue the read of its length rules' counts: %s",
+				refuse(t,
+				       "could not queue the read of its length rules' counts: %s",
 				       odx_strerror(rc));
 				pthread_mutex_unlock(&t->lock);
 				break;
 			}
-			queued++;
 		}
 		at += n;
 	}
@@ -592,8 +605,10 @@ static int query(odx_buffer *b, size_t *lens, int nparts, int timeout_ms, const 
 		memcpy(mine, all + (size_t)src * words, words * sizeof(*mine));
 		rc = (int)(int64_t)mine[0];
 		if (rc && src != ctx->rank)
-			rc = odx__fail(ctx, rc, "%s: on rank %d, which holds the buffer's latest "
-				       "version: %s", fn, src, odx_strerror(rc));
+			rc = odx__fail(ctx, rc,
+				       "%s: on rank %d, which holds the buffer's latest "
+				       "version: %s",
+				       fn, src, odx_strerror(rc));
 	}
 	if (!rc)
 		for (i = 0; i < (nparts > 0 ? nparts : 1); i++)
@@ -624,9 +639,9 @@ ODX_API int odx_buffer_part_lengths(odx_buffer *buf, size_t *lens, int nparts, i
 	ODX__CHECK_ARG(buf->ctx, lens, "lens");
 	/* The layout is a program-order fact: set on this thread's side of the flow. */
 	if (!buf->layout || buf->layout->nparts != nparts)
-		return odx__fail(buf->ctx, ODX_EINVAL,
-				 "%s: buffer #%llu has %d parts (odx_buffer_set_parts), nparts is %d",
-				 fn, (unsigned long long)buf->id,
-				 buf->layout ? buf->layout->nparts : 0, nparts);
+		return odx__fail(
+			buf->ctx, ODX_EINVAL,
+			"%s: buffer #%llu has %d parts (odx_buffer_set_parts), nparts is %d", fn,
+			(unsigned long long)buf->id, buf->layout ? buf->layout->nparts : 0, nparts);
 	return query(buf, lens, nparts, timeout_ms, fn);
 }

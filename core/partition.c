@@ -314,6 +314,7 @@ ODX_API int odx_buffer_unpartition(odx_buffer *buf, int timeout_ms)
 	odx__replica_set_state(buf, home, ODX__MODIFIED);
 	buf->zero = false;
 	buf->wversion++;
+	buf->length = buf->size; /* every part's bytes are valid (parts have no run-time length) */
 	pthread_mutex_unlock(&buf->lock);
 	odx__dist_write(buf, true); /* whole on every rank, as a full write leaves a buffer */
 	atomic_store(&buf->nparts, 0);

@@ -285,7 +285,7 @@ static void op_done(void *arg, int status, const char *msg)
 	struct shuffle_op *op = arg;
 	struct odx__shuffle *sh = op->sh;
 	odx_context *ctx = sh->t->ctx;
-	int p = op->peer;
+	int p = op->peer, kind = op->kind;
 	bool last;
 
 	if (op->t0) {
@@ -344,6 +344,10 @@ static void op_done(void *arg, int status, const char *msg)
 	}
 	last = drop(sh);
 	pthread_mutex_unlock(&sh->lock);
+	/* What a size let this rank post starts now, even when a caller driving progress (a
+	 * collective, a barrier) ran this callback and leaves the progress thread parked. */
+	if (kind == OP_SIZE_RECV) /* op and sh may be gone: another callback was the last */
+		odx_fab_kick(ctx->fab);
 	if (last)
 		finish(sh);
 }
@@ -403,6 +407,7 @@ void odx__shuffle_run(odx__task *t)
 		place(sh, true);
 		last = drop(sh);
 		pthread_mutex_unlock(&sh->lock);
+		odx_fab_kick(ctx->fab);
 		if (last)
 			finish(sh);
 		return;

@@ -324,8 +324,9 @@ void odx__stats_print(odx_context *ctx)
 
 			if (!b)
 				continue;
-			snprintf(line, sizeof(line), "  copied memory node %d -> %d: %.3f MiB", s, m,
-				 (double)b / (1 << 20));
+			snprintf(line, sizeof(line),
+				 "  copied memory node %d -> %d: %.3f MiB (%llu bytes)", s, m,
+				 (double)b / (1 << 20), (unsigned long long)b);
 			emit(ctx, stderr, line);
 		}
 	if (atomic_load(&ctx->shuffles)) {

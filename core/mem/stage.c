@@ -232,8 +232,10 @@ static int alloc_missing(odx__task *t, const odx__task *producer, int m, bool di
 			pthread_mutex_unlock(&b->lock);
 			continue;
 		}
-		/* A write of the whole buffer from user memory needs no zeros underneath. */
-		zero = b->zero && !(t->kind == ODX__TASK_WRITE && t->args[i].access == ODX_W);
+		/* A write of the whole buffer from user memory needs no zeros underneath, nor does
+		 * a shuffle's output (its bytes past the length it sets are not valid). */
+		zero = b->zero && !((t->kind == ODX__TASK_WRITE || t->kind == ODX__TASK_SHUFFLE) &&
+				    t->args[i].access == ODX_W);
 		fill = zero && node->pool && !direct;
 		rc = odx__replica_alloc_as(ctx, b, m, zero && !fill, direct);
 		if (rc == 0 && fill) {

@@ -400,7 +400,7 @@ void odx__mem_done(odx_context *ctx, const odx__mem_event *ev)
 void odx__tier_stats_print(odx_context *ctx, void (*emit)(odx_context *, const char *))
 {
 	odx__tier *tier = ctx->tier;
-	char line[512];
+	char line[768];
 	int m, d;
 
 	if (!tier)
@@ -485,7 +485,7 @@ void odx__tier_stats_print(odx_context *ctx, void (*emit)(odx_context *, const c
 		snprintf(line, sizeof(line),
 			 "  disk tier %s (%s, %s): %llu spills (%.1f MiB), %llu reloads (%.1f MiB), "
 			 "%llu spill errors, %llu reload errors (%llu corrupt), peak use %.1f of "
-			 "%.1f MiB",
+			 "%.1f MiB; %llu bytes spilled, %llu bytes reloaded",
 			 st.dir, st.direct ? "direct I/O" : "buffered I/O",
 			 st.uring ? "io_uring" : "pread/pwrite",
 			 (unsigned long long)atomic_load(&tier->spills),
@@ -495,7 +495,9 @@ void odx__tier_stats_print(odx_context *ctx, void (*emit)(odx_context *, const c
 			 (unsigned long long)atomic_load(&tier->spill_errors),
 			 (unsigned long long)atomic_load(&tier->reload_errors),
 			 (unsigned long long)st.corrupt, (double)st.used / (1 << 20),
-			 (double)st.capacity / (1 << 20));
+			 (double)st.capacity / (1 << 20),
+			 (unsigned long long)atomic_load(&tier->spill_bytes),
+			 (unsigned long long)atomic_load(&tier->reload_bytes));
 		emit(ctx, line);
 	}
 }

@@ -324,9 +324,10 @@ ODX_API size_t odx_buffer_size(const odx_buffer *buf);
  * (odx_host_launch.set_length in a host variant, or a length rule, odx_length_rule, on any
  * backend); later tasks see it (odx_host_launch.buffer_lengths, ODX_LEN) and only the valid bytes
  * move between memory nodes, to and from disk and between ranks, where the length travels with
- * the bytes. odx_buffer_write of a whole buffer (offset 0, len = capacity) sets the length back
- * to the capacity; a partial write leaves it. Lengths are data, not control: nothing in the
- * replicated task flow depends on them except the blocking queries below.
+ * the bytes. odx_buffer_write makes what it wrote valid: the length (with parts: of every part
+ * it touches) reaches at least the end of the written range. Bytes past a length are not kept
+ * (copies do not move them): what they hold is unspecified until written. Lengths are data, not
+ * control: nothing in the replicated task flow depends on them except the blocking queries below.
  */
 
 /**
@@ -464,12 +465,13 @@ ODX_API int odx_buffer_unpartition(odx_buffer *buf, int timeout_ms);
  * each part only has a length <= cap_i, initially cap_i, which a task writing buf sets
  * (odx_host_launch.set_length with a part index, or a length rule with `part`). The buffer's
  * length is then the sum of its part lengths, and copies, spills and transfers move each part's
- * valid prefix only. In program order on every rank (it is part of the replicated flow): it
- * applies after the tasks submitted so far, without waiting for them; calling it again replaces
- * the layout (every part's length back to its capacity); nparts = 0 with p NULL removes it (the
- * length becomes the capacity). Returns 0, ODX_EINVAL (a description that does not fit: the
- * message says which), ODX_EBUSY (buf is partitioned with odx_buffer_partition), ODX_ENOSYS (buf is
- * itself a part) or ODX_ENOMEM.
+ * valid prefix only. Called in program order on every rank (it is part of the replicated flow);
+ * it waits for this rank's tasks submitted so far that use buf (returning at once when none does),
+ * so no task, copy or transfer sees the layout change under it. Calling it again replaces the
+ * layout (every part's length back to its capacity); nparts = 0 with p NULL removes it (the
+ * length becomes the capacity). Returns 0, ODX_EINVAL (a description that does not fit, or a part
+ * count other than what it makes: the message says which), ODX_EBUSY (buf is partitioned with
+ * odx_buffer_partition), ODX_ENOSYS (buf is itself a part of a partition) or ODX_ENOMEM.
  */
 ODX_API int odx_buffer_set_parts(odx_buffer *buf, const odx_partition *p, int nparts);
 
@@ -575,8 +577,9 @@ struct odx_host_launch {
 	 * W or RW) to `bytes` once the task succeeds: part = ODX_WHOLE_BUFFER (-1) for the whole
 	 * buffer, else part `part` of a buffer with parts (odx_buffer_set_parts). Callable from
 	 * any thread of the task, any number of times: the last call per (param, part) wins.
-	 * A length above the capacity (of the buffer or part), a read-only parameter or a part
-	 * that does not exist fails the task (ODX_EKERNEL with a message that says which).
+	 * A length above the capacity (of the buffer or part), a read-only parameter, a part
+	 * that does not exist, a whole length for a buffer with parts or a part of a partition
+	 * fails the task (ODX_EKERNEL with a message that says which).
 	 * Call it as l->set_length(l, param, part, bytes). */
 	void (*set_length)(const odx_host_launch *l, int param, int part, size_t bytes);
 	void *length_state;          /* the backend's, for set_length; do not touch */
@@ -678,9 +681,9 @@ typedef struct odx_arg {
  * `elem_size` bytes (rounded down), as the task sees it when it starts: what the tasks before it
  * set (docs/sizes.md). Matches an I32 or I64 parameter, so a kernel with an `n` parameter
  * processes exactly the valid elements. */
-#define ODX_LEN(arg_index, elem_bytes)                                                             \
-	((odx_arg){.kind = ODX_ARG_LEN, .v.len = {.arg = (int32_t)(arg_index),                     \
-						  .elem_size = (int32_t)(elem_bytes)}})
+#define ODX_LEN(arg, elem_size) ODX__LEN((arg), (elem_size))
+#define ODX__LEN(a_, e_)                                                                           \
+	((odx_arg){.kind = ODX_ARG_LEN, .v.len = {.arg = (int32_t)(a_), .elem_size = (int32_t)(e_)}})
 
 /** odx_task_opts.flags */
 enum {
@@ -698,8 +701,10 @@ enum {
  * the length of buffer argument `arg` (its part `part`; ODX_WHOLE_BUFFER for the whole buffer;
  * ODX_ALL_PARTS for every part i, from element index + i) becomes element `index` of the u32
  * array in buffer argument `from_arg` (which the same task writes, W or RW) times `unit` bytes
- * (0 is read as 1). `arg` must be written by the task too. A length above the capacity fails the
- * task with a message naming the argument, the part and both numbers.
+ * (0 is read as 1). `arg` must be written by the task too (it may be from_arg itself). Rules that
+ * cannot apply are refused at submission (ODX_EINVAL). A length above the capacity (of the buffer
+ * or the part) fails the task with ODX_EKERNEL and a message naming the rule, the argument, the
+ * part and both numbers. Rules apply before the host variant's set_length calls.
  */
 typedef struct odx_length_rule {
 	int arg;        /* the buffer argument whose length is set */

@@ -19,12 +19,15 @@
  * unaligned offsets inside a region; many regions of one allocation; an allocation freed and
  * allocated again (a backend caching per-region objects must not hand out stale ones); the
  * optional host_alloc/host_free pair; for the host backend, odx_host_launch.buffer_shapes (ABI 1.7)
- * of work-group and one-call variants, from odx_backend_launch.shapes or one run per buffer.
+ * of work-group and one-call variants, from odx_backend_launch.shapes or one run per buffer;
+ * odx_host_launch.buffer_lengths and set_length (ABI 1.8), by buffer parameter, reaching the
+ * core's set_length by argument.
  */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -579,13 +582,103 @@ static void test_host_buffer_shapes(void **state)
 	abi.ops->mem_free(abi.dev, mem, 3 * 4096);
 }
 
+/* ---- ABI 1.8: run-time lengths in host launches ---------------------------------------------- */
+
+static size_t seen_lengths[2];
+static struct {
+	int arg, part;
+	size_t bytes;
+} seen_sets[8];
+static _Atomic int seen_nsets;
+
+/* What the core's launch receives from set_length (its context is this test's). */
+static void record_set(void *ctx, int arg, int part, size_t bytes)
+{
+	int n = atomic_fetch_add(&seen_nsets, 1);
+
+	assert_true(ctx == (void *)&seen_nsets);
+	if (n < 8) {
+		seen_sets[n].arg = arg;
+		seen_sets[n].part = part;
+		seen_sets[n].bytes = bytes;
+	}
+}
+
+/* Reads buffer_lengths and sets lengths by buffer parameter: param 1 is argument 2 (a scalar sits
+ * between the buffers), and a parameter that does not exist reaches the core as argument -1. */
+static int use_lengths(const odx_host_launch *l)
+{
+	if (!l->buffer_lengths || !l->set_length)
+		return 1;
+	memcpy(seen_lengths, l->buffer_lengths, sizeof(seen_lengths));
+	if (l->group_first == 0) {
+		l->set_length(l, 1, ODX_WHOLE_BUFFER, 40);
+		l->set_length(l, 0, 2, 12);
+		l->set_length(l, 5, ODX_WHOLE_BUFFER, 1);
+	}
+	return 0;
+}
+
+static void test_host_lengths(void **state)
+{
+	static const odx_variant_format formats[] = {ODX_FORMAT_HOST_FN, ODX_FORMAT_HOST_CALL};
+	const size_t lengths[3] = {1000, 0, 60};
+	uint64_t mem;
+
+	(void)state;
+	if (abi.desc->kind != ODX_BACKEND_HOST) {
+		printf("skipped: buffer_lengths and set_length are the host backend's\n");
+		skip();
+	}
+	assert_true((abi.desc->abi_version & 0xffff) >= 8);
+	mem = abi_alloc(3 * 4096);
+	for (size_t f = 0; f < 2; f++) {
+		odx_kernel_variant v = {.backend = ODX_BACKEND_HOST, .format = formats[f],
+					.host_fn = use_lengths, .entry = "use_lengths"};
+		odx_backend_arg args[3] = {
+			{.kind = ODX_ARG_BUFFER, .mem = mem, .size = 4096, .v.offset = 0},
+			{.kind = ODX_ARG_I32, .v.i32 = 7},
+			{.kind = ODX_ARG_BUFFER, .mem = mem, .size = 100, .v.offset = 8192},
+		};
+		char err[256] = "";
+		odx_backend_launch l = {.variant = &v, .args = args, .nargs = 3,
+					.grid = {4, 1, 1}, .block = {1, 1, 1}, .tag = "lengths",
+					.error = err, .error_size = sizeof(err),
+					.lengths = lengths, .set_length = record_set,
+					.set_length_ctx = &seen_nsets};
+		int rc;
+
+		atomic_store(&seen_nsets, 0);
+		memset(seen_lengths, 0, sizeof(seen_lengths));
+		abi_expect_done();
+		rc = abi.ops->launch(abi.dev, &l, abi_on_done, abi_waiter());
+		if (rc != ODX_BACKEND_PENDING)
+			abi_on_done(abi_waiter(), 0, NULL);
+		if (rc < 0)
+			fail_msg("launch: %s: %s", odx_err_name(rc), err);
+		abi_wait_all();
+		/* Per buffer parameter: the core's per-argument lengths, the scalar left out. */
+		assert_int_equal(seen_lengths[0], 1000);
+		assert_int_equal(seen_lengths[1], 60);
+		assert_int_equal(atomic_load(&seen_nsets), 3);
+		assert_int_equal(seen_sets[0].arg, 2);
+		assert_int_equal(seen_sets[0].part, ODX_WHOLE_BUFFER);
+		assert_int_equal(seen_sets[0].bytes, 40);
+		assert_int_equal(seen_sets[1].arg, 0);
+		assert_int_equal(seen_sets[1].part, 2);
+		assert_int_equal(seen_sets[1].bytes, 12);
+		assert_int_equal(seen_sets[2].arg, -1);
+	}
+	abi.ops->mem_free(abi.dev, mem, 3 * 4096);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_descriptor),	     cmocka_unit_test(test_axpy_at_offsets),
 		cmocka_unit_test(test_unaligned_copies),     cmocka_unit_test(test_many_regions),
 		cmocka_unit_test(test_realloc_same_regions), cmocka_unit_test(test_host_alloc),
-		cmocka_unit_test(test_host_buffer_shapes),
+		cmocka_unit_test(test_host_buffer_shapes),   cmocka_unit_test(test_host_lengths),
 	};
 
 	if (argc < 2) {
