@@ -324,10 +324,11 @@ ODX_API size_t odx_buffer_size(const odx_buffer *buf);
  * (odx_host_launch.set_length in a host variant, or a length rule, odx_length_rule, on any
  * backend); later tasks see it (odx_host_launch.buffer_lengths, ODX_LEN) and only the valid bytes
  * move between memory nodes, to and from disk and between ranks, where the length travels with
- * the bytes. odx_buffer_write makes what it wrote valid: the length (with parts: of every part
- * it touches) reaches at least the end of the written range. Bytes past a length are not kept
- * (copies do not move them): what they hold is unspecified until written. Lengths are data, not
- * control: nothing in the replicated task flow depends on them except the blocking queries below.
+ * the bytes. A length stays until set again (a writer that sets none leaves it). odx_buffer_write
+ * makes what it wrote valid: the length (with parts: of every part it touches) reaches at least
+ * the end of the written range. Bytes past a length are not kept (copies do not move them): what
+ * they hold is unspecified until written. Lengths are data, not control: nothing in the
+ * replicated task flow depends on them except the blocking queries below.
  */
 
 /**
