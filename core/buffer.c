@@ -427,7 +427,7 @@ static int direct_access(odx__task *t, bool after)
 		if (ctx->tracing)
 			odx__trace_span_buf(dev->copy_trace,
 					    t->kind == ODX__TASK_READ ? "read" : "write", "copy", t0,
-					    odx__now_ns(), t->id, b);
+					    odx__now_ns(), t->id, b, t->host_len);
 	} else {
 		char why[ODX__MSG_MAX];
 		bool other = false;

@@ -657,10 +657,10 @@ void odx__trace_span_sized(odx__lane_trace *lt, const char *name, const char *ca
 			   uint64_t t1, uint64_t task_id, uint64_t bytes, uint64_t buf);
 /* The lane of transfers with rank `peer`, one per direction, made on first use; NULL when not
  * tracing. Any thread. */
-/* A span that moved buffer b: named "what 'label'" (or "what buffer N"), with its size and id in
- * the args. */
+/* A span that moved `bytes` of buffer b: named "what 'label'" (or "what buffer N"), with the bytes
+ * (its valid ones: docs/sizes.md) and its id in the args. */
 void odx__trace_span_buf(odx__lane_trace *lt, const char *what, const char *cat, uint64_t t0,
-			 uint64_t t1, uint64_t task_id, const odx_buffer *b);
+			 uint64_t t1, uint64_t task_id, const odx_buffer *b, uint64_t bytes);
 odx__lane_trace *odx__trace_peer_lane(odx_context *ctx, int peer, bool send);
 int odx__trace_write(odx_context *ctx, const char *path);
 void odx__trace_free(odx_context *ctx);

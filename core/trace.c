@@ -118,7 +118,7 @@ void odx__trace_span_sized(odx__lane_trace *lt, const char *name, const char *ca
 }
 
 void odx__trace_span_buf(odx__lane_trace *lt, const char *what, const char *cat, uint64_t t0,
-			 uint64_t t1, uint64_t task_id, const odx_buffer *b)
+			 uint64_t t1, uint64_t task_id, const odx_buffer *b, uint64_t bytes)
 {
 	char who[ODX_LABEL_MAX + 24], name[sizeof(((trace_event *)0)->name)];
 
@@ -126,7 +126,7 @@ void odx__trace_span_buf(odx__lane_trace *lt, const char *what, const char *cat,
 		return;
 	odx__buffer_name(b, who, sizeof(who));
 	snprintf(name, sizeof(name), "%s %s", what, who);
-	record(lt, name, cat, t0, t1, task_id, b->size, b->id);
+	record(lt, name, cat, t0, t1, task_id, bytes, b->id);
 }
 
 static void record(odx__lane_trace *lt, const char *name, const char *cat, uint64_t t0, uint64_t t1,

@@ -211,7 +211,7 @@ static void copy_done(void *arg, int status, const char *msg)
 				    : job->src == ODX__SRC_DISK	     ? "reload"
 				    : job->src == ODX__SRC_ZERO	     ? "zero-fill"
 								     : "copy",
-				    "copy", t0, now, 0, b);
+				    "copy", t0, now, 0, b, job->moved);
 		job->lane->copy_lane_free_ns = now;
 	}
 	/* What the tasks waiting for the destination are told when it failed. */

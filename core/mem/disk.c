@@ -93,7 +93,7 @@ static void spill_done(void *arg, int status, const char *msg)
 	pthread_mutex_unlock(&host->lock);
 	if (ctx->tracing && tier->disk_trace)
 		odx__trace_span_buf(tier->disk_trace, status ? "spill (failed)" : "spill", "spill",
-				    job->t0, odx__now_ns(), 0, b);
+				    job->t0, odx__now_ns(), 0, b, job->len);
 	free(job->pack);
 	free(job->segs);
 	free(job);
@@ -233,7 +233,7 @@ static void reload_done(void *arg, int status, const char *msg)
 	}
 	if (ctx->tracing && tier->disk_trace)
 		odx__trace_span_buf(tier->disk_trace, status ? "reload (failed)" : "reload", "spill",
-				    job->t0, odx__now_ns(), 0, job->b);
+				    job->t0, odx__now_ns(), 0, job->b, job->len);
 	/* A corrupted block is reported (ODX_ECORRUPT) and never published as data: the copy
 	 * fails, and so do the tasks waiting for it. */
 	job->done(job->arg, status, msg);

@@ -369,9 +369,9 @@ ODX_API int odx_buffer_prefetch(odx_buffer *buf, int device, odx_prefetch_level 
 
 /**
  * Names the buffer in traces (ODX_TRACE: copies, write-backs, spills, reloads, sends and receives
- * show "'label'" instead of "buffer N", with its size in bytes) and in the messages that name it.
- * The text is copied (up to ODX_LABEL_MAX bytes); it may be changed at any time. ODX_EINVAL for a
- * NULL label or a stale handle.
+ * show "'label'" instead of "buffer N", with the bytes they moved: its valid ones, docs/sizes.md)
+ * and in the messages that name it. The text is copied (up to ODX_LABEL_MAX bytes); it may be
+ * changed at any time. ODX_EINVAL for a NULL label or a stale handle.
  */
 ODX_API int odx_buffer_set_label(odx_buffer *buf, const char *label);
 
