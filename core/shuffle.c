@@ -34,10 +34,20 @@
  * queued to the task's worker (a long memcpy there would hold back every transfer). */
 #define SELF_COPY_INLINE (256u << 10)
 
-enum { ROW_WAIT = 0, ROW_OK, ROW_FAILED };
+enum {
+	ROW_WAIT = 0,
+	ROW_OK,
+	ROW_FAILED
+};
 
 /* One fabric operation of a shuffle; its slot says which (kind * size + peer). */
-enum { OP_SIZE_RECV = 0, OP_SIZE_SEND, OP_PART_SEND, OP_PART_RECV, OP_KINDS };
+enum {
+	OP_SIZE_RECV = 0,
+	OP_SIZE_SEND,
+	OP_PART_SEND,
+	OP_PART_RECV,
+	OP_KINDS
+};
 
 struct shuffle_op {
 	struct odx__shuffle *sh;
@@ -53,24 +63,24 @@ struct odx__shuffle {
 	int size, rank;
 	uint64_t key_size, key_part;
 	odx_buffer *src, *dst, *counts;
-	size_t *part_off;   /* src[rank]'s parts: offsets, from the layout at submission */
+	size_t *part_off; /* src[rank]'s parts: offsets, from the layout at submission */
 	pthread_mutex_t lock;
 	bool started;
-	int pending;        /* operations out, plus one while something is being set up */
-	uint64_t *out_len;  /* this rank's part lengths: out_len[d] goes to rank d */
-	uint64_t *in_len;   /* what each source sends here (in_len[rank]: the own part) */
-	uint8_t *row;       /* per source: its size came (ROW_OK), failed, or is awaited */
-	int next;           /* the next source to place */
-	uint64_t off;       /* bytes placed before it */
-	bool broken;        /* a source failed or dst overflowed: later parts are drained */
+	int pending;	   /* operations out, plus one while something is being set up */
+	uint64_t *out_len; /* this rank's part lengths: out_len[d] goes to rank d */
+	uint64_t *in_len;  /* what each source sends here (in_len[rank]: the own part) */
+	uint8_t *row;	   /* per source: its size came (ROW_OK), failed, or is awaited */
+	int next;	   /* the next source to place */
+	uint64_t off;	   /* bytes placed before it */
+	bool broken;	   /* a source failed or dst overflowed: later parts are drained */
 	bool overflow;
 	char *srcp, *dstp;
 	uint64_t *countsp;
-	int status;         /* the first failure of an operation (sizes, parts) */
+	int status; /* the first failure of an operation (sizes, parts) */
 	char msg[ODX__MSG_MAX];
-	char *origin;       /* a source's abort: the first failure behind it */
+	char *origin; /* a source's abort: the first failure behind it */
 	int origin_rank;
-	char drain;         /* where drains point (they hold 0 bytes) */
+	char drain; /* where drains point (they hold 0 bytes) */
 	bool self_queued;
 	struct shuffle_op *ops; /* OP_KINDS * size */
 };
@@ -190,7 +200,10 @@ static bool post(struct odx__shuffle *sh, int kind, int peer, void *buf, size_t 
 	uint64_t key = kind == OP_SIZE_RECV || kind == OP_SIZE_SEND ? sh->key_size : sh->key_part;
 	int rc;
 
-	*op = (struct shuffle_op){.sh = sh, .peer = peer, .kind = (uint8_t)kind, .drain = drain,
+	*op = (struct shuffle_op){.sh = sh,
+				  .peer = peer,
+				  .kind = (uint8_t)kind,
+				  .drain = drain,
 				  .len = len};
 	if (!drain && (kind == OP_PART_SEND || kind == OP_PART_RECV) &&
 	    (ctx->tracing || ctx->peers)) {
@@ -212,7 +225,8 @@ static bool post(struct odx__shuffle *sh, int kind, int peer, void *buf, size_t 
 	 * gets the failure instead. (A refused size: the peer failed or the fabric is closing,
 	 * and its receives fail by themselves.) */
 	if (kind == OP_PART_SEND && odx_fab_send_abort(ctx->fab, peer, key, rc, sh->msg))
-		odx__log(ctx, ODX_LOG_WARN, "rank %d could not tell rank %d that its shuffle part "
+		odx__log(ctx, ODX_LOG_WARN,
+			 "rank %d could not tell rank %d that its shuffle part "
 			 "will not come (its shuffle fails when this rank is found failed)",
 			 sh->rank, peer);
 	return false;
@@ -261,8 +275,11 @@ static void place(struct odx__shuffle *sh, bool worker)
 			memcpy(sh->dstp + sh->off, sh->srcp + sh->part_off[s], len);
 			atomic_fetch_add(&ctx->shuffle_copied, len);
 			if (t0) {
-				struct shuffle_op self = {.sh = sh, .peer = sh->rank,
-							  .kind = OP_PART_RECV, .t0 = t0, .len = len};
+				struct shuffle_op self = {.sh = sh,
+							  .peer = sh->rank,
+							  .kind = OP_PART_RECV,
+							  .t0 = t0,
+							  .len = len};
 
 				trace_part(&self, 0, odx__now_ns());
 			}
@@ -310,8 +327,8 @@ static void op_done(void *arg, int status, const char *msg)
 			sh->row[p] = ROW_OK;
 			/* its side runs, and will take what this rank sends it */
 			if (sh->out_len[p])
-				post(sh, OP_PART_SEND, p, sh->srcp + sh->part_off[p], sh->out_len[p],
-				     false);
+				post(sh, OP_PART_SEND, p, sh->srcp + sh->part_off[p],
+				     sh->out_len[p], false);
 		} else {
 			sh->row[p] = ROW_FAILED;
 			if (status == ODX_ECANCELED && msg && msg[0] && !sh->origin) {
@@ -369,9 +386,10 @@ static void finish(struct odx__shuffle *sh)
 		/* its readers are canceled naming the first failure, as for a receive */
 		t->origin = strdup(sh->origin);
 		status = ODX_ECANCELED;
-		snprintf(msg, sizeof(msg),
-			 "odx_shuffle canceled: rank %d has no parts to send, an earlier failure: %s",
-			 sh->origin_rank, sh->origin);
+		snprintf(
+			msg, sizeof(msg),
+			"odx_shuffle canceled: rank %d has no parts to send, an earlier failure: %s",
+			sh->origin_rank, sh->origin);
 	} else if (sh->overflow) {
 		status = ODX_ENOSPC;
 		snprintf(msg, sizeof(msg),
@@ -531,19 +549,22 @@ static int check_buffer(odx_context *ctx, odx_buffer *b, const char *what, int i
 	if (rc)
 		return rc;
 	if (b->ctx != ctx)
-		return odx__fail(ctx, ODX_EINVAL,
-				 "odx_shuffle: %s[%d] belongs to another context", what, i);
+		return odx__fail(ctx, ODX_EINVAL, "odx_shuffle: %s[%d] belongs to another context",
+				 what, i);
 	rc = odx__buffer_partitioned(b, "odx_shuffle");
 	if (rc)
 		return rc;
 	if (b->part_of && odx__shape_strided(&b->part_shape))
 		return odx__fail(ctx, ODX_EINVAL,
 				 "odx_shuffle: %s[%d] is a 2D tile of a partition: the shuffle "
-				 "takes whole buffers and 1D parts", what, i);
+				 "takes whole buffers and 1D parts",
+				 what, i);
 	if (strcmp(what, "src") && layout_parts(b))
-		return odx__fail(ctx, ODX_EINVAL,
-				 "odx_shuffle: %s[%d] has parts (odx_buffer_set_parts): the shuffle "
-				 "writes it packed, with one length", what, i);
+		return odx__fail(
+			ctx, ODX_EINVAL,
+			"odx_shuffle: %s[%d] has parts (odx_buffer_set_parts): the shuffle "
+			"writes it packed, with one length",
+			what, i);
 	return 0;
 }
 
@@ -564,19 +585,22 @@ static int check_args(odx_context *ctx, odx_buffer *const *src, odx_buffer *cons
 			return rc;
 		nparts = layout_parts(src[i]);
 		if (nparts != n && !(n == 1 && nparts == 0))
-			return odx__fail(ctx, ODX_EINVAL,
-					 "odx_shuffle: src[%d] has %d parts (odx_buffer_set_parts); "
-					 "a shuffle of %d ranks needs %d",
-					 i, nparts, n, n);
+			return odx__fail(
+				ctx, ODX_EINVAL,
+				"odx_shuffle: src[%d] has %d parts (odx_buffer_set_parts); "
+				"a shuffle of %d ranks needs %d",
+				i, nparts, n, n);
 		if (counts && counts[i]->size < (size_t)n * sizeof(uint64_t))
-			return odx__fail(ctx, ODX_EINVAL,
-					 "odx_shuffle: counts[%d] holds %zu bytes; %d ranks need %zu",
-					 i, counts[i]->size, n, (size_t)n * sizeof(uint64_t));
+			return odx__fail(
+				ctx, ODX_EINVAL,
+				"odx_shuffle: counts[%d] holds %zu bytes; %d ranks need %zu", i,
+				counts[i]->size, n, (size_t)n * sizeof(uint64_t));
 		if (src[i] == dst[i] || (counts && (counts[i] == src[i] || counts[i] == dst[i])))
-			return odx__fail(ctx, ODX_EINVAL,
-					 "odx_shuffle: src[%d], dst[%d] and counts[%d] must be three "
-					 "buffers",
-					 i, i, i);
+			return odx__fail(
+				ctx, ODX_EINVAL,
+				"odx_shuffle: src[%d], dst[%d] and counts[%d] must be three "
+				"buffers",
+				i, i, i);
 	}
 	/* Each dst and counts buffer is written by one rank: no buffer twice among them. */
 	all = malloc(nb * sizeof(*all));
@@ -590,9 +614,10 @@ static int check_args(odx_context *ctx, odx_buffer *const *src, odx_buffer *cons
 		;
 	free(all);
 	if (i < (int)nb)
-		return odx__fail(ctx, ODX_EINVAL,
-				 "odx_shuffle: a buffer appears twice among dst and counts (each is "
-				 "written on its own rank)");
+		return odx__fail(
+			ctx, ODX_EINVAL,
+			"odx_shuffle: a buffer appears twice among dst and counts (each is "
+			"written on its own rank)");
 	return 0;
 }
 

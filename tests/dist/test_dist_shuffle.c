@@ -38,7 +38,13 @@ static int rank_ = -1;
 		exit(1);                                                                           \
 	} while (0)
 
-enum { MODE_RANDOM = 0, MODE_SPARSE, MODE_EMPTY, MODE_ONE_PART, MODE_BIG_OWN };
+enum {
+	MODE_RANDOM = 0,
+	MODE_SPARSE,
+	MODE_EMPTY,
+	MODE_ONE_PART,
+	MODE_BIG_OWN
+};
 
 static uint32_t mix(uint64_t x)
 {
@@ -135,7 +141,8 @@ static int consume_fn(const odx_host_launch *l)
 static odx_kernel *make_kernel(odx_context *ctx, const char *name, const odx_param *p, int n,
 			       odx_host_fn fn)
 {
-	odx_kernel_variant v = {.backend = ODX_BACKEND_HOST, .format = ODX_FORMAT_HOST_FN,
+	odx_kernel_variant v = {.backend = ODX_BACKEND_HOST,
+				.format = ODX_FORMAT_HOST_FN,
 				.host_fn = fn};
 	odx_kernel *k = NULL;
 
@@ -150,9 +157,9 @@ typedef struct kernels {
 typedef struct round_spec {
 	int mode;
 	uint64_t seed, caprows;
-	int small_rank;  /* dst[small_rank] one row too small (-1: none) */
-	int fail_rank;   /* the producer fails there (-1: none) */
-	int shift;       /* src[r] is owned (and written) by rank r + shift: it moves to r first */
+	int small_rank; /* dst[small_rank] one row too small (-1: none) */
+	int fail_rank;	/* the producer fails there (-1: none) */
+	int shift;	/* src[r] is owned (and written) by rank r + shift: it moves to r first */
 } round_spec;
 
 /* One shuffle and its checks; returns what odx_wait_all_ranks returned. */
@@ -195,7 +202,7 @@ static int run_round(odx_context *ctx, kernels *k, const round_spec *rs)
 	}
 	for (int s = 0; s < n; s++) {
 		/* on src[s]'s owner (rank s, or another one with a shift) */
-		odx_arg a[] = {ODX_BUF(src[s], ODX_W), ODX_I64(n), ODX_I64((int64_t)cap),
+		odx_arg a[] = {ODX_BUF(src[s], ODX_W),	   ODX_I64(n),	      ODX_I64((int64_t)cap),
 			       ODX_I64((int64_t)rs->seed), ODX_I64(rs->mode), ODX_I64(s),
 			       ODX_I64(s == rs->fail_rank)};
 		odx_task_opts o = {.tag = "gen"};
@@ -217,8 +224,8 @@ static int run_round(odx_context *ctx, kernels *k, const round_spec *rs)
 	want_ev = rs->fail_rank >= 0 ? ODX_ECANCELED : me == rs->small_rank ? ODX_ENOSPC : 0;
 	if (rc != want_ev)
 		FAIL("round mode %d seed %llu: the shuffle's event gave %s, %s expected (%s)",
-		     rs->mode, (unsigned long long)rs->seed, odx_err_name(rc), odx_err_name(want_ev),
-		     odx_event_message(ev));
+		     rs->mode, (unsigned long long)rs->seed, odx_err_name(rc),
+		     odx_err_name(want_ev), odx_event_message(ev));
 	if (rc == ODX_ENOSPC) {
 		char need[64];
 
@@ -262,8 +269,8 @@ static int run_round(odx_context *ctx, kernels *k, const round_spec *rs)
 		CHECK(ctx, odx_buffer_read(dst[d], 0, got, nb, TIMEOUT_MS));
 		if (memcmp(got, ref, nb))
 			FAIL("dst[%d]'s bytes differ from the sequential shuffle", d);
-		CHECK(ctx, odx_buffer_read(counts[d], 0, cnt, (size_t)n * sizeof(uint64_t),
-					   TIMEOUT_MS));
+		CHECK(ctx,
+		      odx_buffer_read(counts[d], 0, cnt, (size_t)n * sizeof(uint64_t), TIMEOUT_MS));
 		for (int s = 0; s < n; s++)
 			if (cnt[s] != rows_of(rs->mode, rs->seed, s, d, cap) * sizeof(uint32_t))
 				FAIL("counts[%d][%d] = %llu, %llu expected", d, s,
@@ -295,14 +302,62 @@ static int run_round(odx_context *ctx, kernels *k, const round_spec *rs)
 	return wrc;
 }
 
+/*
+ * DIST_SHUFFLE_KILL=1: the last rank vanishes (exits without closing) once its src is written,
+ * before its shuffle call. Every other rank's shuffle must fail, naming that rank, within the peer
+ * timeout, and so must odx_wait_all_ranks: no rank waits for its parts forever.
+ */
+static int killed_rank(odx_context *ctx, kernels *k)
+{
+	int n = odx_size(ctx), last = n - 1, rc;
+	odx_buffer **src = calloc((size_t)n, sizeof(*src)), **dst = calloc((size_t)n, sizeof(*dst));
+	odx_partition blocks = {.kind = ODX_PART_BLOCKS, .elem_size = sizeof(uint32_t)};
+	odx_event *ev = NULL;
+	char who[32];
+
+	for (int r = 0; r < n; r++) {
+		CHECK(ctx, odx_buffer_create(ctx, (size_t)n * 1000 * sizeof(uint32_t), 0, &src[r]));
+		CHECK(ctx, odx_buffer_create(ctx, (size_t)n * 1000 * sizeof(uint32_t), 0, &dst[r]));
+		CHECK(ctx, odx_buffer_set_owner(src[r], r));
+		CHECK(ctx, odx_buffer_set_owner(dst[r], r));
+		CHECK(ctx, odx_buffer_set_parts(src[r], &blocks, n));
+		odx_arg a[] = {ODX_BUF(src[r], ODX_W), ODX_I64(n), ODX_I64(1000), ODX_I64(21),
+			       ODX_I64(MODE_RANDOM),   ODX_I64(r), ODX_I64(0)};
+		CHECK(ctx, odx_submit(ctx, k->gen, a, 7, NULL, NULL));
+	}
+	if (rank_ == last) {
+		CHECK(ctx, odx_wait_all(ctx, TIMEOUT_MS));
+		printf("rank %d: leaving without a word\n", rank_);
+		fflush(stdout);
+		_exit(0);
+	}
+	CHECK(ctx, odx_shuffle(ctx, src, dst, NULL, NULL, &ev));
+	rc = odx_event_wait(ev, TIMEOUT_MS);
+	snprintf(who, sizeof(who), "rank %d", last);
+	printf("rank %d: the shuffle: %s: %s\n", rank_, odx_err_name(rc), odx_event_message(ev));
+	if (rc != ODX_EPEER || !strstr(odx_event_message(ev), who))
+		FAIL("the shuffle did not fail with ODX_EPEER naming %s", who);
+	odx_event_release(ev);
+	rc = odx_wait_all_ranks(ctx, TIMEOUT_MS);
+	if (rc == 0 || !strstr(odx_last_error(ctx), who))
+		FAIL("odx_wait_all_ranks: %s (%s): the vanished rank went unnoticed",
+		     odx_err_name(rc), odx_last_error(ctx));
+	odx_close(ctx);
+	free(src);
+	free(dst);
+	return 0;
+}
+
 int main(void)
 {
 	odx_param gen_p[] = {{ODX_ARG_BUFFER, ODX_W, "src"}, {ODX_ARG_I64, 0, "nparts"},
-			     {ODX_ARG_I64, 0, "caprows"}, {ODX_ARG_I64, 0, "seed"},
-			     {ODX_ARG_I64, 0, "mode"},	  {ODX_ARG_I64, 0, "s"},
+			     {ODX_ARG_I64, 0, "caprows"},    {ODX_ARG_I64, 0, "seed"},
+			     {ODX_ARG_I64, 0, "mode"},	     {ODX_ARG_I64, 0, "s"},
 			     {ODX_ARG_I64, 0, "fail"}};
-	odx_param con_p[] = {{ODX_ARG_BUFFER, ODX_R, "dst"}, {ODX_ARG_BUFFER, ODX_R, "counts"},
-			     {ODX_ARG_I64, 0, "n"}, {ODX_ARG_BUFFER, ODX_W, "out"}};
+	odx_param con_p[] = {{ODX_ARG_BUFFER, ODX_R, "dst"},
+			     {ODX_ARG_BUFFER, ODX_R, "counts"},
+			     {ODX_ARG_I64, 0, "n"},
+			     {ODX_ARG_BUFFER, ODX_W, "out"}};
 	odx_context *ctx;
 	kernels k;
 	int n, rc;
@@ -312,12 +367,14 @@ int main(void)
 	n = odx_size(ctx);
 	k.gen = make_kernel(ctx, "gen", gen_p, 7, gen_fn);
 	k.consume = make_kernel(ctx, "consume", con_p, 4, consume_fn);
+	if (getenv("DIST_SHUFFLE_KILL"))
+		return killed_rank(ctx, &k);
 
 	static const round_spec good[] = {
-		{MODE_RANDOM, 1, 1000, -1, -1, 0},	  {MODE_SPARSE, 2, 700, -1, -1, 0},
-		{MODE_EMPTY, 3, 100, -1, -1, 0},	  {MODE_ONE_PART, 4, 5000, -1, -1, 0},
-		{MODE_RANDOM, 5, 400000, -1, -1, 0}, {MODE_RANDOM, 6, 3, -1, -1, 0},
-		{MODE_BIG_OWN, 7, 100000, -1, -1, 0},  {MODE_RANDOM, 8, 5000, -1, -1, 1},
+		{MODE_RANDOM, 1, 1000, -1, -1, 0},    {MODE_SPARSE, 2, 700, -1, -1, 0},
+		{MODE_EMPTY, 3, 100, -1, -1, 0},      {MODE_ONE_PART, 4, 5000, -1, -1, 0},
+		{MODE_RANDOM, 5, 400000, -1, -1, 0},  {MODE_RANDOM, 6, 3, -1, -1, 0},
+		{MODE_BIG_OWN, 7, 100000, -1, -1, 0}, {MODE_RANDOM, 8, 5000, -1, -1, 1},
 	};
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
 		rc = run_round(ctx, &k, &good[i]);
@@ -332,8 +389,10 @@ int main(void)
 		for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
 			for (int p = 0; p < n; p++) {
 				const round_spec *g = &good[i];
-				unsigned long long out = rows_of(g->mode, g->seed, rank_, p, g->caprows) * 4;
-				unsigned long long in = rows_of(g->mode, g->seed, p, rank_, g->caprows) * 4;
+				unsigned long long out =
+					rows_of(g->mode, g->seed, rank_, p, g->caprows) * 4;
+				unsigned long long in =
+					rows_of(g->mode, g->seed, p, rank_, g->caprows) * 4;
 
 				if (p == rank_) {
 					copied += out;

@@ -22,8 +22,8 @@ static odx_context *open_with(const char *const *extra)
 {
 	odx_config *cfg = NULL;
 	odx_context *ctx = NULL;
-	const char *kv[] = {"backends", "host", "host.devices", "1", "host.bind", "false",
-			    "stats", "true", "log", "warn", NULL};
+	const char *kv[] = {"backends", "host", "host.devices", "1",	"host.bind", "false",
+			    "stats",	"true", "log",		"warn", NULL};
 	int rc;
 
 	assert_ok(odx_config_create(&cfg));
@@ -86,13 +86,19 @@ typedef struct kernels {
 
 static kernels make_kernels(odx_context *ctx)
 {
-	odx_param gp[] = {{ODX_ARG_BUFFER, ODX_W, "src"}, {ODX_ARG_I64, 0, "rows"},
-			  {ODX_ARG_I64, 0, "seed"}, {ODX_ARG_I64, 0, "part"}};
-	odx_param cp[] = {{ODX_ARG_BUFFER, ODX_R, "dst"}, {ODX_ARG_BUFFER, ODX_R, "counts"},
-			  {ODX_ARG_I64, 0, "n"}, {ODX_ARG_BUFFER, ODX_W, "out"}};
-	odx_kernel_variant gv = {.backend = ODX_BACKEND_HOST, .format = ODX_FORMAT_HOST_FN,
+	odx_param gp[] = {{ODX_ARG_BUFFER, ODX_W, "src"},
+			  {ODX_ARG_I64, 0, "rows"},
+			  {ODX_ARG_I64, 0, "seed"},
+			  {ODX_ARG_I64, 0, "part"}};
+	odx_param cp[] = {{ODX_ARG_BUFFER, ODX_R, "dst"},
+			  {ODX_ARG_BUFFER, ODX_R, "counts"},
+			  {ODX_ARG_I64, 0, "n"},
+			  {ODX_ARG_BUFFER, ODX_W, "out"}};
+	odx_kernel_variant gv = {.backend = ODX_BACKEND_HOST,
+				 .format = ODX_FORMAT_HOST_FN,
 				 .host_fn = gen_fn};
-	odx_kernel_variant cv = {.backend = ODX_BACKEND_HOST, .format = ODX_FORMAT_HOST_FN,
+	odx_kernel_variant cv = {.backend = ODX_BACKEND_HOST,
+				 .format = ODX_FORMAT_HOST_FN,
 				 .host_fn = consume_fn};
 	kernels k;
 
@@ -137,7 +143,8 @@ static int one_shuffle(odx_context *ctx, kernels *k, size_t cap, size_t rows, si
 		assert_ok(odx_buffer_read(dst, 0, got, nb, TEST_TIMEOUT_MS));
 		for (size_t i = 0; i < rows; i++) {
 			if (got[i] != value(seed, i))
-				fail_msg("dst row %zu is %u, %u expected", i, got[i], value(seed, i));
+				fail_msg("dst row %zu is %u, %u expected", i, got[i],
+					 value(seed, i));
 			sum += got[i];
 		}
 		assert_ok(odx_buffer_read(counts, 0, &cnt, sizeof(cnt), TEST_TIMEOUT_MS));
@@ -156,8 +163,10 @@ static int one_shuffle(odx_context *ctx, kernels *k, size_t cap, size_t rows, si
 	if (rc == ODX_ENOSPC) {
 		char need[96];
 
-		snprintf(need, sizeof(need), "holds %zu bytes, but its parts from the 1 ranks take "
-			 "%zu bytes", dcap, nb);
+		snprintf(need, sizeof(need),
+			 "holds %zu bytes, but its parts from the 1 ranks take "
+			 "%zu bytes",
+			 dcap, nb);
 		if (!strstr(odx_event_message(ev), need))
 			fail_msg("the message does not say '%s': %s", need, odx_event_message(ev));
 	}
@@ -284,8 +293,10 @@ static bool device_src_run(const char *backend)
 	assert_ok(odx_buffer_create(ctx, n * sizeof(uint32_t), 0, &src));
 	assert_ok(odx_buffer_create(ctx, n * sizeof(uint32_t), 0, &dst));
 	odx_arg a[] = {ODX_BUF(src, ODX_W), ODX_I32(0x5eed), ODX_I32((int32_t)n)};
-	odx_task_opts o = {.flags = ODX_SUBMIT_ON_DEVICE, .on_device = gpu,
-			   .grid = {(uint32_t)(n + 63) / 64, 1, 1}, .block = {64, 1, 1}};
+	odx_task_opts o = {.flags = ODX_SUBMIT_ON_DEVICE,
+			   .on_device = gpu,
+			   .grid = {(uint32_t)(n + 63) / 64, 1, 1},
+			   .block = {64, 1, 1}};
 	assert_ok(odx_submit(ctx, fill, a, 3, &o, NULL));
 	assert_ok(odx_shuffle(ctx, &src, &dst, NULL, NULL, NULL));
 	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
@@ -316,8 +327,13 @@ static void test_device_src(void **state)
 static void test_spilled_dst(void **state)
 {
 	char root[64] = "/tmp/odx-test-shuffle-XXXXXX";
-	const char *kv[] = {"tier.host.limit", "1MiB", "tier.disk.limit", "64MiB",
-			    "tier.disk.path", root, NULL};
+	const char *kv[] = {"tier.host.limit",
+			    "1MiB",
+			    "tier.disk.limit",
+			    "64MiB",
+			    "tier.disk.path",
+			    root,
+			    NULL};
 	odx_context *ctx;
 	kernels k;
 	odx_buffer *src, *dst, *other[6];
