@@ -255,7 +255,9 @@ static void submit_opts(job *j, odx_kernel *k, const odx_arg *args, int nargs,
  * one row per work-item reads them in order (and groups past n cost nothing: docs/kernels.md). */
 static uint32_t blocks(uint64_t n)
 {
-	return (uint32_t)((n + 255) / 256);
+	uint64_t g = (n + 255) / 256;
+
+	return g < 65535 ? (uint32_t)g : 65535; /* what every GPU takes in x (docs/kernels.md) */
 }
 
 static void submit(job *j, odx_kernel *k, const odx_arg *args, int nargs, uint32_t grid,
