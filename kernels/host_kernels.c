@@ -668,6 +668,133 @@ int odx__host_scatter_rows(const odx_host_launch *l)
 	return 0;
 }
 
+/*
+ * odx.hash_groupby on the host, the rows of this call in order. The kernel body run once per
+ * work-item (the other variants' way) takes its rows a grid apart, each with 64-bit atomics:
+ * every row then waits for its own cache misses (a row, a table slot), where a plain loop over
+ * a table overlaps the misses of consecutive rows. Here the call's rows go in index order, the
+ * slot of the row GB_AHEAD rows on is prefetched, and, when the device has one thread (no
+ * other chunk of the launch runs meanwhile, and every other task using the table is ordered by
+ * its dependencies), the updates are plain loads and stores. The same slots, the same counts,
+ * sums, minima and maxima as the kernel body (the f64 sums in the rows' order, which
+ * docs/kernels.md leaves free); the rows a work-item would have taken are exactly these.
+ */
+#define GB_AHEAD 16
+
+typedef struct gb_row {
+	uint64_t key, cnt, sum, lo, hi;
+} gb_row;
+
+/* Row i as a partial aggregate (the kernel body's first step); false: a record of count 0. */
+static bool gb_read(const uint32_t *keys, const uint32_t *values, int64_t i, int kw, int vk,
+		    gb_row *r)
+{
+	const uint32_t *v;
+
+	r->key = kw == 2 ? (uint64_t)keys[2 * i] | (uint64_t)keys[2 * i + 1] << 32 : keys[i];
+	r->cnt = 1;
+	if (vk == 0) {
+		float f;
+		double d;
+
+		memcpy(&f, &values[i], 4);
+		d = f;
+		memcpy(&r->sum, &d, 8);
+		r->lo = r->hi = r->sum;
+		return true;
+	}
+	v = values + i * (vk <= 2 ? 2 : 8);
+	r->sum = (uint64_t)v[0] | (uint64_t)v[1] << 32;
+	r->lo = r->hi = r->sum;
+	if (vk <= 2)
+		return true;
+	r->cnt = r->sum;
+	r->sum = (uint64_t)v[2] | (uint64_t)v[3] << 32;
+	r->lo = (uint64_t)v[4] | (uint64_t)v[5] << 32;
+	r->hi = (uint64_t)v[6] | (uint64_t)v[7] << 32;
+	return r->cnt != 0;
+}
+
+static bool gb_better(uint64_t v, uint64_t cur, bool is_f64, bool want_min)
+{
+	if (is_f64) {
+		double a, b;
+
+		memcpy(&a, &v, 8);
+		memcpy(&b, &cur, 8);
+		return want_min ? a < b : a > b; /* NaN: false, never replaces */
+	}
+	return want_min ? (int64_t)v < (int64_t)cur : (int64_t)v > (int64_t)cur;
+}
+
+static void gb_rows(const uint32_t *keys, const uint32_t *values, uint64_t *table,
+		    uint32_t *status, int64_t first, int64_t end, int32_t cap, int kw, int vk,
+		    bool atomic)
+{
+	uint64_t mask = (uint64_t)cap - 1;
+	bool is_f64 = vk != 2 && vk != 4;
+	uint64_t min0 = is_f64 ? ODX_GB_MIN0_F64 : ODX_GB_MIN0_I64;
+	uint64_t max0 = is_f64 ? ODX_GB_MAX0_F64 : ODX_GB_MAX0_I64;
+
+	for (int64_t i = first; i < end; i++) {
+		uint64_t slot = (uint64_t)cap, *s;
+		gb_row r;
+
+		if (i + GB_AHEAD < end) {
+			int64_t a = i + GB_AHEAD;
+			uint64_t k = kw == 2 ? (uint64_t)keys[2 * a] | (uint64_t)keys[2 * a + 1] << 32
+					     : keys[a];
+
+			__builtin_prefetch(&table[(odx__gb_fmix64(k) & mask) * 5], 1);
+		}
+		if (!gb_read(keys, values, i, kw, vk, &r))
+			continue;
+		if (~r.key != 0) {
+			uint64_t h = odx__gb_fmix64(r.key) & mask, j;
+
+			for (j = 0; j <= mask; j++) {
+				uint64_t at = (h + j) & mask, cur = table[at * 5];
+
+				if (cur == 0) {
+					if (atomic)
+						cur = odx__cas_u64(&table[at * 5], 0, ~r.key);
+					else
+						table[at * 5] = ~r.key;
+				}
+				if (cur == 0 || cur == ~r.key) {
+					slot = at;
+					break;
+				}
+			}
+			if (j > mask) {
+				if (atomic)
+					__atomic_fetch_add(&status[0], 1u, __ATOMIC_RELAXED);
+				else
+					status[0]++;
+				continue;
+			}
+		}
+		s = table + slot * 5;
+		if (atomic) {
+			__atomic_fetch_add(&s[1], r.cnt, __ATOMIC_RELAXED);
+			if (is_f64)
+				odx__gb_add_f64(&s[2], odx__bits_f64(r.sum));
+			else
+				__atomic_fetch_add(&s[2], r.sum, __ATOMIC_RELAXED);
+			odx__gb_minmax(&s[3], r.lo, min0, is_f64, 1);
+			odx__gb_minmax(&s[4], r.hi, max0, is_f64, 0);
+			continue;
+		}
+		s[1] += r.cnt;
+		s[2] = is_f64 ? odx__f64_bits(odx__bits_f64(s[2]) + odx__bits_f64(r.sum))
+			      : s[2] + r.sum;
+		if (gb_better(r.lo, s[3] ^ min0, is_f64, true))
+			s[3] = r.lo ^ min0;
+		if (gb_better(r.hi, s[4] ^ max0, is_f64, false))
+			s[4] = r.hi ^ max0;
+	}
+}
+
 int odx__host_hash_groupby(const odx_host_launch *l)
 {
 	int32_t n = arg_i32(l, 4), cap = arg_i32(l, 5), kw = arg_i32(l, 6), vk = arg_i32(l, 7);
@@ -687,6 +814,22 @@ int odx__host_hash_groupby(const odx_host_launch *l)
 	    check_buffer(l, "odx.hash_groupby", 3, 1, 4) ||
 	    walk_first(&w, l, "odx.hash_groupby", n))
 		return 1;
+	if (l->grid[1] <= 1 && l->grid[2] <= 1 && l->block[1] <= 1 && l->block[2] <= 1) {
+		/* a 1-D launch: work-item t of the grid takes rows t, t + items, t + 2 items, ...,
+		 * so this call's groups take, in every stretch of `items` rows, the rows
+		 * [lo, hi) of it */
+		int64_t block = w.it.block[0], items = (int64_t)w.it.grid[0] * block;
+		int64_t lo = (int64_t)l->group_first * block;
+		int64_t hi = lo + (int64_t)l->group_count * block;
+
+		if (hi > items)
+			hi = items;
+		for (int64_t base = 0; base < n && lo < hi; base += items)
+			gb_rows(l->buffers[0], l->buffers[1], l->buffers[2], l->buffers[3],
+				base + lo, base + hi < n ? base + hi : n, cap, kw, vk,
+				l->threads > 1);
+		return 0;
+	}
 	for (; w.g < w.end; walk_next(&w))
 		odx_hash_groupby(&w.it, l->buffers[0], l->buffers[1], l->buffers[2], l->buffers[3],
 				 n, cap, kw, vk);

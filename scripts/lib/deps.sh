@@ -6,6 +6,7 @@
 #
 #   odx_deps_install build          # what building, testing and the demo need
 #   odx_deps_install build bench    # plus the benchmark anchors (StarPU)
+#   odx_deps_install build mpi      # plus Open MPI's compiler wrapper and headers (bench/shuffle)
 #
 # It asks dpkg-query first and calls apt-get (update, then install) only when something is
 # missing, so a second run costs a few milliseconds and needs no network. Set ODX_SKIP_DEPS=1 to
@@ -19,6 +20,8 @@ ODX_DEPS_BUILD=(meson ninja-build pkg-config gcc libinih-dev libhwloc-dev hwloc 
 	libopenblas-dev)
 # shellcheck disable=SC2034
 ODX_DEPS_BENCH=(libstarpu-dev starpu-examples)
+# shellcheck disable=SC2034
+ODX_DEPS_MPI=(openmpi-bin libopenmpi-dev)
 
 # The repository root, whichever directory the calling script was started from.
 ODX_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -26,14 +29,15 @@ ODX_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 odx_log() { printf '==> %s\n' "$*" >&2; }
 odx_die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
-# Prints the packages of the named groups (build, bench), one per line.
+# Prints the packages of the named groups (build, bench, mpi), one per line.
 odx_deps_list() {
 	local group
 	for group in "$@"; do
 		case "$group" in
 		build) printf '%s\n' "${ODX_DEPS_BUILD[@]}" ;;
 		bench) printf '%s\n' "${ODX_DEPS_BENCH[@]}" ;;
-		*) odx_die "unknown dependency group '$group' (build, bench)" ;;
+		mpi) printf '%s\n' "${ODX_DEPS_MPI[@]}" ;;
+		*) odx_die "unknown dependency group '$group' (build, bench, mpi)" ;;
 		esac
 	done
 }
