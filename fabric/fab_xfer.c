@@ -133,6 +133,15 @@ static void xfer_feed(odx_fab *f, struct fab_xfer *x)
 			op->sink = op->chunk == x->own_chunks - 1 || p->lanes > 1;
 		}
 		op->tag = fab_data_tag(x->key, x->next_chunk);
+		if (x->eager && kind != OP_READ) {
+			/* a one-chunk sized send, or the receive of one: on its own tag, and a
+			 * sender longer than the receive spills into the sink (its length is
+			 * the message's, known only when it lands) */
+			op->tag = fab_eager_tag(x->key);
+			op->eager = true;
+			if (kind == OP_DATA_RX && f->sink && peer_rail(f, x->peer)->rx_iov2)
+				op->sink = true;
+		}
 		/* the chunks take turns over the copy lanes (the same turn on both sides); chunk 0
 		 * stays on the rail's endpoint, so a length disagreement still shows there */
 		if (kind != OP_READ && p->lanes > 1)
@@ -211,6 +220,7 @@ void fab_recv_pull(odx_fab *f, struct fab_xfer *x, struct fab_xfer *r)
 		if (x->ops[i])
 			op_detach(f, x, x->ops[i]);
 	x->mode = FAB_MODE_PULL;
+	x->eager = false;
 	x->nchunks = nchunks;
 	x->next_chunk = 0;
 	x->completed = 0;
@@ -270,6 +280,16 @@ void fab_recv_size_known(odx_fab *f, struct fab_xfer *x, size_t len)
 	struct fab_rail *rl = peer_rail(f, x->peer);
 
 	x->await_size = false;
+	if (x->eager) {
+		/* A sender of several chunks: nothing comes on the one-message tag, so its
+		 * receive goes (cancelled) and the chunks are posted from the first. */
+		for (int i = 0; i < FAB_WINDOW_MAX; i++)
+			if (x->ops[i])
+				op_detach(f, x, x->ops[i]);
+		x->eager = false;
+		x->next_chunk = 0;
+		x->completed = 0;
+	}
 	/* Longer than its buffer: posted for its capacity, the chunks disagree, and the receive
 	 * drains the sender's chunks and fails both (recv_mismatch_begin), as any mismatch. */
 	if (len <= x->len)
@@ -324,7 +344,14 @@ void fab_xfer_start(odx_fab *f, struct fab_xfer *x)
 				fab_xfer_finish(f, x, ODX_EINVAL, msg);
 				return;
 			}
-			x->await_size = true; /* handle_size posts it */
+			/* A sender of one chunk sends one message, with no SIZE: its receive is
+			 * posted now, into the whole capacity. A sender of several announces
+			 * them, and handle_size swaps that receive for the chunks'. */
+			x->await_size = true;
+			x->eager = true;
+			x->nchunks = 1;
+			if (xfer_register(f, x, rl->has_rma ? FI_RECV | FI_READ : FI_RECV) == 0)
+				xfer_feed(f, x);
 			return;
 		}
 		if (r && r->sized) {
@@ -347,6 +374,20 @@ void fab_xfer_start(odx_fab *f, struct fab_xfer *x)
 		return;
 	}
 	map_put(&f->sends, bucket((uint64_t)x->peer, x->key), x);
+	if (x->sized && x->nchunks == 1) {
+		/* one message, whose length is its own: no SIZE, as a plain transfer costs */
+		x->eager = true;
+	} else if (x->sized) {
+		/* the receive posts its chunks once it knows how many: the length goes first */
+		struct fab_size sz = {.key = x->key, .len = x->len};
+		struct fab_op *op =
+			fab_ctrl_new(f, x->peer, FAB_MSG_SIZE, 0, &sz, sizeof(sz), NULL, 0);
+		if (!op) {
+			fab_xfer_finish(f, x, ODX_ENOMEM, "out of memory for a transfer length");
+			return;
+		}
+		fab_ctrl_enqueue(f, op);
+	}
 	if (!x->sized && x->len >= atomic_load(&f->pull_min) && x->len && rl->has_rma && !rl->mr_raw &&
 	    fab_mr_register(f, rl, x->buf, x->len, FI_REMOTE_READ, &x->mr) == 0) {
 		uint64_t key = fi_mr_key(x->mr);
@@ -509,4 +550,58 @@ bool fab_rx_checked(odx_fab *f, struct fab_op *op, size_t len, uint64_t data, bo
 	if (!x->mismatch && (truncated || (uint32_t)data != (uint32_t)x->check || len != op->len))
 		recv_mismatch_begin(f, x, data);
 	return false;
+}
+
+/* The one message of a one-chunk sized send (fab_eager_tag) landed in the receive an
+ * odx_fab_recv_upto posted for it, whose x->len is still its capacity: the message's length is
+ * the sender's (with the sink behind the buffer, a longer one lands whole). Its check must name
+ * this job and key, and that length, else it is foreign (dropped, counted, posted again, as in
+ * fab_rx_checked). Longer than the capacity: both sides fail, the receive's message giving both
+ * lengths. */
+void fab_rx_eager(odx_fab *f, struct fab_op *op, size_t len, uint64_t data, bool truncated)
+{
+	struct fab_xfer *x = op->xfer;
+	if (op->detached || x->finished) {
+		fab_data_op_release(f, op);
+		return;
+	}
+	size_t chunk = fab_chunk_size(len, xfer_chunk(f, x->peer, len));
+	uint64_t want = fab_data_check(f->wu.job_key, x->key, len, chunk, 1);
+	if ((data ^ x->check) >> 32 || (!truncated && data != want)) {
+		fab_bad(f,
+			"a one-message transfer from rank %d for key %#llx (%zu bytes) does not carry "
+			"this job's check for it (another job, stale or forged); receive posted again",
+			op->peer, (unsigned long long)x->key, len);
+		push_ready(f, op);
+		return;
+	}
+	if (truncated || len > x->len) {
+		char msg[300];
+		snprintf(msg, sizeof(msg),
+			 "rank %d sends %zu bytes for key %#llx, more than the %zu bytes the receive "
+			 "posted for it (odx_fab_recv_upto) has room for",
+			 x->peer, len, (unsigned long long)x->key, x->len);
+		send_nack(f, x->peer, x->key, x->len, ODX_EINVAL);
+		fab_xfer_finish(f, x, ODX_EINVAL, msg); /* takes op out of the window */
+		fab_data_op_release(f, op);
+		return;
+	}
+	x->len = len;
+	x->await_size = false;
+	op->len = len;
+	fab_data_op_done(f, op); /* its only chunk: done */
+}
+
+size_t odx_fab_sized_one_max(const odx_fab *f, int peer)
+{
+	if (!f || peer < 0 || peer >= f->size)
+		return 0;
+	if (peer == f->rank)
+		return SIZE_MAX; /* a copy */
+	const struct fab_rail *rl = &f->rail[f->peers[peer].rail];
+	size_t max = rl->chunk;
+	/* xfer_chunk splits a transfer over copy lanes from two lane_min pieces on */
+	if (f->peers[peer].lanes > 1 && rl->lane_min && rl->lane_min <= max / 2)
+		max = 2 * rl->lane_min - 1;
+	return max;
 }
