@@ -144,6 +144,7 @@ struct fab_xfer {
 			      * send is posted (eager) */
 	bool eager;	     /* a sized send of one chunk: one message on fab_eager_tag, no SIZE */
 	size_t *len_out;     /* odx_fab_recv_upto: the length received, set before done */
+	size_t announced;    /* ... and the length its sender's SIZE gave, beyond its capacity */
 	int refused;	     /* ... and fails with this once its last chunk is out (an ABORT
 			      * record: the status its receive fails with, refused_msg why) */
 	char *refused_msg;

@@ -294,6 +294,8 @@ void fab_recv_size_known(odx_fab *f, struct fab_xfer *x, size_t len)
 	 * drains the sender's chunks and fails both (recv_mismatch_begin), as any mismatch. */
 	if (len <= x->len)
 		x->len = len;
+	else
+		x->announced = len; /* for the message */
 	xfer_plan(f, x);
 	if (xfer_register(f, x, rl->has_rma ? FI_RECV | FI_READ : FI_RECV) == 0)
 		xfer_feed(f, x);
@@ -500,11 +502,17 @@ void fab_data_op_done(odx_fab *f, struct fab_op *op)
 	}
 	if (x->mismatch) {
 		char msg[300];
-		snprintf(msg, sizeof(msg),
-			 "rank %d sends a different length for key %#llx (in %u chunk%s) than the "
-			 "receive posted for it, which expects %zu bytes",
-			 x->peer, (unsigned long long)x->key, x->nchunks,
-			 x->nchunks == 1 ? "" : "s", x->len);
+		if (x->announced)
+			snprintf(msg, sizeof(msg),
+				 "rank %d sends %zu bytes for key %#llx, more than the %zu bytes the "
+				 "receive posted for it (odx_fab_recv_upto) has room for",
+				 x->peer, x->announced, (unsigned long long)x->key, x->len);
+		else
+			snprintf(msg, sizeof(msg),
+				 "rank %d sends a different length for key %#llx (in %u chunk%s) "
+				 "than the receive posted for it, which expects %zu bytes",
+				 x->peer, (unsigned long long)x->key, x->nchunks,
+				 x->nchunks == 1 ? "" : "s", x->len);
 		fab_xfer_finish(f, x, ODX_EINVAL, msg);
 		return;
 	}

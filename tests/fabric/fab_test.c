@@ -504,9 +504,13 @@ static void run_sized(odx_fab *f)
 				DIE("sized key %llu (%zu bytes into %zu) ended with %s: %s",
 				    (unsigned long long)x->key, pairs[i % NP][0], pairs[i % NP][1],
 				    odx_err_name(x->status), x->msg);
-			if (!x->is_send && (x->status != ODX_EINVAL || x->got != 0))
-				DIE("over-long sized receive of key %llu: %s, length %zu",
-				    (unsigned long long)x->key, odx_err_name(x->status), x->got);
+			char a[64], b[64];
+			snprintf(a, sizeof(a), "sends %zu bytes", pairs[i % NP][0]);
+			snprintf(b, sizeof(b), " %zu bytes", pairs[i % NP][1]);
+			if (!x->is_send && (x->status != ODX_EINVAL || x->got != 0 ||
+					    !strstr(x->msg, a) || !strstr(strstr(x->msg, a) + strlen(a), b)))
+				DIE("over-long sized receive of key %llu: %s, length %zu, \"%s\"",
+				    (unsigned long long)x->key, odx_err_name(x->status), x->got, x->msg);
 		} else if (x->status) {
 			DIE("sized key %llu failed: %s: %s", (unsigned long long)x->key,
 			    odx_err_name(x->status), x->msg);
