@@ -503,10 +503,11 @@ void fab_data_op_done(odx_fab *f, struct fab_op *op)
 	if (x->mismatch) {
 		char msg[300];
 		if (x->announced)
-			snprintf(msg, sizeof(msg),
-				 "rank %d sends %zu bytes for key %#llx, more than the %zu bytes the "
-				 "receive posted for it (odx_fab_recv_upto) has room for",
-				 x->peer, x->announced, (unsigned long long)x->key, x->len);
+			snprintf(
+				msg, sizeof(msg),
+				"rank %d sends %zu bytes for key %#llx, more than the %zu bytes the "
+				"receive posted for it (odx_fab_recv_upto) has room for",
+				x->peer, x->announced, (unsigned long long)x->key, x->len);
 		else
 			snprintf(msg, sizeof(msg),
 				 "rank %d sends a different length for key %#llx (in %u chunk%s) "
@@ -585,10 +586,11 @@ void fab_rx_eager(odx_fab *f, struct fab_op *op, size_t len, uint64_t data, bool
 	}
 	if (truncated || len > x->len) {
 		char msg[300];
-		snprintf(msg, sizeof(msg),
-			 "rank %d sends %zu bytes for key %#llx, more than the %zu bytes the receive "
-			 "posted for it (odx_fab_recv_upto) has room for",
-			 x->peer, len, (unsigned long long)x->key, x->len);
+		snprintf(
+			msg, sizeof(msg),
+			"rank %d sends %zu bytes for key %#llx, more than the %zu bytes the receive "
+			"posted for it (odx_fab_recv_upto) has room for",
+			x->peer, len, (unsigned long long)x->key, x->len);
 		send_nack(f, x->peer, x->key, x->len, ODX_EINVAL);
 		fab_xfer_finish(f, x, ODX_EINVAL, msg); /* takes op out of the window */
 		fab_data_op_release(f, op);

@@ -507,10 +507,12 @@ static void run_sized(odx_fab *f)
 			char a[64], b[64];
 			snprintf(a, sizeof(a), "sends %zu bytes", pairs[i % NP][0]);
 			snprintf(b, sizeof(b), " %zu bytes", pairs[i % NP][1]);
-			if (!x->is_send && (x->status != ODX_EINVAL || x->got != 0 ||
-					    !strstr(x->msg, a) || !strstr(strstr(x->msg, a) + strlen(a), b)))
+			if (!x->is_send &&
+			    (x->status != ODX_EINVAL || x->got != 0 || !strstr(x->msg, a) ||
+			     !strstr(strstr(x->msg, a) + strlen(a), b)))
 				DIE("over-long sized receive of key %llu: %s, length %zu, \"%s\"",
-				    (unsigned long long)x->key, odx_err_name(x->status), x->got, x->msg);
+				    (unsigned long long)x->key, odx_err_name(x->status), x->got,
+				    x->msg);
 		} else if (x->status) {
 			DIE("sized key %llu failed: %s: %s", (unsigned long long)x->key,
 			    odx_err_name(x->status), x->msg);
@@ -558,8 +560,8 @@ static void run_sized_one(odx_fab *f)
 	enum {
 		R = 8
 	};
-	const size_t small[][2] = {{0, 0}, {0, 100}, {1, 1}, {64, 4096}, {4096, 4096}, {200, 100},
-				   {1, 0}};
+	const size_t small[][2] = {{0, 0},	 {0, 100},   {1, 1}, {64, 4096},
+				   {4096, 4096}, {200, 100}, {1, 0}};
 	const size_t big[][2] = {{lim - 1, lim}, {lim, lim}, {lim + 1, lim + 1}, {lim, lim - 1}};
 	enum {
 		NS = sizeof(small) / sizeof(small[0]),
@@ -661,12 +663,14 @@ static void run_sized_one(odx_fab *f)
 					    (unsigned long long)x->key, x->got, sent[i]);
 				for (size_t k = 0; k < x->offset + x->len + 1; k++) {
 					bool in = k >= x->offset && k < x->offset + sent[i];
-					unsigned char expect = in ? pattern(0, 1, x->key, k - x->offset)
-								  : (unsigned char)0xa5;
+					unsigned char expect =
+						in ? pattern(0, 1, x->key, k - x->offset)
+						   : (unsigned char)0xa5;
 					if (x->mem[k] != expect)
 						DIE("one-message receive of key %llu: byte %zu is "
 						    "%#x, not %#x",
-						    (unsigned long long)x->key, k, x->mem[k], expect);
+						    (unsigned long long)x->key, k, x->mem[k],
+						    expect);
 				}
 			}
 			free(x->mem);
