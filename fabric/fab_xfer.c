@@ -347,11 +347,15 @@ void fab_xfer_start(odx_fab *f, struct fab_xfer *x)
 				return;
 			}
 			/* A sender of one chunk sends one message, with no SIZE: its receive is
-			 * posted now, into the whole capacity. A sender of several announces
+			 * posted now, into as much of the buffer as such a message can fill (not
+			 * the chunk a receive of the capacity would cut: over copy lanes that is
+			 * smaller), the sink behind it. A sender of several chunks announces
 			 * them, and handle_size swaps that receive for the chunks'. */
+			size_t one = odx_fab_sized_one_max(f, x->peer);
 			x->await_size = true;
 			x->eager = true;
 			x->nchunks = 1;
+			x->chunk = x->len < one ? x->len : one;
 			if (xfer_register(f, x, rl->has_rma ? FI_RECV | FI_READ : FI_RECV) == 0)
 				xfer_feed(f, x);
 			return;
@@ -376,8 +380,9 @@ void fab_xfer_start(odx_fab *f, struct fab_xfer *x)
 		return;
 	}
 	map_put(&f->sends, bucket((uint64_t)x->peer, x->key), x);
-	if (x->sized && x->nchunks == 1) {
-		/* one message, whose length is its own: no SIZE, as a plain transfer costs */
+	if (x->sized && x->nchunks == 1 && x->len <= odx_fab_sized_one_max(f, x->peer)) {
+		/* one chunk (xfer_plan cut it so): one message, whose length is its own, and no
+		 * SIZE, as a plain transfer costs */
 		x->eager = true;
 	} else if (x->sized) {
 		/* the receive posts its chunks once it knows how many: the length goes first */
@@ -602,6 +607,9 @@ void fab_rx_eager(odx_fab *f, struct fab_op *op, size_t len, uint64_t data, bool
 	fab_data_op_done(f, op); /* its only chunk: done */
 }
 
+/* What a sender sends as one message, and what the receive posted for one takes into its
+ * buffer: up to the rail's chunk, and below two lane_min pieces where copy lanes split transfers
+ * (xfer_chunk keeps the rail's chunk below that). Up to it, xfer_plan cuts one chunk. */
 size_t odx_fab_sized_one_max(const odx_fab *f, int peer)
 {
 	if (!f || peer < 0 || peer >= f->size)
@@ -610,7 +618,6 @@ size_t odx_fab_sized_one_max(const odx_fab *f, int peer)
 		return SIZE_MAX; /* a copy */
 	const struct fab_rail *rl = &f->rail[f->peers[peer].rail];
 	size_t max = rl->chunk;
-	/* xfer_chunk splits a transfer over copy lanes from two lane_min pieces on */
 	if (f->peers[peer].lanes > 1 && rl->lane_min && rl->lane_min <= max / 2)
 		max = 2 * rl->lane_min - 1;
 	return max;

@@ -562,7 +562,10 @@ static void run_sized_one(odx_fab *f)
 	};
 	const size_t small[][2] = {{0, 0},	 {0, 100},   {1, 1}, {64, 4096},
 				   {4096, 4096}, {200, 100}, {1, 0}};
-	const size_t big[][2] = {{lim - 1, lim}, {lim, lim}, {lim + 1, lim + 1}, {lim, lim - 1}};
+	/* capacities above the limit too: a receive of that size would be cut into smaller
+	 * chunks (over copy lanes), yet the one message lands whole in its buffer */
+	const size_t big[][2] = {{lim - 1, lim},	 {lim, lim},	     {lim, lim + 1},
+				 {lim - 1, 2 * lim + 3}, {lim + 1, lim + 1}, {lim, lim - 1}};
 	enum {
 		NS = sizeof(small) / sizeof(small[0]),
 		NB = sizeof(big) / sizeof(big[0]),
