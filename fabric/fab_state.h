@@ -32,7 +32,8 @@
  * A sized send (odx_fab_send_sized), whose receiver knows only a capacity, announces its length
  * (SIZE) when it is several chunks; one of a single chunk is one message on a tag of its own
  * (fab_eager_tag), which odx_fab_recv_upto posts a receive for at once: its length is the
- * message's, as a plain transfer of the same bytes.
+ * message's, as a plain transfer of the same bytes. One that comes before its receive waits in
+ * the provider as an unexpected message, as any early chunk does (no record of ours).
  */
 #ifndef ODX_FAB_STATE_H
 #define ODX_FAB_STATE_H
