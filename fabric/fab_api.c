@@ -107,8 +107,8 @@ int odx_fab_send_msg(odx_fab *f, int dst, uint32_t type, const void *payload, si
 	return fab_submit_to_peer_unlock(f, dst, op);
 }
 
-/* `sized`: a sized send (its SIZE goes ahead of it) or a receive up to `len` bytes whose length
- * comes from that SIZE (written to *len_out). */
+/* `sized`: a sized send (one message, or its SIZE ahead of its chunks: fab_xfer_start) or a
+ * receive up to `len` bytes that learns the length from there (written to *len_out). */
 static int submit_xfer(odx_fab *f, bool is_send, int peer, uint64_t key, void *buf, size_t len,
 		       odx_fab_done_fn done, void *arg, bool sized, size_t *len_out)
 {
@@ -129,23 +129,8 @@ static int submit_xfer(odx_fab *f, bool is_send, int peer, uint64_t key, void *b
 	x->sized = sized && is_send;
 	x->upto = sized && !is_send;
 	x->len_out = len_out;
-	struct fab_op *size_op = NULL;
-	if (x->sized && peer != f->rank) {
-		struct fab_size sz = {.key = key, .len = len};
-		size_op = fab_ctrl_new(f, peer, FAB_MSG_SIZE, 0, &sz, sizeof(sz), NULL, 0);
-		if (!size_op) {
-			free(x);
-			return ODX_ENOMEM;
-		}
-	}
 	pthread_mutex_lock(&f->lock);
 	int ret = check_peer_locked(f, peer);
-	if (!ret && size_op) {
-		submit_op(f, size_op); /* taken before the transfer: its chunks follow it out */
-		size_op = NULL;
-	}
-	if (size_op)
-		op_free(size_op);
 	if (!ret) {
 		/* anext links the submission list until the progress thread starts it */
 		if (f->sub_x_tail)

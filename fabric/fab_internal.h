@@ -20,7 +20,7 @@
  * Every control message starts with fab_hdr. Hosts are assumed to share endianness (checked by
  * the magic: a byte-swapped peer fails the magic test and is dropped). */
 #define FAB_MAGIC 0x4f445846u /* "ODXF" */
-#define FAB_VERSION 4	      /* 3: barriers carry a status, ABORT; 4: SIZE */
+#define FAB_VERSION 5 /* 3: barriers carry a status, ABORT; 4: SIZE; 5: one-message sized sends */
 
 enum fab_msg_type {
 	FAB_MSG_USER = 1,    /* odx_fab_send_msg payload */
@@ -33,7 +33,7 @@ enum fab_msg_type {
 	FAB_MSG_BARRIER_OUT, /* 0 -> rank: barrier epoch released */
 	FAB_MSG_BYE,	     /* the sender is closing (credit-exempt) */
 	FAB_MSG_ABORT,	     /* a send that will never come: its receive fails (fab_abort) */
-	FAB_MSG_SIZE,	     /* the length of a sized send, for its odx_fab_recv_upto (fab_size) */
+	FAB_MSG_SIZE,	     /* the length of a sized send of several chunks (fab_size) */
 	FAB_MSG_TYPE_END
 };
 
@@ -65,7 +65,8 @@ struct fab_rts {
 	uint64_t rma_key;
 };
 
-/* SIZE: a sized send's length, ahead of its chunks (its receive posts them once it knows). */
+/* SIZE: the length of a sized send of several chunks, ahead of them (its receive posts them once
+ * it knows). A sized send of one chunk has none: it travels alone, on its own tag. */
 struct fab_size {
 	uint64_t key;
 	uint64_t len;
@@ -122,6 +123,16 @@ _Static_assert(FAB_KEY_BITS == ODX_FAB_KEY_BITS, "fabric.h promises 55-bit keys"
 static inline uint64_t fab_data_tag(uint64_t key, uint32_t chunk)
 {
 	return FAB_TAG_DATA | key << FAB_TAG_CHUNK_BITS | chunk;
+}
+
+/* A sized send that is one chunk (odx_fab_send_sized) is one message, with no SIZE ahead of it:
+ * its length is the message's. It travels on a tag of its own, top bit clear and never 0 (the
+ * control tag), so that an odx_fab_recv_upto can post a receive for it before it knows whether
+ * the sender cut one chunk or announces several; the sender's length decides, which the receiver
+ * does not know. */
+static inline uint64_t fab_eager_tag(uint64_t key)
+{
+	return key << FAB_TAG_CHUNK_BITS | 1;
 }
 
 static inline uint64_t fab_mix64(uint64_t x)

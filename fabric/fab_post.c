@@ -205,6 +205,10 @@ void fab_op_complete(odx_fab *f, int rail, struct fab_op *op, size_t len, uint64
 		op_free(op);
 		break;
 	case OP_DATA_RX:
+		if (op->eager) {
+			fab_rx_eager(f, op, len, data, false);
+			break;
+		}
 		if (fab_rx_checked(f, op, len, data, false))
 			break;
 		/* fall through */
@@ -278,6 +282,12 @@ int fab_poll_rail(odx_fab *f, int rail)
 		memset(&ee, 0, sizeof(ee));
 		if (fi_cq_readerr(rl->cq, &ee, 0) > 0 && ee.op_context) {
 			struct fab_op *op = ee.op_context;
+			if (op->kind == OP_DATA_RX && abs(ee.err) == FI_ETRUNC && op->eager) {
+				/* a one-message sized send longer than the receive and the sink */
+				posted_remove(f, op);
+				fab_rx_eager(f, op, ee.len + ee.olen, ee.data, true);
+				return 1;
+			}
 			if (op->kind == OP_DATA_RX && abs(ee.err) == FI_ETRUNC) {
 				fab_rx_truncated(f, op, ee.len, ee.data);
 				return 1;

@@ -29,6 +29,11 @@
  * check each chunk's job, key and length). Only the pull mode announces itself (RTS): the
  * receiver then drops its posted chunks and reads with fi_read from a region the sender
  * registered read-only for that one transfer and closes when the receiver's FIN comes back.
+ * A sized send (odx_fab_send_sized), whose receiver knows only a capacity, announces its length
+ * (SIZE) when it is several chunks; one of a single chunk is one message on a tag of its own
+ * (fab_eager_tag), which odx_fab_recv_upto posts a receive for at once: its length is the
+ * message's, as a plain transfer of the same bytes. One that comes before its receive waits in
+ * the provider as an unexpected message, as any early chunk does (no record of ours).
  */
 #ifndef ODX_FAB_STATE_H
 #define ODX_FAB_STATE_H
@@ -106,6 +111,8 @@ struct fab_op {
 	int rail;	  /* OP_CTRL_RX: the endpoint it is posted on */
 	bool detached;	  /* a data op its transfer gave up on: only released when it comes back */
 	bool sink;	  /* OP_DATA_RX: a second iov into the sink takes bytes beyond the chunk */
+	bool eager;	  /* on fab_eager_tag: a one-chunk sized send, or the receive an
+			   * odx_fab_recv_upto posts for one before it knows the length */
 	/* Copy lanes (data chunks only): 0 is the rail's own endpoint; k > 0 hands the op to lane
 	 * k's thread, which posts it, polls for it and hands it back with c_* filled in. */
 	uint8_t lane;
@@ -134,8 +141,11 @@ struct fab_xfer {
 	bool sized;	     /* a send: announced with SIZE (never pulled); a record: a SIZE that
 			      * came before its receive (len) */
 	bool upto;	     /* odx_fab_recv_upto: len is the capacity until the SIZE comes */
-	bool await_size;     /* ... and it has not come yet: nothing posted */
+	bool await_size;     /* ... and it has not come yet: only the receive of a one-message
+			      * send is posted (eager) */
+	bool eager;	     /* a sized send of one chunk: one message on fab_eager_tag, no SIZE */
 	size_t *len_out;     /* odx_fab_recv_upto: the length received, set before done */
+	size_t announced;    /* ... and the length its sender's SIZE gave, beyond its capacity */
 	int refused;	     /* ... and fails with this once its last chunk is out (an ABORT
 			      * record: the status its receive fails with, refused_msg why) */
 	char *refused_msg;
@@ -564,6 +574,9 @@ void fab_xfer_fail_peer(odx_fab *f, struct fab_xfer *x, const char *why);
 void fab_recv_pull(odx_fab *f, struct fab_xfer *x, struct fab_xfer *r);
 /* A receive posted with odx_fab_recv_upto learns its sender's length (SIZE): posts its chunks. */
 void fab_recv_size_known(odx_fab *f, struct fab_xfer *x, size_t len);
+/* The one message of a one-chunk sized send landed in the receive posted for it (len: the
+ * sender's length; truncated: it did not fit, even with the sink). */
+void fab_rx_eager(odx_fab *f, struct fab_op *op, size_t len, uint64_t data, bool truncated);
 void fab_xfer_start(odx_fab *f, struct fab_xfer *x);
 void fab_data_op_release(odx_fab *f, struct fab_op *op);
 void fab_data_op_done(odx_fab *f, struct fab_op *op);

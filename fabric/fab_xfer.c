@@ -133,6 +133,15 @@ static void xfer_feed(odx_fab *f, struct fab_xfer *x)
 			op->sink = op->chunk == x->own_chunks - 1 || p->lanes > 1;
 		}
 		op->tag = fab_data_tag(x->key, x->next_chunk);
+		if (x->eager && kind != OP_READ) {
+			/* a one-chunk sized send, or the receive of one: on its own tag, and a
+			 * sender longer than the receive spills into the sink (its length is
+			 * the message's, known only when it lands) */
+			op->tag = fab_eager_tag(x->key);
+			op->eager = true;
+			if (kind == OP_DATA_RX && f->sink && peer_rail(f, x->peer)->rx_iov2)
+				op->sink = true;
+		}
 		/* the chunks take turns over the copy lanes (the same turn on both sides); chunk 0
 		 * stays on the rail's endpoint, so a length disagreement still shows there */
 		if (kind != OP_READ && p->lanes > 1)
@@ -211,6 +220,7 @@ void fab_recv_pull(odx_fab *f, struct fab_xfer *x, struct fab_xfer *r)
 		if (x->ops[i])
 			op_detach(f, x, x->ops[i]);
 	x->mode = FAB_MODE_PULL;
+	x->eager = false;
 	x->nchunks = nchunks;
 	x->next_chunk = 0;
 	x->completed = 0;
@@ -270,10 +280,22 @@ void fab_recv_size_known(odx_fab *f, struct fab_xfer *x, size_t len)
 	struct fab_rail *rl = peer_rail(f, x->peer);
 
 	x->await_size = false;
+	if (x->eager) {
+		/* A sender of several chunks: nothing comes on the one-message tag, so its
+		 * receive goes (cancelled) and the chunks are posted from the first. */
+		for (int i = 0; i < FAB_WINDOW_MAX; i++)
+			if (x->ops[i])
+				op_detach(f, x, x->ops[i]);
+		x->eager = false;
+		x->next_chunk = 0;
+		x->completed = 0;
+	}
 	/* Longer than its buffer: posted for its capacity, the chunks disagree, and the receive
 	 * drains the sender's chunks and fails both (recv_mismatch_begin), as any mismatch. */
 	if (len <= x->len)
 		x->len = len;
+	else
+		x->announced = len; /* for the message */
 	xfer_plan(f, x);
 	if (xfer_register(f, x, rl->has_rma ? FI_RECV | FI_READ : FI_RECV) == 0)
 		xfer_feed(f, x);
@@ -324,7 +346,18 @@ void fab_xfer_start(odx_fab *f, struct fab_xfer *x)
 				fab_xfer_finish(f, x, ODX_EINVAL, msg);
 				return;
 			}
-			x->await_size = true; /* handle_size posts it */
+			/* A sender of one chunk sends one message, with no SIZE: its receive is
+			 * posted now, into as much of the buffer as such a message can fill (not
+			 * the chunk a receive of the capacity would cut: over copy lanes that is
+			 * smaller), the sink behind it. A sender of several chunks announces
+			 * them, and handle_size swaps that receive for the chunks'. */
+			size_t one = odx_fab_sized_one_max(f, x->peer);
+			x->await_size = true;
+			x->eager = true;
+			x->nchunks = 1;
+			x->chunk = x->len < one ? x->len : one;
+			if (xfer_register(f, x, rl->has_rma ? FI_RECV | FI_READ : FI_RECV) == 0)
+				xfer_feed(f, x);
 			return;
 		}
 		if (r && r->sized) {
@@ -347,6 +380,21 @@ void fab_xfer_start(odx_fab *f, struct fab_xfer *x)
 		return;
 	}
 	map_put(&f->sends, bucket((uint64_t)x->peer, x->key), x);
+	if (x->sized && x->nchunks == 1 && x->len <= odx_fab_sized_one_max(f, x->peer)) {
+		/* one chunk (xfer_plan cut it so): one message, whose length is its own, and no
+		 * SIZE, as a plain transfer costs */
+		x->eager = true;
+	} else if (x->sized) {
+		/* the receive posts its chunks once it knows how many: the length goes first */
+		struct fab_size sz = {.key = x->key, .len = x->len};
+		struct fab_op *op =
+			fab_ctrl_new(f, x->peer, FAB_MSG_SIZE, 0, &sz, sizeof(sz), NULL, 0);
+		if (!op) {
+			fab_xfer_finish(f, x, ODX_ENOMEM, "out of memory for a transfer length");
+			return;
+		}
+		fab_ctrl_enqueue(f, op);
+	}
 	if (!x->sized && x->len >= atomic_load(&f->pull_min) && x->len && rl->has_rma && !rl->mr_raw &&
 	    fab_mr_register(f, rl, x->buf, x->len, FI_REMOTE_READ, &x->mr) == 0) {
 		uint64_t key = fi_mr_key(x->mr);
@@ -459,11 +507,18 @@ void fab_data_op_done(odx_fab *f, struct fab_op *op)
 	}
 	if (x->mismatch) {
 		char msg[300];
-		snprintf(msg, sizeof(msg),
-			 "rank %d sends a different length for key %#llx (in %u chunk%s) than the "
-			 "receive posted for it, which expects %zu bytes",
-			 x->peer, (unsigned long long)x->key, x->nchunks,
-			 x->nchunks == 1 ? "" : "s", x->len);
+		if (x->announced)
+			snprintf(
+				msg, sizeof(msg),
+				"rank %d sends %zu bytes for key %#llx, more than the %zu bytes the "
+				"receive posted for it (odx_fab_recv_upto) has room for",
+				x->peer, x->announced, (unsigned long long)x->key, x->len);
+		else
+			snprintf(msg, sizeof(msg),
+				 "rank %d sends a different length for key %#llx (in %u chunk%s) "
+				 "than the receive posted for it, which expects %zu bytes",
+				 x->peer, (unsigned long long)x->key, x->nchunks,
+				 x->nchunks == 1 ? "" : "s", x->len);
 		fab_xfer_finish(f, x, ODX_EINVAL, msg);
 		return;
 	}
@@ -509,4 +564,61 @@ bool fab_rx_checked(odx_fab *f, struct fab_op *op, size_t len, uint64_t data, bo
 	if (!x->mismatch && (truncated || (uint32_t)data != (uint32_t)x->check || len != op->len))
 		recv_mismatch_begin(f, x, data);
 	return false;
+}
+
+/* The one message of a one-chunk sized send (fab_eager_tag) landed in the receive an
+ * odx_fab_recv_upto posted for it, whose x->len is still its capacity: the message's length is
+ * the sender's (with the sink behind the buffer, a longer one lands whole). Its check must name
+ * this job and key, and that length, else it is foreign (dropped, counted, posted again, as in
+ * fab_rx_checked). Longer than the capacity: both sides fail, the receive's message giving both
+ * lengths. */
+void fab_rx_eager(odx_fab *f, struct fab_op *op, size_t len, uint64_t data, bool truncated)
+{
+	struct fab_xfer *x = op->xfer;
+	if (op->detached || x->finished) {
+		fab_data_op_release(f, op);
+		return;
+	}
+	size_t chunk = fab_chunk_size(len, xfer_chunk(f, x->peer, len));
+	uint64_t want = fab_data_check(f->wu.job_key, x->key, len, chunk, 1);
+	if ((data ^ x->check) >> 32 || (!truncated && data != want)) {
+		fab_bad(f,
+			"a one-message transfer from rank %d for key %#llx (%zu bytes) does not carry "
+			"this job's check for it (another job, stale or forged); receive posted again",
+			op->peer, (unsigned long long)x->key, len);
+		push_ready(f, op);
+		return;
+	}
+	if (truncated || len > x->len) {
+		char msg[300];
+		snprintf(
+			msg, sizeof(msg),
+			"rank %d sends %zu bytes for key %#llx, more than the %zu bytes the receive "
+			"posted for it (odx_fab_recv_upto) has room for",
+			x->peer, len, (unsigned long long)x->key, x->len);
+		send_nack(f, x->peer, x->key, x->len, ODX_EINVAL);
+		fab_xfer_finish(f, x, ODX_EINVAL, msg); /* takes op out of the window */
+		fab_data_op_release(f, op);
+		return;
+	}
+	x->len = len;
+	x->await_size = false;
+	op->len = len;
+	fab_data_op_done(f, op); /* its only chunk: done */
+}
+
+/* What a sender sends as one message, and what the receive posted for one takes into its
+ * buffer: up to the rail's chunk, and below two lane_min pieces where copy lanes split transfers
+ * (xfer_chunk keeps the rail's chunk below that). Up to it, xfer_plan cuts one chunk. */
+size_t odx_fab_sized_one_max(const odx_fab *f, int peer)
+{
+	if (!f || peer < 0 || peer >= f->size)
+		return 0;
+	if (peer == f->rank)
+		return SIZE_MAX; /* a copy */
+	const struct fab_rail *rl = &f->rail[f->peers[peer].rail];
+	size_t max = rl->chunk;
+	if (f->peers[peer].lanes > 1 && rl->lane_min && rl->lane_min <= max / 2)
+		max = 2 * rl->lane_min - 1;
+	return max;
 }

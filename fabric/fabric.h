@@ -112,17 +112,24 @@ int odx_fab_send(odx_fab *f, int dst, uint64_t key, const void *src, size_t len,
 		 odx_fab_done_fn done, void *arg);
 int odx_fab_recv(odx_fab *f, int src, uint64_t key, void *dst, size_t len, odx_fab_done_fn done,
 		 void *arg);
-/* Transfers whose receiver does not know the length: odx_fab_send_sized announces its length
- * ahead of its bytes (one control message), and odx_fab_recv_upto posts a receive of at most
- * `cap` bytes that learns it from there: it posts its chunks once the announcement came, writes
- * the length into *len_out, then calls done. A sender longer than `cap` fails both sides with
- * ODX_EINVAL (the receiver's message gives both lengths). A sized send must meet a receive posted
- * with odx_fab_recv_upto (and a plain send a plain receive): the pairs are the caller's protocol,
- * as keys are. Sized sends are never pulled (the receiver's chunks wait for the length anyway). */
+/* Transfers whose receiver does not know the length: odx_fab_recv_upto posts a receive of at
+ * most `cap` bytes that learns the length from its odx_fab_send_sized, writes it into *len_out,
+ * then calls done. A sized send of at most odx_fab_sized_one_max bytes is one message, which
+ * carries its length (what a plain transfer of those bytes costs); a longer one announces its
+ * length ahead of its bytes (one control message), and its receive posts its chunks once that
+ * came. A sender longer than `cap` fails the receive with ODX_EINVAL, its message giving both
+ * lengths, and the send too unless it already completed. A sized send must meet a receive posted
+ * with odx_fab_recv_upto (and a plain send a plain receive; a plain receive never sees a
+ * one-message sized send): the pairs are the caller's protocol, as keys are. Sized sends are
+ * never pulled (the receiver's chunks wait for the length anyway). */
 int odx_fab_send_sized(odx_fab *f, int dst, uint64_t key, const void *src, size_t len,
 		       odx_fab_done_fn done, void *arg);
 int odx_fab_recv_upto(odx_fab *f, int src, uint64_t key, void *dst, size_t cap, size_t *len_out,
 		      odx_fab_done_fn done, void *arg);
+/* The longest sized send to `peer` that travels as one message: the chunk of the rail that
+ * reaches it, less where copy lanes split transfers (below twice their smallest piece);
+ * SIZE_MAX for oneself (a copy), 0 for a bad rank. For tests and benchmarks. */
+size_t odx_fab_sized_one_max(const odx_fab *f, int peer);
 /* The send of `key` to `dst` will never be made (the data it would carry failed): the matching
  * receive on dst, posted or not yet, completes with `status` (an ODX_E* code, < 0) and `msg`
  * (at most 2048 bytes travel) instead of waiting. One control message, no data; the key is then

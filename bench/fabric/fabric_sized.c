@@ -4,7 +4,8 @@
  * ping-pong between two ranks through odx_fab_send / odx_fab_recv and through
  * odx_fab_send_sized / odx_fab_recv_upto (what the core uses for every buffer since run-time
  * lengths), the two alternating, 64 B .. 16 MiB. One line per size on rank 0: best and mean
- * one-way time of each. Run with two ranks:
+ * one-way time of each, and whether a sized send of that size is one message (at most
+ * odx_fab_sized_one_max bytes) or announces its length first. Run with two ranks:
  *
  *   scripts/odx-run -n 2 build/bench/fabric/fabric_sized [tcp|shm]
  */
@@ -115,9 +116,9 @@ int main(int argc, char **argv)
 		if (rank == 0)
 			printf("{\"provider\": \"%s\", \"bytes\": %zu, \"plain_best_us\": %.1f, "
 			       "\"plain_mean_us\": %.1f, \"sized_best_us\": %.1f, "
-			       "\"sized_mean_us\": %.1f}\n",
+			       "\"sized_mean_us\": %.1f, \"sized_one_message\": %s}\n",
 			       odx_fab_provider(f), n, best[0], sum[0] / REPS, best[1],
-			       sum[1] / REPS);
+			       sum[1] / REPS, n <= odx_fab_sized_one_max(f, 1) ? "true" : "false");
 	}
 	odx_fab_barrier(f, 0);
 	odx_fab_close(f);

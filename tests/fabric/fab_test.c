@@ -10,6 +10,9 @@
  *   fab_test mismatch sender and receiver disagree on lengths (2 ranks): the receive fails with
  *                     ODX_EINVAL, the send completes or fails, nothing hangs, the next transfer works
  *   fab_test kill     the last rank dies mid-job; the others must see ODX_EPEER naming it
+ *   fab_test sized    sized transfers (odx_fab_send_sized / odx_fab_recv_upto), 2 ranks
+ *   fab_test sized_one sized transfers of one message: both orders, 0 bytes, the limit, past it,
+ *                     longer than the capacity (2 ranks)
  *   fab_test ue       small transfers only (what the ue profile supports)
  *   fab_test huge     one FAB_TEST_BIG-byte transfer (above 4 GiB by hand; not in the suite)
  *
@@ -501,9 +504,15 @@ static void run_sized(odx_fab *f)
 				DIE("sized key %llu (%zu bytes into %zu) ended with %s: %s",
 				    (unsigned long long)x->key, pairs[i % NP][0], pairs[i % NP][1],
 				    odx_err_name(x->status), x->msg);
-			if (!x->is_send && (x->status != ODX_EINVAL || x->got != 0))
-				DIE("over-long sized receive of key %llu: %s, length %zu",
-				    (unsigned long long)x->key, odx_err_name(x->status), x->got);
+			char a[64], b[64];
+			snprintf(a, sizeof(a), "sends %zu bytes", pairs[i % NP][0]);
+			snprintf(b, sizeof(b), " %zu bytes", pairs[i % NP][1]);
+			if (!x->is_send &&
+			    (x->status != ODX_EINVAL || x->got != 0 || !strstr(x->msg, a) ||
+			     !strstr(strstr(x->msg, a) + strlen(a), b)))
+				DIE("over-long sized receive of key %llu: %s, length %zu, \"%s\"",
+				    (unsigned long long)x->key, odx_err_name(x->status), x->got,
+				    x->msg);
 		} else if (x->status) {
 			DIE("sized key %llu failed: %s: %s", (unsigned long long)x->key,
 			    odx_err_name(x->status), x->msg);
@@ -525,6 +534,152 @@ static void run_sized(odx_fab *f)
 	}
 	printf("rank %d: %d sized transfers, %d refused as too long\n", my_rank, 2 * NOK + 1,
 	       2 * (NP - NOK));
+}
+
+/* Sized transfers of one chunk are one message (odx_fab_sized_one_max bytes at most): no length
+ * announcement travels ahead of them. Receives posted before the sends (round 0) and after them
+ * (round 1: the sends go out before the barrier that lets the receiver post, so the small ones
+ * have likely landed unexpected by then; either order must work): zero bytes, one, a page,
+ * exactly the limit into exactly its capacity, one byte past the limit (announced: its receive,
+ * posted for one message, is cancelled and its chunks posted), and longer than the capacity
+ * (both fail, the receive's message naming both lengths, nothing written past the capacity).
+ * The sender counts the control messages it sent meanwhile: fewer than half the one-message
+ * sends (an announcement each would be one per send; heartbeats and credits are the rest).
+ * Ranks 0 and 1. */
+static void run_sized_one(odx_fab *f)
+{
+	if (my_rank > 1)
+		return;
+	int peer = 1 - my_rank;
+	size_t lim = odx_fab_sized_one_max(f, peer);
+	if (lim == 0 || lim == SIZE_MAX || lim > (64u << 20))
+		DIE("odx_fab_sized_one_max(%d) is %zu", peer, lim);
+	if (odx_fab_sized_one_max(f, my_rank) != SIZE_MAX || odx_fab_sized_one_max(f, 2 + peer))
+		DIE("odx_fab_sized_one_max of oneself or of a rank outside the job");
+	/* send length, receive capacity; small ones R times */
+	enum {
+		R = 8
+	};
+	const size_t small[][2] = {{0, 0},	 {0, 100},   {1, 1}, {64, 4096},
+				   {4096, 4096}, {200, 100}, {1, 0}};
+	/* capacities above the limit too: a receive of that size would be cut into smaller
+	 * chunks (over copy lanes), yet the one message lands whole in its buffer */
+	const size_t big[][2] = {{lim - 1, lim},	 {lim, lim},	     {lim, lim + 1},
+				 {lim - 1, 2 * lim + 3}, {lim + 1, lim + 1}, {lim, lim - 1}};
+	enum {
+		NS = sizeof(small) / sizeof(small[0]),
+		NB = sizeof(big) / sizeof(big[0]),
+		N = R * NS + NB
+	};
+	static struct xfer xs[N];
+	size_t sent[N], capy[N];
+	int one_msg = 0;
+	for (int round = 0; round < 2; round++) {
+		one_msg = 0;
+		for (int i = 0; i < N; i++) {
+			const size_t *pr = i < R * NS ? small[i % NS] : big[i - R * NS];
+			struct xfer *x = &xs[i];
+			sent[i] = pr[0];
+			capy[i] = pr[1];
+			one_msg += pr[0] <= lim;
+			*x = (struct xfer){.peer = peer,
+					   .key = 900 + (uint64_t)(round * N + i),
+					   .is_send = my_rank == 0,
+					   .sized = true,
+					   .offset = (size_t)i % 3};
+			x->len = my_rank == 0 ? pr[0] : pr[1];
+			x->mem = malloc(x->len + x->offset + 1);
+			if (!x->mem)
+				DIE("out of memory for %zu bytes", x->len);
+			for (size_t k = 0; k < x->len + x->offset + 1; k++)
+				x->mem[k] = x->is_send && k >= x->offset && k < x->offset + x->len
+						    ? pattern(0, 1, x->key, k - x->offset)
+						    : 0xa5;
+		}
+		if (my_rank == 1 && round == 0)
+			for (int i = 0; i < N; i++)
+				post(f, &xs[i]);
+		odx_fab_stats st0, st1;
+		odx_fab_get_stats(f, &st0);
+		if (my_rank == 0 && round == 1)
+			for (int i = 0; i < N; i++)
+				post(f, &xs[i]);
+		int bret = odx_fab_barrier(f, BARRIER_MS);
+		if (bret)
+			DIE("one-message barrier of round %d: %s", round, odx_err_name(bret));
+		if (my_rank == 0 && round == 0) {
+			odx_fab_get_stats(f, &st0);
+			for (int i = 0; i < N; i++)
+				post(f, &xs[i]);
+		}
+		if (my_rank == 1 && round == 1)
+			for (int i = 0; i < N; i++)
+				post(f, &xs[i]);
+		if (wait_all(DEADLINE_S))
+			DIE("%d one-message transfers still pending after %d s", W.pending,
+			    DEADLINE_S);
+		odx_fab_get_stats(f, &st1);
+		/* round 1 counts the barrier's arrival message too */
+		uint64_t ctrl = st1.msgs_sent - st0.msgs_sent;
+		if (my_rank == 0 && ctrl >= (uint64_t)one_msg / 2)
+			DIE("round %d: %llu control messages sent along with %d sized sends of at "
+			    "most %zu bytes: they are not one message each",
+			    round, (unsigned long long)ctrl, one_msg, lim);
+		if (my_rank == 0)
+			printf("round %d: %d one-message sized sends (at most %zu bytes) and %d "
+			       "announced, %llu control messages sent meanwhile\n",
+			       round, one_msg, lim, N - one_msg, (unsigned long long)ctrl);
+		for (int i = 0; i < N; i++) {
+			struct xfer *x = &xs[i];
+			bool over = sent[i] > capy[i];
+			if (x->calls != 1)
+				DIE("one-message key %llu: done called %d times",
+				    (unsigned long long)x->key, x->calls);
+			if (over && x->is_send) {
+				/* refused: fails, unless it completed before the refusal came */
+				if (x->status && x->status != ODX_EINVAL)
+					DIE("over-long send of key %llu ended with %s: %s",
+					    (unsigned long long)x->key, odx_err_name(x->status),
+					    x->msg);
+			} else if (over) {
+				char a[64], b[64];
+				snprintf(a, sizeof(a), "sends %zu bytes", sent[i]);
+				snprintf(b, sizeof(b), " %zu bytes", capy[i]);
+				if (x->status != ODX_EINVAL || x->got != 0 || !strstr(x->msg, a) ||
+				    !strstr(strstr(x->msg, a) + strlen(a), b))
+					DIE("over-long receive of key %llu (%zu bytes into %zu): %s, "
+					    "length %zu, \"%s\"",
+					    (unsigned long long)x->key, sent[i], capy[i],
+					    odx_err_name(x->status), x->got, x->msg);
+				/* the sender's excess went nowhere near the buffer */
+				if (x->mem[x->offset + capy[i]] != 0xa5)
+					DIE("over-long receive of key %llu wrote past its capacity",
+					    (unsigned long long)x->key);
+			} else if (x->status) {
+				DIE("one-message key %llu (%zu bytes into %zu) failed: %s: %s",
+				    (unsigned long long)x->key, sent[i], capy[i],
+				    odx_err_name(x->status), x->msg);
+			} else if (!x->is_send) {
+				if (x->got != sent[i])
+					DIE("one-message receive of key %llu got %zu bytes, the sender "
+					    "sent %zu",
+					    (unsigned long long)x->key, x->got, sent[i]);
+				for (size_t k = 0; k < x->offset + x->len + 1; k++) {
+					bool in = k >= x->offset && k < x->offset + sent[i];
+					unsigned char expect =
+						in ? pattern(0, 1, x->key, k - x->offset)
+						   : (unsigned char)0xa5;
+					if (x->mem[k] != expect)
+						DIE("one-message receive of key %llu: byte %zu is "
+						    "%#x, not %#x",
+						    (unsigned long long)x->key, k, x->mem[k],
+						    expect);
+				}
+			}
+			free(x->mem);
+		}
+	}
+	printf("rank %d: sized sends of one message checked (limit %zu bytes)\n", my_rank, lim);
 }
 
 static void run_mismatch(odx_fab *f)
@@ -713,6 +868,8 @@ int main(int argc, char **argv)
 		run_mismatch(f);
 	} else if (!strcmp(mode, "sized")) {
 		run_sized(f);
+	} else if (!strcmp(mode, "sized_one")) {
+		run_sized_one(f);
 	} else if (!strcmp(mode, "kill")) {
 		int victim = size - 1;
 		if (my_rank == victim) {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fab_unit.c - single-process checks of the transport: provider errors, the fault spec, a single
- * rank's self transfers and messages, length mismatches, cancellation at close, odx_fab_wait
+ * rank's self transfers and messages, the tag of one-message sized sends, length mismatches, cancellation at close, odx_fab_wait
  * (caller-driven progress, its deadline, a wait from a callback), odx_fab_describe, the names of
  * shm endpoints and the removal of the segments dead processes left.
  */
@@ -111,6 +111,52 @@ static void test_fault_spec(void)
 	odx_fab_params p = {.fault = "delay_us=5-1"};
 	odx_fab *f = NULL;
 	CHECK(odx_fab_open(&p, &f, err, sizeof(err)) == ODX_EINVAL, "open with a bad fault spec");
+}
+
+/* The tag of a one-message sized send (fab_eager_tag) never equals the control tag or any data
+ * chunk's, and keeps keys apart, at the ends of the key range too. */
+static void test_tags(void)
+{
+	static const uint64_t keys[] = {0, 1, 2, 255, 256, (1ull << FAB_KEY_BITS) - 1};
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		uint64_t t = fab_eager_tag(keys[i]);
+		CHECK(t != FAB_TAG_CTRL && !(t & FAB_TAG_DATA),
+		      "one-message tag of key %#llx: %#llx", (unsigned long long)keys[i],
+		      (unsigned long long)t);
+		for (size_t j = 0; j < sizeof(keys) / sizeof(keys[0]); j++) {
+			CHECK(t != fab_data_tag(keys[j], 0) && t != fab_data_tag(keys[j], 1) &&
+				      t != fab_data_tag(keys[j], FAB_MAX_CHUNKS - 1),
+			      "one-message tag of key %#llx is a chunk's of key %#llx",
+			      (unsigned long long)keys[i], (unsigned long long)keys[j]);
+			CHECK(i == j || t != fab_eager_tag(keys[j]),
+			      "keys %#llx and %#llx share a tag", (unsigned long long)keys[i],
+			      (unsigned long long)keys[j]);
+		}
+	}
+}
+
+/* Sized transfers to oneself (copies: any length is one) and the one-message limit's answers. */
+static void test_sized_self(void)
+{
+	odx_fab *f = NULL;
+	char err[256] = "";
+	int ret = odx_fab_open(NULL, &f, err, sizeof(err));
+	CHECK(ret == 0, "single-rank open: %s %s", odx_err_name(ret), err);
+	if (ret)
+		return;
+	CHECK(odx_fab_sized_one_max(f, 0) == SIZE_MAX && odx_fab_sized_one_max(f, 1) == 0 &&
+		      odx_fab_sized_one_max(f, -1) == 0 && odx_fab_sized_one_max(NULL, 0) == 0,
+	      "odx_fab_sized_one_max of oneself or a bad rank");
+	char a[100], b[200];
+	memset(a, 7, sizeof(a));
+	memset(b, 0, sizeof(b));
+	size_t got = 1;
+	struct done_rec d = {PTHREAD_MUTEX_INITIALIZER, 0, 0, ""};
+	CHECK(odx_fab_recv_upto(f, 0, 5, b, sizeof(b), &got, on_done, &d) == 0, "recv_upto");
+	CHECK(odx_fab_send_sized(f, 0, 5, a, sizeof(a), on_done, &d) == 0, "send_sized");
+	CHECK(wait_calls(&d, 2) == 2 && d.status == 0 && got == sizeof(a) && b[99] == 7 && !b[100],
+	      "sized self transfer: %s, %zu bytes", odx_err_name(d.status), got);
+	odx_fab_close(f);
 }
 
 static void test_single_rank(void)
@@ -318,7 +364,9 @@ int main(void)
 	test_unknown_provider();
 	test_unknown_iface();
 	test_fault_spec();
+	test_tags();
 	test_single_rank();
+	test_sized_self();
 	test_wait();
 	test_describe();
 	test_shm_names();
