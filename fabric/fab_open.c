@@ -437,8 +437,10 @@ void odx_fab_close(odx_fab *f)
 	}
 	free_op_list(f->ready_head);
 	free_op_list(f->delayed);
-	for (int r = 0; f->peers && r < f->size; r++)
+	for (int r = 0; f->peers && r < f->size; r++) {
 		free_op_list(f->peers[r].wait_head);
+		free_op_list(f->peers[r].held_head);
+	}
 	pthread_mutex_lock(&f->lock);
 	free_op_list(f->sub_o_head);
 	pthread_mutex_unlock(&f->lock);

@@ -153,6 +153,43 @@ static int op_post(odx_fab *f, struct fab_op *op)
 	return 0;
 }
 
+/* Appends op to the operations held for its peer p (see fab_peer.held_head). */
+static void hold(odx_fab *f, struct fab_peer *p, struct fab_op *op)
+{
+	op->next = NULL;
+	if (p->held_tail) {
+		p->held_tail->next = op;
+	} else {
+		p->held_head = op;
+		f->held_peers++;
+	}
+	p->held_tail = op;
+}
+
+/* Posts p's held operations in order until the provider pushes one back again. */
+static int post_held(odx_fab *f, struct fab_peer *p)
+{
+	int posted = 0;
+	while (p->held_head) {
+		struct fab_op *op = p->held_head;
+		p->held_head = op->next;
+		if (!p->held_head)
+			p->held_tail = NULL;
+		op->next = NULL;
+		if (op_post(f, op) == -FI_EAGAIN) {
+			op->next = p->held_head;
+			p->held_head = op;
+			if (!p->held_tail)
+				p->held_tail = op;
+			stat_add(&f->eagain, 1);
+			return posted;
+		}
+		posted++;
+	}
+	f->held_peers--;
+	return posted;
+}
+
 int fab_post_ready(odx_fab *f)
 {
 	int posted = 0;
@@ -167,6 +204,15 @@ int fab_post_ready(odx_fab *f)
 			pp = &op->next;
 		}
 	}
+	/* A peer's operations the provider pushed back go first, in order. A peer that takes
+	 * nothing returns -FI_EAGAIN forever: a rank that died before this rank's first message to
+	 * it (shm waits for the peer to answer its name, rxm for a connection), until the peer
+	 * timeout fails it. Waiting at the head of the one ready queue for it held every other
+	 * peer's messages back too, heartbeats included, and the survivors of a rank killed
+	 * mid-shuffle then timed each other out. */
+	for (int r = 0; f->held_peers && r < f->size && posted < 64; r++)
+		if (f->peers[r].held_head)
+			posted += post_held(f, &f->peers[r]);
 	while (f->ready_head && posted < 64) {
 		/* unlink first: op_post may free the op or queue it again (retry) */
 		struct fab_op *op = f->ready_head;
@@ -174,13 +220,24 @@ int fab_post_ready(odx_fab *f)
 		if (!f->ready_head)
 			f->ready_tail = NULL;
 		op->next = NULL;
+		struct fab_peer *p = op->peer >= 0 ? &f->peers[op->peer] : NULL;
+		if (p && p->held_head) {
+			hold(f, p, op); /* behind its peer's held ones: one peer's order is kept */
+			continue;
+		}
 		if (op_post(f, op) == -FI_EAGAIN) {
-			/* back at the head: the provider (or the fault layer) pushed back */
+			stat_add(&f->eagain, 1);
+			if (p) {
+				/* the provider (or the fault layer) pushed back for this peer: the
+				 * other peers' operations go on */
+				hold(f, p, op);
+				continue;
+			}
+			/* a control receive (no peer): back at the head, the endpoint pushed back */
 			op->next = f->ready_head;
 			f->ready_head = op;
 			if (!f->ready_tail)
 				f->ready_tail = op;
-			stat_add(&f->eagain, 1);
 			break;
 		}
 		posted++;

@@ -184,6 +184,11 @@ struct fab_peer {
 	uint64_t win[FAB_REPLAY_WINDOW / 64];
 	int64_t last_heard, last_sent, gone_at;
 	struct fab_op *wait_head, *wait_tail;
+	/* Operations to it that the provider pushed back (-FI_EAGAIN), in order, and every later
+	 * ready operation to it behind them: retried first in each posting pass. Per peer, so a
+	 * peer that never takes anything (dead, unreachable) holds back only its own operations,
+	 * not the heartbeats and messages to the others (progress role). */
+	struct fab_op *held_head, *held_tail;
 	unsigned tx_inflight; /* data chunks posted to it (profile tx_limit) */
 	struct fab_xfer *tx_wait_head, *tx_wait_tail;
 };
@@ -275,6 +280,7 @@ struct odx_fab {
 
 	/* progress role only (plock) */
 	struct fab_op *ready_head, *ready_tail, *delayed, *posted;
+	unsigned held_peers;  /* peers with operations held (fab_peer.held_head) */
 	unsigned data_posted; /* data ops (sends, receives, reads) posted to the provider */
 	unsigned busy_posted; /* ops posted to the provider other than control receives */
 	int64_t last_data;    /* when a data op was last posted or completed */

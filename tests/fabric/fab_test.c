@@ -10,9 +10,10 @@
  *   fab_test mismatch sender and receiver disagree on lengths (2 ranks): the receive fails with
  *                     ODX_EINVAL, the send completes or fails, nothing hangs, the next transfer works
  *   fab_test kill     the last rank dies mid-job; the others must see ODX_EPEER naming it
- *   fab_test sized    sized transfers (odx_fab_send_sized / odx_fab_recv_upto), 2 ranks
- *   fab_test sized_one sized transfers of one message: both orders, 0 bytes, the limit, past it,
- *                     longer than the capacity (2 ranks)
+	} else if (!strcmp(mode, "sized_one")) {
+		run_sized_one(f);
+	} else if (!strcmp(mode, "kill") || !strcmp(mode, "kill_early")) {
+		bool early = !strcmp(mode, "kill_early");
  *   fab_test ue       small transfers only (what the ue profile supports)
  *   fab_test huge     one FAB_TEST_BIG-byte transfer (above 4 GiB by hand; not in the suite)
  *
@@ -111,9 +112,12 @@ static void on_msg(void *user, int src, uint32_t type, const void *payload, size
 	(void)user;
 }
 
+static int peers_failed; /* atomic: on_peer runs on whichever thread drives progress */
+
 static void on_peer(void *user, int rank, const char *why)
 {
 	fprintf(stderr, "rank %d: peer %d failed: %s\n", my_rank, rank, why);
+	__atomic_add_fetch(&peers_failed, 1, __ATOMIC_SEQ_CST);
 	(void)user;
 }
 
@@ -255,6 +259,61 @@ static void post(odx_fab *f, struct xfer *x)
 	if (ret)
 		DIE("%s of key %llu: %s", x->is_send ? "send" : "recv", (unsigned long long)x->key,
 		    odx_err_name(ret));
+}
+
+/* kill_early's send to the victim: its callback comes after run_kill_early returned */
+static struct xfer dead;
+
+static bool xfers_done(void *arg)
+{
+	struct xfer *x = arg;
+	pthread_mutex_lock(&W.lock);
+	bool done = x[0].calls && x[1].calls;
+	pthread_mutex_unlock(&W.lock);
+	return done;
+}
+
+/*
+ * kill_early: the victim died before any message to it, so the provider pushes back every send
+ * to it until the peer timeout (shm waits for the peer to answer its name, rxm for a
+ * connection). With such a send pending, the survivors exchange a transfer in a ring: it must
+ * complete while the victim is not failed yet, i.e. without waiting for the peer timeout. When
+ * a pushed-back send held every later operation back, the exchange (and the heartbeats between
+ * the survivors) waited behind it until the victim was failed, and under load the survivors
+ * failed each other instead.
+ */
+static void run_kill_early(odx_fab *f, int size, int victim)
+{
+	static unsigned char to_victim[4096], out[65536], in[65536];
+	int n = size - 1, next = (my_rank + 1) % n, prev = (my_rank + n - 1) % n;
+
+	/* the victim raised SIGKILL right after its open; the first heartbeat to it is a quarter
+	 * of the peer timeout away (FAB_TEST_TIMEOUT_MS 5000) */
+	usleep(200000);
+	static struct xfer ring[2];
+	dead = (struct xfer){.peer = victim, .key = 98, .len = sizeof(to_victim),
+			     .mem = to_victim, .is_send = true};
+	post(f, &dead);
+	memset(out, my_rank + 1, sizeof(out));
+	ring[0] = (struct xfer){.peer = next, .key = 97, .len = sizeof(out), .mem = out,
+				.is_send = true};
+	ring[1] = (struct xfer){.peer = prev, .key = 97, .len = sizeof(in), .mem = in};
+	post(f, &ring[0]);
+	post(f, &ring[1]);
+	int ret = odx_fab_wait(f, xfers_done, ring, DEADLINE_S * 1000);
+	if (ret)
+		DIE("the survivors' exchange: odx_fab_wait: %s", odx_err_name(ret));
+	if (__atomic_load_n(&peers_failed, __ATOMIC_SEQ_CST))
+		DIE("the survivors' exchange ended only after a peer failed (%s / %s): it waited "
+		    "behind the send to the dead rank %d",
+		    ring[0].msg, ring[1].msg, victim);
+	if (ring[0].status || ring[1].status)
+		DIE("the survivors' exchange failed: %s / %s", ring[0].msg, ring[1].msg);
+	for (size_t i = 0; i < sizeof(in); i++)
+		if (in[i] != (unsigned char)(prev + 1))
+			DIE("the survivors' exchange: byte %zu is %u, not %d", i, in[i], prev + 1);
+	printf("rank %d: exchanged with ranks %d and %d while the send to rank %d was pending\n",
+	       my_rank, next, prev, victim);
 }
 
 static void run_matrix(odx_fab *f, size_t big, bool small_only)
@@ -870,12 +929,16 @@ int main(int argc, char **argv)
 		run_sized(f);
 	} else if (!strcmp(mode, "sized_one")) {
 		run_sized_one(f);
-	} else if (!strcmp(mode, "kill")) {
+	} else if (!strcmp(mode, "kill") || !strcmp(mode, "kill_early")) {
+		bool early = !strcmp(mode, "kill_early");
 		int victim = size - 1;
 		if (my_rank == victim) {
-			usleep(200000);
+			if (!early)
+				usleep(200000);
 			raise(SIGKILL);
 		}
+		if (early)
+			run_kill_early(f, size, victim);
 		/* wait for data the victim will never send */
 		static unsigned char buf[1 << 20];
 		post(f, &(struct xfer){.peer = victim, .key = 99, .len = sizeof(buf), .mem = buf});
@@ -888,8 +951,12 @@ int main(int argc, char **argv)
 			(double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
 		char expect[32];
 		snprintf(expect, sizeof(expect), "rank %d", victim);
-		if (W.epeer != 1 || !strstr(W.first_error, expect))
-			DIE("expected ODX_EPEER naming %s, got: %s", expect, W.first_error);
+		/* kill_early: the send to it fails too, unless the provider took it (shm on a rank
+		 * that already knew the victim's segment: it completes into the dead one) */
+		int want = early && dead.status ? 2 : 1;
+		if (W.epeer != want || !strstr(W.first_error, expect))
+			DIE("expected ODX_EPEER naming %s (%d times), got %d: %s", expect, want,
+			    W.epeer, W.first_error);
 		printf("rank %d: got %s after %.2f s\n", my_rank, W.first_error, s);
 		odx_fab_close(f);
 		/* the exit status a runtime would use: the peer error */

@@ -48,7 +48,7 @@ plain)
 	fi
 	;;
 kill)
-	timeout -k 5 "$outer" "$odx_run" --no-kill -n "$n" --timeout "$inner" "$fab_test" kill >"$out" 2>&1
+	timeout -k 5 "$outer" "$odx_run" --no-kill -n "$n" --timeout "$inner" "$fab_test" "$mode" >"$out" 2>&1
 	rc=$?
 	got=$(grep -c "got ODX_EPEER: .* rank $((n - 1)) failed" "$out")
 	if [ "$got" -ne $((n - 1)) ]; then
