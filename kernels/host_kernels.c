@@ -663,6 +663,35 @@ int odx__host_scatter_rows(const odx_host_launch *l)
 	    check_buffer(l, "odx.scatter_rows", 2, (int64_t)m * width, 4) ||
 	    walk_first(&w, l, "odx.scatter_rows", n))
 		return 1;
+	if (l->grid[1] <= 1 && l->grid[2] <= 1 && l->block[1] <= 1 && l->block[2] <= 1) {
+		/* A 1-D launch: this call's rows as a plain loop (hash_groupby's reasoning below:
+		 * work-item t takes rows t, t + items, ...; the call's groups own [lo, hi) of each
+		 * stretch of `items` rows). The kernel body per work-item costs a call and its index
+		 * arithmetic per row (docs/performance-log.md: the example's scatters at 16M rows). */
+		const uint32_t *src = l->buffers[0], *dest = l->buffers[1];
+		uint32_t *dst = l->buffers[2];
+		int64_t block = w.it.block[0], items = (int64_t)w.it.grid[0] * block;
+		int64_t lo = (int64_t)l->group_first * block;
+		int64_t hi = lo + (int64_t)l->group_count * block;
+
+		if (hi > items)
+			hi = items;
+		for (int64_t base = 0; base < n && lo < hi; base += items) {
+			int64_t end = base + hi < n ? base + hi : n;
+
+			for (int64_t i = base + lo; i < end; i++) {
+				uint32_t d = dest[i];
+
+				if (d >= (uint32_t)m)
+					continue;
+				if (width == 1)
+					dst[d] = src[i];
+				else
+					memcpy(dst + (size_t)d * width, src + i * width, 4 * (size_t)width);
+			}
+		}
+		return 0;
+	}
 	for (; w.g < w.end; walk_next(&w))
 		odx_scatter_rows(&w.it, l->buffers[0], l->buffers[1], l->buffers[2], n, width, m);
 	return 0;
