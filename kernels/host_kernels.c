@@ -679,14 +679,25 @@ int odx__host_scatter_rows(const odx_host_launch *l)
 		for (int64_t base = 0; base < n && lo < hi; base += items) {
 			int64_t end = base + hi < n ? base + hi : n;
 
+			uint32_t sink;
+
+			if (width == 1) {
+				/* a dropped row writes `sink`, the address picked with masks: no
+				 * branch on dest (dropped rows come in no order a predictor can
+				 * follow, and compilers turn a ?: of two addresses into one) */
+				for (int64_t i = base + lo; i < end; i++) {
+					uint32_t d = dest[i];
+					uintptr_t ok = (uintptr_t)0 - (uintptr_t)(d < (uint32_t)m);
+					uintptr_t at = (uintptr_t)dst + ((uintptr_t)d << 2);
+
+					*(uint32_t *)((at & ok) | ((uintptr_t)&sink & ~ok)) = src[i];
+				}
+				continue;
+			}
 			for (int64_t i = base + lo; i < end; i++) {
 				uint32_t d = dest[i];
 
-				if (d >= (uint32_t)m)
-					continue;
-				if (width == 1)
-					dst[d] = src[i];
-				else
+				if (d < (uint32_t)m)
 					memcpy(dst + (size_t)d * width, src + i * width, 4 * (size_t)width);
 			}
 		}
