@@ -678,7 +678,6 @@ int odx__host_scatter_rows(const odx_host_launch *l)
 			hi = items;
 		for (int64_t base = 0; base < n && lo < hi; base += items) {
 			int64_t end = base + hi < n ? base + hi : n;
-
 			uint32_t sink;
 
 			if (width == 1) {
