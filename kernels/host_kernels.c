@@ -689,7 +689,8 @@ int odx__host_scatter_rows(const odx_host_launch *l)
 					uintptr_t ok = (uintptr_t)0 - (uintptr_t)(d < (uint32_t)m);
 					uintptr_t at = (uintptr_t)dst + ((uintptr_t)d << 2);
 
-					*(uint32_t *)((at & ok) | ((uintptr_t)&sink & ~ok)) = src[i];
+					*(uint32_t *)((at & ok) | ((uintptr_t)&sink & ~ok)) =
+						src[i];
 				}
 				continue;
 			}
@@ -697,7 +698,8 @@ int odx__host_scatter_rows(const odx_host_launch *l)
 				uint32_t d = dest[i];
 
 				if (d < (uint32_t)m)
-					memcpy(dst + (size_t)d * width, src + i * width, 4 * (size_t)width);
+					memcpy(dst + (size_t)d * width, src + i * width,
+					       4 * (size_t)width);
 			}
 		}
 		return 0;
@@ -766,9 +768,8 @@ static bool gb_better(uint64_t v, uint64_t cur, bool is_f64, bool want_min)
 	return want_min ? (int64_t)v < (int64_t)cur : (int64_t)v > (int64_t)cur;
 }
 
-static void gb_rows(const uint32_t *keys, const uint32_t *values, uint64_t *table,
-		    uint32_t *status, int64_t first, int64_t end, int32_t cap, int kw, int vk,
-		    int sw, bool atomic)
+static void gb_rows(const uint32_t *keys, const uint32_t *values, uint64_t *table, uint32_t *status,
+		    int64_t first, int64_t end, int32_t cap, int kw, int vk, int sw, bool atomic)
 {
 	uint64_t mask = (uint64_t)cap - 1;
 	bool is_f64 = vk != 2 && vk != 4;

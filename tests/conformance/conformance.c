@@ -974,8 +974,7 @@ static void gb_ref_free(gb_ref *r)
 /* Decodes a table (docs/kernels.md: [~key, count, sum, min ^ MIN0, max ^ MAX0], slot
  * `capacity` for the key ~0; sw = 3 words per slot: value_kind | ODX_GB_SUM_COUNT, no min and
  * max) and compares it with the reference, bit for bit. */
-static void gb_check(const char *what, int d, const uint64_t *t, int cap, int sw,
-		     const gb_ref *r)
+static void gb_check(const char *what, int d, const uint64_t *t, int cap, int sw, const gb_ref *r)
 {
 	uint64_t min0 = r->is_f64 ? 0x7ff0000000000000ull : 0x7fffffffffffffffull;
 	uint64_t max0 = r->is_f64 ? 0xfff0000000000000ull : 0x8000000000000000ull;
@@ -999,15 +998,15 @@ static void gb_check(const char *what, int d, const uint64_t *t, int cap, int sw
 		found++;
 		if (e[1] != r->count[k] || e[2] != r->sum[k] ||
 		    (sw == 5 && ((e[3] ^ min0) != r->min[k] || (e[4] ^ max0) != r->max[k])))
-			fail_msg("%s on device %d: key 0x%llx: count %llu sum 0x%llx min 0x%llx max "
-				 "0x%llx, reference %llu 0x%llx 0x%llx 0x%llx",
-				 what, d, (unsigned long long)key, (unsigned long long)e[1],
-				 (unsigned long long)e[2],
-				 (unsigned long long)(sw == 5 ? e[3] ^ min0 : 0),
-				 (unsigned long long)(sw == 5 ? e[4] ^ max0 : 0),
-				 (unsigned long long)r->count[k],
-				 (unsigned long long)r->sum[k], (unsigned long long)r->min[k],
-				 (unsigned long long)r->max[k]);
+			fail_msg(
+				"%s on device %d: key 0x%llx: count %llu sum 0x%llx min 0x%llx max "
+				"0x%llx, reference %llu 0x%llx 0x%llx 0x%llx",
+				what, d, (unsigned long long)key, (unsigned long long)e[1],
+				(unsigned long long)e[2],
+				(unsigned long long)(sw == 5 ? e[3] ^ min0 : 0),
+				(unsigned long long)(sw == 5 ? e[4] ^ max0 : 0),
+				(unsigned long long)r->count[k], (unsigned long long)r->sum[k],
+				(unsigned long long)r->min[k], (unsigned long long)r->max[k]);
 	}
 	if (found != present)
 		fail_msg("%s on device %d: %d keys in the table, %d in the input", what, d, found,
@@ -1096,12 +1095,12 @@ static void kernel_data_groupby(int d, uint64_t *rng)
 			bs = new_buffer(4, NULL);
 			{
 				/* in two launches: the second adds to the first's table */
-				odx_arg a1[] = {ODX_BUF(bk, 0),	 ODX_BUF(bv, 0), ODX_BUF(bt, 0),
-						ODX_BUF(bs, 0),	 ODX_I32(N / 3), ODX_I32(CAP),
-						ODX_I32(kw),	 ODX_I32(vk | sc)};
-				odx_arg a2[] = {ODX_BUF(bk, 0),	 ODX_BUF(bv, 0), ODX_BUF(bt, 0),
-						ODX_BUF(bs, 0),	 ODX_I32(N),	 ODX_I32(CAP),
-						ODX_I32(kw),	 ODX_I32(vk | sc)};
+				odx_arg a1[] = {ODX_BUF(bk, 0), ODX_BUF(bv, 0),	 ODX_BUF(bt, 0),
+						ODX_BUF(bs, 0), ODX_I32(N / 3),	 ODX_I32(CAP),
+						ODX_I32(kw),	ODX_I32(vk | sc)};
+				odx_arg a2[] = {ODX_BUF(bk, 0), ODX_BUF(bv, 0),	 ODX_BUF(bt, 0),
+						ODX_BUF(bs, 0), ODX_I32(N),	 ODX_I32(CAP),
+						ODX_I32(kw),	ODX_I32(vk | sc)};
 
 				wait_ok(launch("odx.hash_groupby", a1, 8, d, 4, 1, 64, 1),
 					"hash_groupby");
@@ -1115,8 +1114,8 @@ static void kernel_data_groupby(int d, uint64_t *rng)
 			}
 			read_all(bt, table, (CAP + 1) * 8 * sw);
 			read_all(bs, &status, 4);
-			snprintf(what, sizeof(what), "hash_groupby (key_words %d, value_kind %d)", kw,
-				 vk | sc);
+			snprintf(what, sizeof(what), "hash_groupby (key_words %d, value_kind %d)",
+				 kw, vk | sc);
 			if (status != 0)
 				fail_msg("%s on device %d: status %u, the table had room", what, d,
 					 status);
@@ -1129,9 +1128,9 @@ static void kernel_data_groupby(int d, uint64_t *rng)
 					SMALL = 256
 				};
 				odx_buffer *small = new_buffer((SMALL + 1) * 8 * sw, NULL);
-				odx_arg a3[] = {ODX_BUF(bk, 0),	    ODX_BUF(bv, 0), ODX_BUF(small, 0),
-						ODX_BUF(bs, 0),	    ODX_I32(N),	    ODX_I32(SMALL),
-						ODX_I32(kw),	    ODX_I32(vk | sc)};
+				odx_arg a3[] = {ODX_BUF(bk, 0), ODX_BUF(bv, 0),	 ODX_BUF(small, 0),
+						ODX_BUF(bs, 0), ODX_I32(N),	 ODX_I32(SMALL),
+						ODX_I32(kw),	ODX_I32(vk | sc)};
 				uint64_t counted = 0;
 
 				status = 0;
@@ -1284,13 +1283,14 @@ static void kernel_data_combine(int d, uint64_t *rng)
 			}
 			assert_ok(odx_buffer_write(zk, 0, tk, (size_t)N * 4 * kw, TEST_TIMEOUT_MS));
 			assert_ok(odx_buffer_write(zv, 0, tv, (size_t)N * 4 * vw, TEST_TIMEOUT_MS));
-			odx_arg rows[] = {ODX_BUF(zk, 0), ODX_BUF(zv, 0), ODX_BUF(bt, 0),
-					  ODX_BUF(bs, 0), ODX_I32(m),	  ODX_I32(CAP),
+			odx_arg rows[] = {ODX_BUF(zk, 0), ODX_BUF(zv, 0),  ODX_BUF(bt, 0),
+					  ODX_BUF(bs, 0), ODX_I32(m),	   ODX_I32(CAP),
 					  ODX_I32(kw),	  ODX_I32(vk | sc)};
 			/* records of count 0 (unused) are skipped by the merge */
-			odx_arg recs[] = {ODX_BUF(rk, 0), ODX_BUF(rv, 0),	  ODX_BUF(bt, 0),
-					  ODX_BUF(bs, 0), ODX_I32(G * SLOTS),	  ODX_I32(CAP),
-					  ODX_I32(kw),	  ODX_I32((vk == 2 ? 4 : 3) | sc)};
+			odx_arg recs[] = {ODX_BUF(rk, 0),     ODX_BUF(rv, 0),
+					  ODX_BUF(bt, 0),     ODX_BUF(bs, 0),
+					  ODX_I32(G * SLOTS), ODX_I32(CAP),
+					  ODX_I32(kw),	      ODX_I32((vk == 2 ? 4 : 3) | sc)};
 
 			odx_event_release(launch("odx.hash_groupby", rows, 8, d, 8, 1, 64, 1));
 			wait_ok(launch("odx.hash_groupby", recs, 8, d, 8, 1, 64, 1),
@@ -1303,7 +1303,8 @@ static void kernel_data_combine(int d, uint64_t *rng)
 		read_all(bt, table, (CAP + 1) * 8 * sw);
 		read_all(bs, &status, 4);
 		assert_int_equal(status, 0);
-		gb_check(sc ? "hash_combine + hash_groupby (count, sum)" : "hash_combine + hash_groupby",
+		gb_check(sc ? "hash_combine + hash_groupby (count, sum)"
+			    : "hash_combine + hash_groupby",
 			 d, table, CAP, sw, &r);
 		assert_ok(odx_buffer_destroy(bk));
 		assert_ok(odx_buffer_destroy(bv));

@@ -443,8 +443,8 @@ static void test_new_buffer_zeros_reused_memory(void **state)
 			assert_ok(odx_buffer_read(a, 0, got, sizes[s], TEST_TIMEOUT_MS));
 			for (size_t i = 0; i < n; i++)
 				if (got[i] != 1)
-					fail_msg("size %zu round %d: word %zu is %#llx, not 1", sizes[s],
-						 round, i, (unsigned long long)got[i]);
+					fail_msg("size %zu round %d: word %zu is %#llx, not 1",
+						 sizes[s], round, i, (unsigned long long)got[i]);
 			assert_ok(odx_buffer_destroy(a));
 			assert_ok(odx_wait_all(f->ctx, TEST_TIMEOUT_MS));
 		}
