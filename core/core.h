@@ -807,8 +807,9 @@ int odx__topo_numa_of_pci(odx__topo *t, const char *busid);        /* "0000:65:0
 int odx__topo_numa_of_self(odx__topo *t);                          /* the calling thread */
 int odx__topo_numa_of_area(odx__topo *t, const void *p, size_t len);
 /* Host memory on NUMA node `numa` (bound there when the machine has several and the block is
- * large); freed with odx__topo_free and the same size. */
-void *odx__topo_alloc_on(odx__topo *t, int numa, size_t size);
+ * large); freed with odx__topo_free and the same size. *zeroed: the block is known to read as
+ * zeros (fresh pages from the kernel), so a caller that needs zeros need not write them. */
+void *odx__topo_alloc_on(odx__topo *t, int numa, size_t size, bool *zeroed);
 void odx__topo_free(odx__topo *t, void *p, size_t size);
 
 /* ---- the context (context.c) -------------------------------------------------------------- */

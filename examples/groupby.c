@@ -15,7 +15,8 @@
  *                  buffers with P parts (odx_buffer_set_parts), each part's length set by a
  *                  length rule from the counts (no host round trip)
  *   odx_shuffle    part d of every rank's buffers to rank d, packed (one per column)
- *   hash_groupby   what arrived, rows then records, into rank d's table; n = ODX_LEN
+ *   hash_groupby   what arrived, rows then records, into rank d's table; n = ODX_LEN; count and
+ *                  sum only (value_kind | ODX_GB_SUM_COUNT: 24-byte slots)
  *
  * Every rank submits every task (the replicated flow); each runs where its output lives, and
  * nothing is read back until the end.
@@ -55,6 +56,10 @@
 #define PROGRAM "groupby"
 /* ODX_COMBINE_SLOTS: records each combiner work-group writes (docs/kernels.md) */
 #define COMBINE_SLOTS 256
+/* hash_groupby's value_kind flag ODX_GB_SUM_COUNT: count and sum only (all this program needs),
+ * in slots of SLOT_WORDS u64 [~key, count, sum], 24 bytes like the MPI program's (docs/kernels.md) */
+#define GB_SUM_COUNT 8
+#define SLOT_WORDS 3
 
 static void check(odx_context *ctx, int rc, const char *what)
 {
@@ -119,9 +124,9 @@ static int gen_host(const odx_host_launch *l)
 	return l->run(l, (j.n + j.chunk - 1) / j.chunk, gen_chunk, &j);
 }
 
-/* digest(table R u64[(capacity + 1) * 5], out W u64[3], capacity i32): the digest of one rank's
- * table (sc_digest: keys, rows, checksum), so that a large result need not cross ranks to be
- * compared with the MPI program's. */
+/* digest(table R u64[(capacity + 1) * SLOT_WORDS], out W u64[3], capacity i32): the digest of
+ * one rank's table (sc_digest: keys, rows, checksum), so that a large result need not cross
+ * ranks to be compared with the MPI program's. */
 static int digest_host(const odx_host_launch *l)
 {
 	const uint64_t *w = l->buffers[0];
@@ -129,7 +134,7 @@ static int digest_host(const odx_host_launch *l)
 	int32_t cap = *(const int32_t *)l->scalars[2];
 	sc_digest d = {0, 0, 0};
 
-	for (int64_t s = 0; s <= cap; s++, w += 5) {
+	for (int64_t s = 0; s <= cap; s++, w += SLOT_WORDS) {
 		double sum;
 
 		if (s < cap ? w[0] == 0 : w[1] == 0)
@@ -303,7 +308,7 @@ static void new_stream(job *j, stream *s, const shape *sh, int r)
 static void reset_table(job *j, int r)
 {
 	rank_bufs *b = &j->r[r];
-	int32_t words = (j->capacity + 1) * 10;
+	int32_t words = (j->capacity + 1) * 2 * SLOT_WORDS;
 
 	submit(j, j->k.fill, (odx_arg[]){ODX_BUF(b->table, ODX_W), ODX_I32(0), ODX_I32(words)}, 3,
 	       blocks((uint64_t)words), 256, "reset table");
@@ -399,7 +404,7 @@ static void groupby(job *j)
 					   ODX_BUF(st[i]->dvals, ODX_R), ODX_BUF(b->table, ODX_RW),
 					   ODX_BUF(b->status, ODX_RW), ODX_LEN(0, 4),
 					   ODX_I32(j->capacity), ODX_I32(1),
-					   ODX_I32(sh[i]->value_kind)},
+					   ODX_I32(sh[i]->value_kind | GB_SUM_COUNT)},
 			       8, blocks(sh[i]->dcap), 256, i ? "groupby records" : "groupby rows");
 	}
 	free(src);
@@ -433,13 +438,13 @@ out_of_memory:
 /* Compares every rank's ODX table with the reference, key by key; returns the mismatches. */
 static uint64_t compare(job *j, const sc_table *ref)
 {
-	size_t words = ((size_t)j->capacity + 1) * 5;
+	size_t words = ((size_t)j->capacity + 1) * SLOT_WORDS;
 	uint64_t *w = xcalloc(words, sizeof(*w)), bad = 0, keys = 0;
 
 	for (int r = 0; r < j->size; r++) {
 		check(j->ctx, odx_buffer_read(j->r[r].table, 0, w, words * 8, -1), "read a table");
 		for (int64_t s = 0; s <= j->capacity; s++) {
-			const uint64_t *slot = w + 5 * s;
+			const uint64_t *slot = w + SLOT_WORDS * s;
 			uint32_t key = (uint32_t)~slot[0];
 			double sum;
 
@@ -567,7 +572,7 @@ int main(int argc, char **argv)
 		b->recs.vals = new_buffer(&j, 32 * nrec, r, "recs.vals", r);
 		new_stream(&j, &b->rows, &j.rows, r);
 		new_stream(&j, &b->recs, &j.recs, r);
-		b->table = new_buffer(&j, 40 * ((size_t)j.capacity + 1), r, "table", r);
+		b->table = new_buffer(&j, 8 * SLOT_WORDS * ((size_t)j.capacity + 1), r, "table", r);
 		b->status = new_buffer(&j, 4, r, "status", r);
 		b->digest = new_buffer(&j, 24, r, "digest", r);
 	}

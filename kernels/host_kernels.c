@@ -663,6 +663,47 @@ int odx__host_scatter_rows(const odx_host_launch *l)
 	    check_buffer(l, "odx.scatter_rows", 2, (int64_t)m * width, 4) ||
 	    walk_first(&w, l, "odx.scatter_rows", n))
 		return 1;
+	if (l->grid[1] <= 1 && l->grid[2] <= 1 && l->block[1] <= 1 && l->block[2] <= 1) {
+		/* A 1-D launch: this call's rows as a plain loop (hash_groupby's reasoning below:
+		 * work-item t takes rows t, t + items, ...; the call's groups own [lo, hi) of each
+		 * stretch of `items` rows). The kernel body per work-item costs a call and its index
+		 * arithmetic per row (docs/performance-log.md: the example's scatters at 16M rows). */
+		const uint32_t *src = l->buffers[0], *dest = l->buffers[1];
+		uint32_t *dst = l->buffers[2];
+		int64_t block = w.it.block[0], items = (int64_t)w.it.grid[0] * block;
+		int64_t lo = (int64_t)l->group_first * block;
+		int64_t hi = lo + (int64_t)l->group_count * block;
+
+		if (hi > items)
+			hi = items;
+		for (int64_t base = 0; base < n && lo < hi; base += items) {
+			int64_t end = base + hi < n ? base + hi : n;
+			uint32_t sink;
+
+			if (width == 1) {
+				/* a dropped row writes `sink`, the address picked with masks: no
+				 * branch on dest (dropped rows come in no order a predictor can
+				 * follow, and compilers turn a ?: of two addresses into one) */
+				for (int64_t i = base + lo; i < end; i++) {
+					uint32_t d = dest[i];
+					uintptr_t ok = (uintptr_t)0 - (uintptr_t)(d < (uint32_t)m);
+					uintptr_t at = (uintptr_t)dst + ((uintptr_t)d << 2);
+
+					*(uint32_t *)((at & ok) | ((uintptr_t)&sink & ~ok)) =
+						src[i];
+				}
+				continue;
+			}
+			for (int64_t i = base + lo; i < end; i++) {
+				uint32_t d = dest[i];
+
+				if (d < (uint32_t)m)
+					memcpy(dst + (size_t)d * width, src + i * width,
+					       4 * (size_t)width);
+			}
+		}
+		return 0;
+	}
 	for (; w.g < w.end; walk_next(&w))
 		odx_scatter_rows(&w.it, l->buffers[0], l->buffers[1], l->buffers[2], n, width, m);
 	return 0;
@@ -727,9 +768,8 @@ static bool gb_better(uint64_t v, uint64_t cur, bool is_f64, bool want_min)
 	return want_min ? (int64_t)v < (int64_t)cur : (int64_t)v > (int64_t)cur;
 }
 
-static void gb_rows(const uint32_t *keys, const uint32_t *values, uint64_t *table,
-		    uint32_t *status, int64_t first, int64_t end, int32_t cap, int kw, int vk,
-		    bool atomic)
+static void gb_rows(const uint32_t *keys, const uint32_t *values, uint64_t *table, uint32_t *status,
+		    int64_t first, int64_t end, int32_t cap, int kw, int vk, int sw, bool atomic)
 {
 	uint64_t mask = (uint64_t)cap - 1;
 	bool is_f64 = vk != 2 && vk != 4;
@@ -745,7 +785,7 @@ static void gb_rows(const uint32_t *keys, const uint32_t *values, uint64_t *tabl
 			uint64_t k = kw == 2 ? (uint64_t)keys[2 * a] | (uint64_t)keys[2 * a + 1] << 32
 					     : keys[a];
 
-			__builtin_prefetch(&table[(odx__gb_fmix64(k) & mask) * 5], 1);
+			__builtin_prefetch(&table[(odx__gb_fmix64(k) & mask) * sw], 1);
 		}
 		if (!gb_read(keys, values, i, kw, vk, &r))
 			continue;
@@ -753,13 +793,13 @@ static void gb_rows(const uint32_t *keys, const uint32_t *values, uint64_t *tabl
 			uint64_t h = odx__gb_fmix64(r.key) & mask, j;
 
 			for (j = 0; j <= mask; j++) {
-				uint64_t at = (h + j) & mask, cur = table[at * 5];
+				uint64_t at = (h + j) & mask, cur = table[at * sw];
 
 				if (cur == 0) {
 					if (atomic)
-						cur = odx__cas_u64(&table[at * 5], 0, ~r.key);
+						cur = odx__cas_u64(&table[at * sw], 0, ~r.key);
 					else
-						table[at * 5] = ~r.key;
+						table[at * sw] = ~r.key;
 				}
 				if (cur == 0 || cur == ~r.key) {
 					slot = at;
@@ -774,13 +814,15 @@ static void gb_rows(const uint32_t *keys, const uint32_t *values, uint64_t *tabl
 				continue;
 			}
 		}
-		s = table + slot * 5;
+		s = table + slot * sw;
 		if (atomic) {
 			__atomic_fetch_add(&s[1], r.cnt, __ATOMIC_RELAXED);
 			if (is_f64)
 				odx__gb_add_f64(&s[2], odx__bits_f64(r.sum));
 			else
 				__atomic_fetch_add(&s[2], r.sum, __ATOMIC_RELAXED);
+			if (sw == 3)
+				continue;
 			odx__gb_minmax(&s[3], r.lo, min0, is_f64, 1);
 			odx__gb_minmax(&s[4], r.hi, max0, is_f64, 0);
 			continue;
@@ -788,6 +830,8 @@ static void gb_rows(const uint32_t *keys, const uint32_t *values, uint64_t *tabl
 		s[1] += r.cnt;
 		s[2] = is_f64 ? odx__f64_bits(odx__bits_f64(s[2]) + odx__bits_f64(r.sum))
 			      : s[2] + r.sum;
+		if (sw == 3)
+			continue;
 		if (gb_better(r.lo, s[3] ^ min0, is_f64, true))
 			s[3] = r.lo ^ min0;
 		if (gb_better(r.hi, s[4] ^ max0, is_f64, false))
@@ -799,18 +843,21 @@ int odx__host_hash_groupby(const odx_host_launch *l)
 {
 	int32_t n = arg_i32(l, 4), cap = arg_i32(l, 5), kw = arg_i32(l, 6), vk = arg_i32(l, 7);
 	static const int value_words[] = {1, 2, 2, 8, 8};
+	int sw = vk & ODX_GB_SUM_COUNT ? 3 : 5; /* words per slot */
+	int kind = vk;
 	walk w;
 
+	vk &= ~ODX_GB_SUM_COUNT;
 	if (cap < 1 || cap > (1 << 30) || (cap & (cap - 1)) != 0)
 		return fail(l, "odx.hash_groupby: capacity must be a power of two in [1, 2^30]");
 	if (kw != 1 && kw != 2)
 		return fail(l, "odx.hash_groupby: key_words must be 1 (u32 keys) or 2 (u64)");
 	if (vk < 0 || vk > 4)
 		return fail(l, "odx.hash_groupby: value_kind must be 0 (f32), 1 (f64), 2 (i64), "
-			       "3 (f64 records) or 4 (i64 records)");
+			       "3 (f64 records) or 4 (i64 records), plus 8 for count and sum only");
 	if (check_buffer(l, "odx.hash_groupby", 0, (int64_t)n * kw, 4) ||
 	    check_buffer(l, "odx.hash_groupby", 1, (int64_t)n * value_words[vk], 4) ||
-	    check_buffer(l, "odx.hash_groupby", 2, ((int64_t)cap + 1) * 5, 8) ||
+	    check_buffer(l, "odx.hash_groupby", 2, ((int64_t)cap + 1) * sw, 8) ||
 	    check_buffer(l, "odx.hash_groupby", 3, 1, 4) ||
 	    walk_first(&w, l, "odx.hash_groupby", n))
 		return 1;
@@ -826,13 +873,13 @@ int odx__host_hash_groupby(const odx_host_launch *l)
 			hi = items;
 		for (int64_t base = 0; base < n && lo < hi; base += items)
 			gb_rows(l->buffers[0], l->buffers[1], l->buffers[2], l->buffers[3],
-				base + lo, base + hi < n ? base + hi : n, cap, kw, vk,
+				base + lo, base + hi < n ? base + hi : n, cap, kw, vk, sw,
 				l->threads > 1);
 		return 0;
 	}
 	for (; w.g < w.end; walk_next(&w))
 		odx_hash_groupby(&w.it, l->buffers[0], l->buffers[1], l->buffers[2], l->buffers[3],
-				 n, cap, kw, vk);
+				 n, cap, kw, kind);
 	return 0;
 }
 

@@ -215,5 +215,7 @@ static inline float odx__bits_f32(uint32_t u)
 #define ODX_COMBINE_SLOTS 256
 /* A row that goes to no partition (dropped by the count, rank and scatter kernels). */
 #define ODX_NO_PART 0xffffffffu
+/* hash_groupby's value_kind flag: count and sum only, 3-word slots (docs/kernels.md) */
+#define ODX_GB_SUM_COUNT 8
 
 #endif /* ODX_DIALECT_H */

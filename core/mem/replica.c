@@ -82,11 +82,14 @@ int odx__replica_alloc_as(odx_context *ctx, odx_buffer *b, int m, bool zero, boo
 		return ODX_EIO;
 	if (!node->device) {
 		/* Host memory node m is NUMA node m. */
-		void *p = odx__topo_alloc_on(ctx->topo, m, b->size);
+		bool zeroed;
+		void *p = odx__topo_alloc_on(ctx->topo, m, b->size, &zeroed);
 
 		if (!p)
 			return ODX_ENOMEM;
-		if (zero)
+		/* Fresh pages from the kernel are zeros already: writing them again cost the first
+		 * group-by at 4 x 16M rows half its CPU. */
+		if (zero && !zeroed)
 			memset(p, 0, b->size);
 		r->mem = (uint64_t)(uintptr_t)p;
 		r->off = 0;

@@ -73,8 +73,11 @@ void main()
 {
 	uint gsize = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
 	uint mask = uint(capacity) - 1u;
-	uint vw = value_kind == 0 ? 1u : value_kind <= 2 ? 2u : 8u;
-	bool is_f64 = value_kind != 2 && value_kind != 4;
+	/* value_kind | 8: count and sum only, slots of 3 words */
+	uint sw = (value_kind & 8) != 0 ? 3u : 5u;
+	int vk = value_kind & 7;
+	uint vw = vk == 0 ? 1u : vk <= 2 ? 2u : 8u;
+	bool is_f64 = vk != 2 && vk != 4;
 
 	for (uint i = gl_GlobalInvocationID.x; i < uint(n); i += gsize) {
 		uint64_t key = key_words == 2 ? uint64_t(keys[2u * i]) | (uint64_t(keys[2u * i + 1u]) << 32)
@@ -83,10 +86,10 @@ void main()
 		uint64_t cnt = 1UL, sum, lo, hi;
 		uint slot = uint(capacity);
 
-		if (value_kind == 0) {
+		if (vk == 0) {
 			sum = doubleBitsToUint64(double(uintBitsToFloat(values[v])));
 			lo = hi = sum;
-		} else if (value_kind <= 2) {
+		} else if (vk <= 2) {
 			sum = word64(v);
 			lo = hi = sum;
 		} else {
@@ -103,10 +106,10 @@ void main()
 
 			for (uint j = 0u; j <= mask; j++) {
 				uint at = (h + j) & mask;
-				uint64_t cur = table[at * 5u];
+				uint64_t cur = table[at * sw];
 
 				if (cur == 0UL)
-					cur = atomicCompSwap(table[at * 5u], 0UL, ~key);
+					cur = atomicCompSwap(table[at * sw], 0UL, ~key);
 				if (cur == 0UL || cur == ~key) {
 					slot = at;
 					found = true;
@@ -118,12 +121,14 @@ void main()
 				continue;
 			}
 		}
-		uint s = slot * 5u;
+		uint s = slot * sw;
 		atomicAdd(table[s + 1u], cnt);
 		if (is_f64)
 			add_f64(s + 2u, uint64BitsToDouble(sum));
 		else
 			atomicAdd(table[s + 2u], sum);
+		if (sw == 3u)
+			continue;
 		minmax(s + 3u, lo, is_f64 ? MIN0_F64 : MIN0_I64, is_f64, true);
 		minmax(s + 4u, hi, is_f64 ? MAX0_F64 : MAX0_I64, is_f64, false);
 	}

@@ -19,16 +19,20 @@ ODX_KERNEL(odx_partition_count, ODX_GLOBAL const ODX_U32 *pids, ODX_GLOBAL ODX_U
 	ODX_IDX chunk = ((ODX_IDX)n + groups - 1) / groups;
 	ODX_IDX first = (ODX_IDX)g * chunk, end = first + chunk < n ? first + chunk : n;
 #if ODX_DIALECT_C
-	/* One work-item runs the group: a plain private array. */
-	ODX_U32 cnt[ODX_PARTITION_MAX_PARTS];
+	/* One work-item runs the group: a plain private array, and one more counter that takes
+	 * the rows of no partition without a branch (pids of combined rows, ODX_NO_PART, come
+	 * in no order a predictor can follow). */
+	ODX_U32 cnt[ODX_PARTITION_MAX_PARTS + 1];
 
 	if (ODX_LOCAL_ID(0) != 0)
 		return;
-	for (int p = 0; p < parts; p++)
+	for (int p = 0; p <= parts; p++)
 		cnt[p] = 0;
-	for (ODX_IDX i = first; i < end; i++)
-		if (pids[i] < (ODX_U32)parts)
-			cnt[pids[i]]++;
+	for (ODX_IDX i = first; i < end; i++) {
+		ODX_U32 p = pids[i];
+
+		cnt[p < (ODX_U32)parts ? p : (ODX_U32)parts]++;
+	}
 	for (int p = 0; p < parts; p++)
 		counts[(ODX_IDX)p * groups + g] = cnt[p];
 #else

@@ -21,16 +21,20 @@ ODX_KERNEL(odx_partition_rank, ODX_GLOBAL const ODX_U32 *pids, ODX_GLOBAL const 
 	ODX_IDX chunk = ((ODX_IDX)n + groups - 1) / groups;
 	ODX_IDX first = (ODX_IDX)g * chunk, end = first + chunk < n ? first + chunk : n;
 #if ODX_DIALECT_C
-	ODX_U32 base[ODX_PARTITION_MAX_PARTS];
+	/* base[parts]: ODX_NO_PART, never moved on, for the rows of no partition: no branch
+	 * (their pids come in no order a predictor can follow) */
+	ODX_U32 base[ODX_PARTITION_MAX_PARTS + 1];
 
 	if (ODX_LOCAL_ID(0) != 0)
 		return;
 	for (int p = 0; p < parts; p++)
 		base[p] = offsets[(ODX_IDX)p * groups + g];
+	base[parts] = ODX_NO_PART;
 	for (ODX_IDX i = first; i < end; i++) {
-		ODX_U32 p = pids[i];
+		ODX_U32 p = pids[i], q = p < (ODX_U32)parts ? p : (ODX_U32)parts;
 
-		dest[i] = p < (ODX_U32)parts ? base[p]++ : ODX_NO_PART;
+		dest[i] = base[q];
+		base[q] += q != (ODX_U32)parts;
 	}
 #else
 	ODX_SHARED ODX_U32 base[ODX_PARTITION_MAX_PARTS];

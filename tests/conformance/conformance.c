@@ -972,8 +972,9 @@ static void gb_ref_free(gb_ref *r)
 }
 
 /* Decodes a table (docs/kernels.md: [~key, count, sum, min ^ MIN0, max ^ MAX0], slot
- * `capacity` for the key ~0) and compares it with the reference, bit for bit. */
-static void gb_check(const char *what, int d, const uint64_t *t, int cap, const gb_ref *r)
+ * `capacity` for the key ~0; sw = 3 words per slot: value_kind | ODX_GB_SUM_COUNT, no min and
+ * max) and compares it with the reference, bit for bit. */
+static void gb_check(const char *what, int d, const uint64_t *t, int cap, int sw, const gb_ref *r)
 {
 	uint64_t min0 = r->is_f64 ? 0x7ff0000000000000ull : 0x7fffffffffffffffull;
 	uint64_t max0 = r->is_f64 ? 0xfff0000000000000ull : 0x8000000000000000ull;
@@ -982,7 +983,7 @@ static void gb_check(const char *what, int d, const uint64_t *t, int cap, const 
 	for (int k = 0; k < r->nkeys; k++)
 		present += r->count[k] != 0; /* a listed key may have no row */
 	for (int s = 0; s <= cap; s++) {
-		const uint64_t *e = t + (size_t)s * 5;
+		const uint64_t *e = t + (size_t)s * sw;
 		uint64_t key;
 		int k;
 
@@ -995,15 +996,17 @@ static void gb_check(const char *what, int d, const uint64_t *t, int cap, const 
 			fail_msg("%s on device %d: slot %d holds key 0x%llx, not in the input", what,
 				 d, s, (unsigned long long)key);
 		found++;
-		if (e[1] != r->count[k] || e[2] != r->sum[k] || (e[3] ^ min0) != r->min[k] ||
-		    (e[4] ^ max0) != r->max[k])
-			fail_msg("%s on device %d: key 0x%llx: count %llu sum 0x%llx min 0x%llx max "
-				 "0x%llx, reference %llu 0x%llx 0x%llx 0x%llx",
-				 what, d, (unsigned long long)key, (unsigned long long)e[1],
-				 (unsigned long long)e[2], (unsigned long long)(e[3] ^ min0),
-				 (unsigned long long)(e[4] ^ max0), (unsigned long long)r->count[k],
-				 (unsigned long long)r->sum[k], (unsigned long long)r->min[k],
-				 (unsigned long long)r->max[k]);
+		if (e[1] != r->count[k] || e[2] != r->sum[k] ||
+		    (sw == 5 && ((e[3] ^ min0) != r->min[k] || (e[4] ^ max0) != r->max[k])))
+			fail_msg(
+				"%s on device %d: key 0x%llx: count %llu sum 0x%llx min 0x%llx max "
+				"0x%llx, reference %llu 0x%llx 0x%llx 0x%llx",
+				what, d, (unsigned long long)key, (unsigned long long)e[1],
+				(unsigned long long)e[2],
+				(unsigned long long)(sw == 5 ? e[3] ^ min0 : 0),
+				(unsigned long long)(sw == 5 ? e[4] ^ max0 : 0),
+				(unsigned long long)r->count[k], (unsigned long long)r->sum[k],
+				(unsigned long long)r->min[k], (unsigned long long)r->max[k]);
 	}
 	if (found != present)
 		fail_msg("%s on device %d: %d keys in the table, %d in the input", what, d, found,
@@ -1070,8 +1073,13 @@ static void kernel_data_groupby(int d, uint64_t *rng)
 	uint32_t *keys = xmalloc(N * 8), *vals = xmalloc(N * 8);
 	int *kidx = xmalloc(N * sizeof(int));
 
-	for (int kw = 1; kw <= 2; kw++) {
+	/* every key width, with all four aggregates, then with value_kind | ODX_GB_SUM_COUNT
+	 * (sc = 8: count and sum only, 3-word slots) */
+	for (int ks = 0; ks < 4; ks++) {
+		int kw = ks % 2 + 1, sc = ks / 2 * 8;
+
 		for (int vk = 0; vk <= 2; vk++) {
+			int sw = sc ? 3 : 5;
 			gb_ref r;
 			char what[64];
 			uint32_t status;
@@ -1083,35 +1091,35 @@ static void kernel_data_groupby(int d, uint64_t *rng)
 				gb_ref_add(&r, kidx[i], vbits[i]);
 			bk = new_buffer((size_t)N * 4 * kw, keys);
 			bv = new_buffer((size_t)N * (vk == 0 ? 4 : 8), vals);
-			bt = new_buffer((CAP + 1) * 40, NULL); /* zeros: an empty table */
+			bt = new_buffer((CAP + 1) * 8 * sw, NULL); /* zeros: an empty table */
 			bs = new_buffer(4, NULL);
 			{
 				/* in two launches: the second adds to the first's table */
-				odx_arg a1[] = {ODX_BUF(bk, 0),	 ODX_BUF(bv, 0), ODX_BUF(bt, 0),
-						ODX_BUF(bs, 0),	 ODX_I32(N / 3), ODX_I32(CAP),
-						ODX_I32(kw),	 ODX_I32(vk)};
-				odx_arg a2[] = {ODX_BUF(bk, 0),	 ODX_BUF(bv, 0), ODX_BUF(bt, 0),
-						ODX_BUF(bs, 0),	 ODX_I32(N),	 ODX_I32(CAP),
-						ODX_I32(kw),	 ODX_I32(vk)};
+				odx_arg a1[] = {ODX_BUF(bk, 0), ODX_BUF(bv, 0),	 ODX_BUF(bt, 0),
+						ODX_BUF(bs, 0), ODX_I32(N / 3),	 ODX_I32(CAP),
+						ODX_I32(kw),	ODX_I32(vk | sc)};
+				odx_arg a2[] = {ODX_BUF(bk, 0), ODX_BUF(bv, 0),	 ODX_BUF(bt, 0),
+						ODX_BUF(bs, 0), ODX_I32(N),	 ODX_I32(CAP),
+						ODX_I32(kw),	ODX_I32(vk | sc)};
 
 				wait_ok(launch("odx.hash_groupby", a1, 8, d, 4, 1, 64, 1),
 					"hash_groupby");
 				/* then all rows again into a fresh table: the first launch was only
 				 * a third; reset by writing zeros */
-				memset(table, 0, (CAP + 1) * 40);
-				assert_ok(odx_buffer_write(bt, 0, table, (CAP + 1) * 40,
+				memset(table, 0, (CAP + 1) * 8 * sw);
+				assert_ok(odx_buffer_write(bt, 0, table, (CAP + 1) * 8 * sw,
 							   TEST_TIMEOUT_MS));
 				wait_ok(launch("odx.hash_groupby", a2, 8, d, 13, 1, 96, 1),
 					"hash_groupby");
 			}
-			read_all(bt, table, (CAP + 1) * 40);
+			read_all(bt, table, (CAP + 1) * 8 * sw);
 			read_all(bs, &status, 4);
-			snprintf(what, sizeof(what), "hash_groupby (key_words %d, value_kind %d)", kw,
-				 vk);
+			snprintf(what, sizeof(what), "hash_groupby (key_words %d, value_kind %d)",
+				 kw, vk | sc);
 			if (status != 0)
 				fail_msg("%s on device %d: status %u, the table had room", what, d,
 					 status);
-			gb_check(what, d, table, CAP, &r);
+			gb_check(what, d, table, CAP, sw, &r);
 			{
 				/* too small a table: every row is aggregated or counted in status,
 				 * never lost silently; then the pass again, twice as large
@@ -1119,20 +1127,20 @@ static void kernel_data_groupby(int d, uint64_t *rng)
 				enum {
 					SMALL = 256
 				};
-				odx_buffer *small = new_buffer((SMALL + 1) * 40, NULL);
-				odx_arg a3[] = {ODX_BUF(bk, 0),	    ODX_BUF(bv, 0), ODX_BUF(small, 0),
-						ODX_BUF(bs, 0),	    ODX_I32(N),	    ODX_I32(SMALL),
-						ODX_I32(kw),	    ODX_I32(vk)};
+				odx_buffer *small = new_buffer((SMALL + 1) * 8 * sw, NULL);
+				odx_arg a3[] = {ODX_BUF(bk, 0), ODX_BUF(bv, 0),	 ODX_BUF(small, 0),
+						ODX_BUF(bs, 0), ODX_I32(N),	 ODX_I32(SMALL),
+						ODX_I32(kw),	ODX_I32(vk | sc)};
 				uint64_t counted = 0;
 
 				status = 0;
 				assert_ok(odx_buffer_write(bs, 0, &status, 4, TEST_TIMEOUT_MS));
 				wait_ok(launch("odx.hash_groupby", a3, 8, d, 13, 1, 96, 1),
 					"hash_groupby (full)");
-				read_all(small, table, (SMALL + 1) * 40);
+				read_all(small, table, (SMALL + 1) * 8 * sw);
 				read_all(bs, &status, 4);
 				for (int s = 0; s <= SMALL; s++)
-					counted += table[s * 5 + 1];
+					counted += table[s * sw + 1];
 				if (status == 0 || counted + status != N)
 					fail_msg("%s on device %d, capacity %d for %d keys: status %u, "
 						 "%llu rows in the table, %d rows",
@@ -1146,22 +1154,22 @@ static void kernel_data_groupby(int d, uint64_t *rng)
 
 					while (cap2 < 2 * (SMALL + (int32_t)status))
 						cap2 *= 2;
-					small = new_buffer(((size_t)cap2 + 1) * 40, NULL);
+					small = new_buffer(((size_t)cap2 + 1) * 8 * sw, NULL);
 					status = 0;
 					assert_ok(odx_buffer_write(bs, 0, &status, 4, TEST_TIMEOUT_MS));
 					odx_arg a4[] = {ODX_BUF(bk, 0),	   ODX_BUF(bv, 0),
 							ODX_BUF(small, 0), ODX_BUF(bs, 0),
 							ODX_I32(N),	   ODX_I32(cap2),
-							ODX_I32(kw),	   ODX_I32(vk)};
+							ODX_I32(kw),	   ODX_I32(vk | sc)};
 
 					wait_ok(launch("odx.hash_groupby", a4, 8, d, 7, 1, 32, 1),
 						"hash_groupby (regrown)");
 					free(table);
-					table = xmalloc(((size_t)cap2 + 1) * 40);
-					read_all(small, table, ((size_t)cap2 + 1) * 40);
+					table = xmalloc(((size_t)cap2 + 1) * 8 * sw);
+					read_all(small, table, ((size_t)cap2 + 1) * 8 * sw);
 					read_all(bs, &status, 4);
 					assert_int_equal(status, 0);
-					gb_check("hash_groupby (regrown)", d, table, cap2, &r);
+					gb_check("hash_groupby (regrown)", d, table, cap2, sw, &r);
 					assert_ok(odx_buffer_destroy(small));
 					free(table);
 					table = xmalloc((CAP + 1) * 40);
@@ -1200,10 +1208,12 @@ static void kernel_data_combine(int d, uint64_t *rng)
 	uint32_t *keys = xmalloc(N * 8), *vals = xmalloc(N * 8), *pids = xmalloc(N * 4);
 	uint32_t *rpids = xmalloc(G * SLOTS * 4), *rvals = xmalloc(G * SLOTS * 32);
 	int *kidx = xmalloc(N * sizeof(int));
-	static const int cases[][2] = {{1, 0}, {2, 2}, {1, 1}};
+	/* key_words, value_kind, ODX_GB_SUM_COUNT or 0 (the last: examples/groupby's way) */
+	static const int cases[][3] = {{1, 0, 0}, {2, 2, 0}, {1, 1, 0}, {1, 0, 8}};
 
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
 		int kw = cases[c][0], vk = cases[c][1], vw = vk == 0 ? 1 : 2;
+		int sc = cases[c][2], sw = sc ? 3 : 5;
 		uint64_t passed = 0, combined = 0;
 		uint32_t status;
 		gb_ref r;
@@ -1254,7 +1264,7 @@ static void kernel_data_combine(int d, uint64_t *rng)
 		partition_pipeline(d, pids, N, P, 4, 64, rng);
 		partition_pipeline(d, rpids, G * SLOTS, P, 2, 32, rng);
 		/* all of it into one table: rows, then records */
-		bt = new_buffer((CAP + 1) * 40, NULL);
+		bt = new_buffer((CAP + 1) * 8 * sw, NULL);
 		bs = new_buffer(4, NULL);
 		{
 			odx_buffer *zk = new_buffer((size_t)N * 4 * kw, NULL);
@@ -1273,13 +1283,14 @@ static void kernel_data_combine(int d, uint64_t *rng)
 			}
 			assert_ok(odx_buffer_write(zk, 0, tk, (size_t)N * 4 * kw, TEST_TIMEOUT_MS));
 			assert_ok(odx_buffer_write(zv, 0, tv, (size_t)N * 4 * vw, TEST_TIMEOUT_MS));
-			odx_arg rows[] = {ODX_BUF(zk, 0), ODX_BUF(zv, 0), ODX_BUF(bt, 0),
-					  ODX_BUF(bs, 0), ODX_I32(m),	  ODX_I32(CAP),
-					  ODX_I32(kw),	  ODX_I32(vk)};
+			odx_arg rows[] = {ODX_BUF(zk, 0), ODX_BUF(zv, 0),  ODX_BUF(bt, 0),
+					  ODX_BUF(bs, 0), ODX_I32(m),	   ODX_I32(CAP),
+					  ODX_I32(kw),	  ODX_I32(vk | sc)};
 			/* records of count 0 (unused) are skipped by the merge */
-			odx_arg recs[] = {ODX_BUF(rk, 0), ODX_BUF(rv, 0),	  ODX_BUF(bt, 0),
-					  ODX_BUF(bs, 0), ODX_I32(G * SLOTS),	  ODX_I32(CAP),
-					  ODX_I32(kw),	  ODX_I32(vk == 2 ? 4 : 3)};
+			odx_arg recs[] = {ODX_BUF(rk, 0),     ODX_BUF(rv, 0),
+					  ODX_BUF(bt, 0),     ODX_BUF(bs, 0),
+					  ODX_I32(G * SLOTS), ODX_I32(CAP),
+					  ODX_I32(kw),	      ODX_I32((vk == 2 ? 4 : 3) | sc)};
 
 			odx_event_release(launch("odx.hash_groupby", rows, 8, d, 8, 1, 64, 1));
 			wait_ok(launch("odx.hash_groupby", recs, 8, d, 8, 1, 64, 1),
@@ -1289,10 +1300,12 @@ static void kernel_data_combine(int d, uint64_t *rng)
 			free(tk);
 			free(tv);
 		}
-		read_all(bt, table, (CAP + 1) * 40);
+		read_all(bt, table, (CAP + 1) * 8 * sw);
 		read_all(bs, &status, 4);
 		assert_int_equal(status, 0);
-		gb_check("hash_combine + hash_groupby", d, table, CAP, &r);
+		gb_check(sc ? "hash_combine + hash_groupby (count, sum)"
+			    : "hash_combine + hash_groupby",
+			 d, table, CAP, sw, &r);
 		assert_ok(odx_buffer_destroy(bk));
 		assert_ok(odx_buffer_destroy(bv));
 		assert_ok(odx_buffer_destroy(bp));
