@@ -312,6 +312,9 @@ void odx_fab_get_stats(const odx_fab *f, odx_fab_stats *s)
 	s->eagain = atomic_load(&m->eagain);
 	s->transfers = atomic_load(&m->transfers);
 	s->lane_bytes = atomic_load(&m->lane_bytes);
+	s->sleeps = atomic_load(&m->sleeps);
+	s->sleeps_posted = atomic_load(&m->sleeps_posted);
+	s->sleep_ns = atomic_load(&m->sleep_ns);
 }
 
 int odx_fab_peer_addr(const odx_fab *f, int rank, char *buf, size_t n)

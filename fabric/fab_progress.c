@@ -173,6 +173,7 @@ static bool in_motion(odx_fab *f)
 struct fab_block {
 	int64_t wait_ns;
 	int cq_fd; /* -1: the wake eventfd and a timeout only */
+	bool posted; /* a data op of ours was posted (counted in sleeps_posted) */
 };
 
 static bool block_plan(odx_fab *f, int rounds, struct fab_block *b)
@@ -183,6 +184,7 @@ static bool block_plan(odx_fab *f, int rounds, struct fab_block *b)
 		if (op->not_before - now < b->wait_ns)
 			b->wait_ns = op->not_before - now > 0 ? op->not_before - now : 0;
 	b->cq_fd = f->nrails == 1 ? f->rail[0].cq_fd : -1;
+	b->posted = f->data_posted > 0;
 	if (b->cq_fd < 0 && f->nrails) {
 		/* 50 us doubling to 0.8 ms while operations of ours are posted; with none, to the
 		 * timer period: an idle runtime wakes ~100 times a second, not ~1000 (on a small
@@ -214,8 +216,15 @@ static void block_wait(odx_fab *f, const struct fab_block *b)
 	struct pollfd pfd[2] = {{.fd = f->wake_fd, .events = POLLIN},
 				{.fd = b->cq_fd, .events = POLLIN}};
 	struct timespec ts = {b->wait_ns / 1000000000, b->wait_ns % 1000000000};
+	int64_t t0 = fab_now_ns();
 	ppoll(pfd, b->cq_fd >= 0 ? 2 : 1, &ts, NULL);
 	atomic_store(&f->sleeping, false);
+	/* not stat_add: no plock here (a caller may drive meanwhile) */
+	atomic_fetch_add_explicit(&f->sleeps, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&f->sleep_ns, (uint64_t)(fab_now_ns() - t0),
+				  memory_order_relaxed);
+	if (b->posted)
+		atomic_fetch_add_explicit(&f->sleeps_posted, 1, memory_order_relaxed);
 	if (pfd[0].revents & POLLIN)
 		wake_fd_drain(f);
 }

@@ -311,6 +311,8 @@ struct odx_fab {
 
 	_Atomic uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv, bad_msgs, retries, eagain,
 		transfers, lane_bytes;
+	/* the progress thread's blocks (block_wait), those with a data op posted, their time */
+	_Atomic uint64_t sleeps, sleeps_posted, sleep_ns;
 };
 
 /* Counters are written by the progress role only (plock): no locked read-modify-write. */

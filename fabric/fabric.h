@@ -181,6 +181,9 @@ int odx_fab_wait(odx_fab *f, bool (*done)(void *arg), void *arg, int timeout_ms)
 typedef struct odx_fab_stats {
 	uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv, bad_msgs, retries, eagain, transfers;
 	uint64_t lane_bytes; /* of bytes_recv, those received through copy lanes */
+	/* The progress thread's sleeps when idle (not its parks), those taken while a data
+	 * operation of ours (a send, a receive) was posted, and their summed length in ns. */
+	uint64_t sleeps, sleeps_posted, sleep_ns;
 } odx_fab_stats;
 void odx_fab_get_stats(const odx_fab *f, odx_fab_stats *s);
 

@@ -210,6 +210,18 @@ static void test_single_rank(void)
 	for (int i = 0; i < WAIT_MS && __atomic_load_n(&self_msgs, __ATOMIC_SEQ_CST) < 1; i++)
 		usleep(1000);
 	CHECK(self_msgs == 1, "self message delivered %d times", self_msgs);
+	/* idle, the progress thread sleeps (it must not spin: the cores are shared), and with no
+	 * provider at all no sleep counts as one taken while a data op was posted */
+	odx_fab_stats idle;
+	odx_fab_get_stats(f, &idle);
+	for (int i = 0; i < WAIT_MS && idle.sleeps < 3; i++) {
+		usleep(1000);
+		odx_fab_get_stats(f, &idle);
+	}
+	CHECK(idle.sleeps >= 3 && idle.sleeps_posted == 0 && idle.sleep_ns > 0,
+	      "idle progress thread: %llu sleeps (%llu with data posted, %llu ns)",
+	      (unsigned long long)idle.sleeps, (unsigned long long)idle.sleeps_posted,
+	      (unsigned long long)idle.sleep_ns);
 	/* a receive nobody sends to: canceled at close, done called once */
 	struct done_rec c = {PTHREAD_MUTEX_INITIALIZER, 0, 0, ""};
 	CHECK(odx_fab_recv(f, 0, 999, b, 4, on_done, &c) == 0, "recv");
