@@ -24,28 +24,14 @@
  * host RAM, plus extra pairs. */
 static odx_context *open_host_mem(int devices, const char *memnode, const char *const *extra)
 {
-	odx_config *cfg = NULL;
-	odx_context *ctx = NULL;
 	char nd[8];
 	const char *kv[] = {"backends",	 "host",  "host.devices", nd,
 			    "host.bind", "false", "host.memnode", memnode,
 			    "stats",	 "true",  "log",	  "warn",
 			    NULL};
-	int rc;
 
 	snprintf(nd, sizeof(nd), "%d", devices);
-	assert_ok(odx_config_create(&cfg));
-	assert_ok(odx_config_set_log(cfg, test_log_sink, NULL));
-	for (int i = 0; kv[i]; i += 2)
-		assert_ok(odx_config_set(cfg, kv[i], kv[i + 1]));
-	for (int i = 0; extra && extra[i]; i += 2)
-		assert_ok(odx_config_set(cfg, extra[i], extra[i + 1]));
-	rc = odx_open(&ctx, cfg);
-	if (rc)
-		fail_msg("odx_open: %s: %s", odx_err_name(rc), odx_config_error(cfg));
-	odx_config_destroy(cfg);
-	test_log_reset();
-	return ctx;
+	return test_open_logged(kv, extra);
 }
 
 static odx_context *open_host(int devices, const char *const *extra)

@@ -22,24 +22,12 @@
 /* Two host devices, memory private or shared, plus extra settings. */
 static odx_context *open2(const char *memnode, const char *const *extra)
 {
-	odx_config *cfg = NULL;
-	odx_context *ctx = NULL;
+	odx_context *ctx;
 	const char *kv[] = {"backends", "host", "host.devices", "2", "host.bind", "false",
 			    "host.memnode", memnode, "stats", "true", "log", "warn", NULL};
-	int rc;
 
-	assert_ok(odx_config_create(&cfg));
-	assert_ok(odx_config_set_log(cfg, test_log_sink, NULL));
-	for (int i = 0; kv[i]; i += 2)
-		assert_ok(odx_config_set(cfg, kv[i], kv[i + 1]));
-	for (int i = 0; extra && extra[i]; i += 2)
-		assert_ok(odx_config_set(cfg, extra[i], extra[i + 1]));
-	rc = odx_open(&ctx, cfg);
-	if (rc)
-		fail_msg("odx_open: %s: %s", odx_err_name(rc), odx_config_error(cfg));
-	odx_config_destroy(cfg);
+	ctx = test_open_logged(kv, extra);
 	assert_int_equal(odx_device_count(ctx), 2);
-	test_log_reset();
 	return ctx;
 }
 

@@ -190,6 +190,30 @@ static inline const char *test_log_text(void)
 	return test_log_get()->text;
 }
 
+/*
+ * Like test_open_ctx, with the context's log captured by test_log_sink (emptied once open) and a
+ * second list of pairs applied after the first (the test's defaults, then a case's own).
+ */
+static inline odx_context *test_open_logged(const char *const *kv, const char *const *extra)
+{
+	odx_config *cfg = NULL;
+	odx_context *ctx = NULL;
+	int rc;
+
+	assert_ok(odx_config_create(&cfg));
+	assert_ok(odx_config_set_log(cfg, test_log_sink, NULL));
+	for (int i = 0; kv && kv[i]; i += 2)
+		assert_ok(odx_config_set(cfg, kv[i], kv[i + 1]));
+	for (int i = 0; extra && extra[i]; i += 2)
+		assert_ok(odx_config_set(cfg, extra[i], extra[i + 1]));
+	rc = odx_open(&ctx, cfg);
+	if (rc)
+		fail_msg("odx_open: %s: %s", odx_err_name(rc), odx_config_error(cfg));
+	odx_config_destroy(cfg);
+	test_log_reset();
+	return ctx;
+}
+
 /* The sum of the numbers right before `word` on the logged lines containing `what` (counters of
  * the ODX_STATS lines, read after odx_close). */
 static inline unsigned long long test_stat_sum(const char *what, const char *word)
