@@ -125,6 +125,10 @@ void odx__policy_feedback(odx__policy *h, const char *kernel, int device, uint64
  * `force`); swaps the new version in only when it loads, initialises and passes its selftest. */
 void odx__policy_check_reload(odx__policy *h, bool force);
 bool odx__policy_enabled(const odx__policy *h);
+/* Does anything read run times (the models)? False until the policy reads them or has a hook
+ * that is shown them (policy_internal.h, want_times): until then workers read no clock per
+ * task for it and odx__policy_feedback is not called. Lock-free. */
+bool odx__policy_wants_times(const odx__policy *h);
 /*
  * The other hooks on a host (the context seams below lock and call these; the test harness calls
  * them directly). One caller at a time, like odx__policy_place. Each returns < 0 when the policy

@@ -510,8 +510,12 @@ static void run(odx__task *t, odx__device *dev)
 {
 	odx_context *ctx = t->ctx;
 	char err[ODX__MSG_MAX], msg[ODX__MSG_MAX];
-	/* Timed for the trace, the statistics and a Lua policy's performance models. */
-	uint64_t t0 = (ctx->stats || ctx->tracing || ctx->policy) ? odx__now_ns() : 0;
+	/* Timed for the trace, the statistics and a Lua policy's performance models (only once
+	 * something reads them: lua:eager never does, and its tasks read no clock). */
+	uint64_t t0 = (ctx->stats || ctx->tracing ||
+		       (ctx->policy && odx__policy_wants_times(ctx->policy)))
+			      ? odx__now_ns()
+			      : 0;
 	int rc = atomic_load(&t->fetch_error), native = 0;
 
 	if (rc) {

@@ -72,6 +72,20 @@ void pol_publish_hooks(odx__policy *h)
 		if (h->cur->ref_hook[i] != LUA_NOREF)
 			mask |= 1u << i;
 	atomic_store(&h->hooks, mask);
+	if (mask & (1u << HOOK_ON_COMPLETE | 1u << HOOK_PREFETCH | 1u << HOOK_EVICT |
+		    1u << HOOK_ON_TICK))
+		pol_want_times(h);
+}
+
+void pol_want_times(odx__policy *h)
+{
+	if (!atomic_load_explicit(&h->want_times, memory_order_relaxed))
+		atomic_store(&h->want_times, true);
+}
+
+bool odx__policy_wants_times(const odx__policy *h)
+{
+	return atomic_load_explicit(&h->want_times, memory_order_relaxed);
 }
 
 static uint64_t site_hash(const char *s)
@@ -229,6 +243,8 @@ int odx__policy_open(odx__policy **out, const odx__policy_params *p, char *err, 
 	pthread_mutex_init(&h->pend_lock, NULL);
 	h->spec = strdup(p->spec);
 	h->model_dir = strdup(p->model_dir ? p->model_dir : "");
+	/* persisted models learn from every run */
+	atomic_init(&h->want_times, p->model_dir && p->model_dir[0]);
 	h->devs = calloc((size_t)h->nd + 1, sizeof(*h->devs));
 	h->models = calloc(h->mcap, sizeof(*h->models));
 	h->dev_mean = calloc((size_t)h->nd + 1, sizeof(*h->dev_mean));

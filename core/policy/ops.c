@@ -56,6 +56,8 @@ static int batch_index(lua_State *L)
 	if (t > LAZY_LAST)
 		return 0;
 	s->lazy_used |= LAZY_BIT(t);
+	if (t == T_ESTIMATE || t == T_FREE_AT)
+		pol_want_times(s->h);
 	fill_lazy(L, s, s->place_args, t);
 	lua_rawgeti(L, LUA_REGISTRYINDEX, s->ref_table[t]);
 	lua_pushvalue(L, 2);

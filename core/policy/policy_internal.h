@@ -222,6 +222,11 @@ struct odx__policy {
 	bool disabled;
 	_Atomic unsigned hooks;   /* 1 << hook for each hook of cur, 0 while disabled: the seams
 				   * skip the lock for a hook the policy lacks */
+	/* Something reads run times (the models): a hook that is shown them (on_complete,
+	 * prefetch, evict, on_tick), batch.estimate or batch.free_at read once, odx.estimate
+	 * called, or policy.model_dir set. Sticky: set once, never cleared. Until then the
+	 * workers read no clock per task and record nothing (odx__policy_wants_times). */
+	_Atomic bool want_times;
 	int consecutive;
 	_Atomic uint64_t failures;
 	uint64_t sites[POL_MAX_SITES];
@@ -400,6 +405,8 @@ void pol_say(odx__policy *h, odx_log_level level, bool error, const char *fmt, .
 	__attribute__((format(printf, 4, 5)));
 /* Publishes which hooks the running state has, for the seams' lock-free check (h->hooks). */
 void pol_publish_hooks(odx__policy *h);
+/* A policy read the models (or will be shown run times): workers time tasks from now on. */
+void pol_want_times(odx__policy *h);
 /* Moves the completions recorded by workers into the models, then on_complete. Under the
  * state's lock (one caller at a time). */
 void pol_process_events(odx__policy *h);

@@ -202,6 +202,7 @@ static int lua_odx_estimate(lua_State *L)
 	lua_Integer bytes = luaL_optinteger(L, 3, 0);
 	pol_model *e;
 
+	pol_want_times(h);
 	if (d < 1 || d > h->nd || bytes < 0)
 		return 0;
 	e = pol_model_find(h, k, pol_str_hash(k), (int)d - 1, pol_size_bucket((uint64_t)bytes), false);
