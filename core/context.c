@@ -232,7 +232,10 @@ static int open_devices(odx_context *ctx, char *err, size_t errlen)
 		snprintf(err, errlen, "no device: no backend could be opened (see odx info)");
 		return ODX_ENODEV;
 	}
-	ctx->devices = calloc((size_t)total, sizeof(*ctx->devices));
+	/* aligned: each device's inbox has a cache line of its own (core.h) */
+	ctx->devices = aligned_alloc(_Alignof(odx__device), (size_t)total * sizeof(*ctx->devices));
+	if (ctx->devices)
+		memset(ctx->devices, 0, (size_t)total * sizeof(*ctx->devices));
 	ctx->nhost = odx__topo_numa_count(ctx->topo);
 	ctx->memnodes = calloc((size_t)total + (size_t)ctx->nhost, sizeof(*ctx->memnodes));
 	if (!ctx->devices || !ctx->memnodes)

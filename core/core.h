@@ -367,7 +367,7 @@ struct odx__task {
 	_Atomic int refs;
 	_Atomic int pending;        /* unfinished predecessors + 1 while submitting */
 	odx_context *ctx;
-	odx__task *pool_next;       /* free list link */
+	odx__task *pool_next;       /* free list link; while ready, its device's inbox link */
 	uint64_t id;
 	odx_kernel *kernel;         /* NULL for internal kinds; kernels live until close */
 	odx_arg *args;              /* inline_args or heap */
@@ -562,10 +562,21 @@ struct odx__device {
 	odx__queue ready;           /* placed tasks, by priority */
 	odx__task **staged;         /* tasks whose inputs arrived: FIFO ring */
 	int staged_head, staged_n, staged_cap;
-	bool sleeping;
-	bool polling;               /* its worker found nothing and looks again before it sleeps
+	/* Written under lock; read without it by a thread that pushed to the inbox (below). */
+	_Atomic bool sleeping;
+	_Atomic bool polling;       /* its worker found nothing and looks again before it sleeps
 				     * (poll_for_work): it takes what is queued here at once, so
-				     * neither a wake-up nor a thief is needed for it (under lock) */
+				     * neither a wake-up nor a thief is needed for it */
+	/* Ready tasks pushed without the lock (sched.c, inbox_push): a lock-free stack linked
+	 * through pool_next, one compare-and-swap per task, on a line of its own. Whoever holds
+	 * the lock moves the whole stack into `ready` at once, in push order (inbox_drain): the
+	 * worker's lock is no longer the submitter's, and the queue's lines move once per batch. */
+	_Alignas(64) _Atomic(odx__task *) inbox;
+	/* Drained tasks that `ready` had no memory for: taken before it, in order (under lock). */
+	odx__task *held_head, *held_tail;
+	_Atomic uint64_t inbox_drains; /* drains that found tasks */
+	_Atomic uint64_t inbox_tasks;  /* tasks they moved */
+	_Atomic uint64_t push_wakes;   /* wake-ups sent by an inbox push to a sleeping worker */
 	bool inline_running;        /* a submitting thread stages and launches a task here: the
 				     * worker takes nothing meanwhile (under lock) */
 	bool stop;
@@ -632,6 +643,10 @@ void odx__queue_free(odx__queue *q);
 int odx__queue_peek_n(const odx__queue *q, odx__task **out, int n);
 /* Queues a task whose inputs arrived on its device (from copy-completion threads). */
 void odx__device_push_staged(odx__device *d, odx__task *t);
+/* The device inbox (sched.c): moves the tasks pushed without d->lock into its ready queue
+ * (d->lock held; returns how many); odx__inbox_pending: are any pushed or held (d->lock held). */
+int odx__inbox_drain(odx__device *d);
+bool odx__inbox_pending(odx__device *d);
 /* Next task for a device's worker; called with d->lock held. */
 odx__task *odx__sched_next(odx_context *ctx, odx__device *d);
 /* Work stealing (sched.steal): a ready task queued behind a busy device that shares d's memory,

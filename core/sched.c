@@ -300,6 +300,61 @@ static void push_failed(odx__task *t)
 	odx__task_complete(t, ODX_ENOMEM, "out of memory while queueing the task");
 }
 
+/* ---- the device inbox: pushes without the device's lock ------------------------------------ */
+
+/* Pushes ready task t (placed on dev, counted in dev->load) onto dev's inbox. Sequentially
+ * consistent, as is the worker's store to `sleeping` before it looks at the inbox a last time:
+ * either it sees t, or the caller then sees it asleep (inbox_wake). */
+static void inbox_push(odx__device *dev, odx__task *t)
+{
+	odx__task *head = atomic_load_explicit(&dev->inbox, memory_order_relaxed);
+
+	do
+		t->pool_next = head;
+	while (!atomic_compare_exchange_weak(&dev->inbox, &head, t));
+}
+
+/* Moves what was pushed to dev's inbox into its ready queue, oldest first (the stack holds the
+ * newest first). With dev->lock held. A task `ready` has no memory for waits in the held list,
+ * and so does every later one (order kept): nothing fails for it. Returns the tasks moved. */
+int odx__inbox_drain(odx__device *dev)
+{
+	odx__task *t = atomic_load_explicit(&dev->inbox, memory_order_relaxed), *fifo = NULL;
+	int n = 0;
+
+	if (!t)
+		return 0;
+	t = atomic_exchange_explicit(&dev->inbox, NULL, memory_order_acquire);
+	while (t) {
+		odx__task *next = t->pool_next;
+
+		t->pool_next = fifo;
+		fifo = t;
+		t = next;
+	}
+	while (fifo) {
+		t = fifo;
+		fifo = t->pool_next;
+		t->pool_next = NULL;
+		n++;
+		if (!dev->held_head && queue_push(&dev->ready, t) == 0)
+			continue;
+		if (dev->held_tail)
+			dev->held_tail->pool_next = t;
+		else
+			dev->held_head = t;
+		dev->held_tail = t;
+	}
+	atomic_fetch_add_explicit(&dev->inbox_drains, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&dev->inbox_tasks, (uint64_t)n, memory_order_relaxed);
+	return n;
+}
+
+bool odx__inbox_pending(odx__device *dev)
+{
+	return atomic_load_explicit(&dev->inbox, memory_order_relaxed) || dev->held_head;
+}
+
 void odx__sched_push(odx_context *ctx, odx__task *t)
 {
 	/* A Lua policy batches ready tasks (policy.c); it queues them through odx__sched_queue. */
@@ -354,7 +409,6 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 		dev->direct = t;
 		return;
 	}
-	pthread_mutex_lock(&dev->lock);
 	/* Its device's worker sleeps with nothing queued: the thread submitting it launches it
 	 * itself, sparing a wake-up of the worker (microseconds, on the path of every dependent
 	 * chain of small tasks). Only from odx_submit's own thread (never from a completion
@@ -362,31 +416,43 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 	 * whose kernels would then run on the application's thread), and not under a Lua policy
 	 * (it queues tasks holding its own lock, which staging's evict hook takes). */
 	if (odx__submitting && !ctx->policy && t->kind == ODX__TASK_KERNEL &&
-	    dev->kind != ODX_BACKEND_HOST &&
-	    dev->sleeping && !dev->inline_running && !dev->stop && dev->ready.n == 0 &&
-	    dev->staged_n == 0 && !dev->memwait_head) {
-		dev->inline_running = true;
-		atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
+	    dev->kind != ODX_BACKEND_HOST && atomic_load(&dev->sleeping)) {
+		pthread_mutex_lock(&dev->lock);
+		odx__inbox_drain(dev);
+		if (dev->sleeping && !dev->inline_running && !dev->stop && dev->ready.n == 0 &&
+		    !dev->held_head && dev->staged_n == 0 && !dev->memwait_head) {
+			dev->inline_running = true;
+			atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
+			pthread_mutex_unlock(&dev->lock);
+			odx__run_inline(dev, t);
+			return;
+		}
 		pthread_mutex_unlock(&dev->lock);
-		odx__run_inline(dev, t);
-		return;
 	}
-	rc = queue_push(&dev->ready, t);
+	/* Counted before it is seen: a polling worker watches the load. */
+	atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
+	inbox_push(dev, t);
 	bool busy = false;
-	if (rc == 0) {
-		atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
-		if (dev->sleeping)
+	if (atomic_load(&dev->sleeping)) {
+		bool woke = false;
+
+		/* It holds its lock from its store to `sleeping` to its wait: once we have the lock
+		 * it waits (or was woken, or is taking the inbox: then it finds t). */
+		pthread_mutex_lock(&dev->lock);
+		if (dev->sleeping) {
 			pthread_cond_signal(&dev->cond);
-		else
-			busy = !dev->polling;
+			woke = true;
+		}
+		pthread_mutex_unlock(&dev->lock);
+		if (woke)
+			atomic_fetch_add_explicit(&dev->push_wakes, 1, memory_order_relaxed);
+	} else {
+		busy = !atomic_load_explicit(&dev->polling, memory_order_relaxed);
 	}
-	pthread_mutex_unlock(&dev->lock);
-	if (rc)
-		push_failed(t);
 	/* Not for dev's own worker: it takes the task as soon as its current one ends; nor for
 	 * one that is polling for work: it takes it now (a thief woken for it would find it gone,
 	 * a futex wake-up and a lock round trip for nothing). */
-	else if (busy && ctx->steal && odx__worker_device != d && atomic_load(&ctx->nsleeping) > 0)
+	if (busy && ctx->steal && odx__worker_device != d && atomic_load(&ctx->nsleeping) > 0)
 		odx__sched_wake_thief(ctx, dev);
 }
 
@@ -437,6 +503,7 @@ odx__task *odx__sched_steal(odx_context *ctx, odx__device *dev)
 		    atomic_load_explicit(&v->load, memory_order_relaxed) < 2)
 			continue;
 		pthread_mutex_lock(&v->lock);
+		odx__inbox_drain(v);
 		/* the victim's worker runs its own next task (an idle one, sleeping or polling,
 		 * takes the head itself); take the most urgent of those waiting behind it that dev
 		 * may run (not one forced there) */
@@ -503,8 +570,17 @@ odx__task *odx__sched_next(odx_context *ctx, odx__device *dev)
 		dev->staged_n--;
 		return t;
 	}
+	odx__inbox_drain(dev);
 	if (dev->ready.n > 0)
 		return queue_pop(&dev->ready);
+	if (dev->held_head) {
+		t = dev->held_head;
+		dev->held_head = t->pool_next;
+		if (!dev->held_head)
+			dev->held_tail = NULL;
+		t->pool_next = NULL;
+		return t;
+	}
 	if (ctx->use_shared) {
 		pthread_mutex_lock(&ctx->shared_lock);
 		if (ctx->shared.n > 0 && odx__device_can_run(ctx, dev, queue_peek(&ctx->shared))) {
@@ -568,6 +644,7 @@ void odx__sched_raise(odx_context *ctx, odx__task *t, int priority)
 		odx__device *dev = &ctx->devices[d];
 
 		pthread_mutex_lock(&dev->lock);
+		odx__inbox_drain(dev);
 		found = queue_take(&dev->ready, t);
 		if (found)
 			rc = queue_push(&dev->ready, t);

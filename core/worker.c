@@ -431,6 +431,8 @@ static void prefetch_queued(odx_context *ctx, odx__device *dev)
 	int n, i, want = ctx->policy ? PREFETCH_WINDOW * 4 : PREFETCH_WINDOW;
 
 	pthread_mutex_lock(&dev->lock);
+	if (!dev->memwait_head)
+		odx__inbox_drain(dev);
 	n = dev->memwait_head ? 0 : odx__queue_peek_n(&dev->ready, w, want);
 	for (i = 0; i < n; i++)
 		atomic_fetch_add(&w[i]->refs, 1);
@@ -601,7 +603,8 @@ void odx__run_inline(odx__device *dev, odx__task *t)
 	/* ODX__STAGE_FETCHING: the last fetch's completion queues it as staged for the worker. */
 	pthread_mutex_lock(&dev->lock);
 	dev->inline_running = false;
-	if (dev->sleeping && (dev->ready.n > 0 || dev->staged_n > 0 || dev->memwait_head))
+	if (dev->sleeping && (dev->ready.n > 0 || odx__inbox_pending(dev) || dev->staged_n > 0 ||
+			      dev->memwait_head))
 		pthread_cond_signal(&dev->cond);
 	pthread_mutex_unlock(&dev->lock);
 	odx__submitting = true;
@@ -694,7 +697,7 @@ static void *worker_loop(void *p)
 		while (!ctx->use_shared && !dev->steal_peers && nbatch < WORKER_BATCH &&
 		       (t = next_task(ctx, dev, false)) != NULL)
 			batch[nbatch++] = t;
-		bool behind = dev->steal_peers && dev->ready.n > 0;
+		bool behind = dev->steal_peers && (dev->ready.n > 0 || odx__inbox_pending(dev));
 		pthread_mutex_unlock(&dev->lock);
 		/* tasks wait behind the one it took: an idle peer sharing its memory may take them */
 		if (behind && atomic_load(&ctx->nsleeping) > 0)

@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_taskpath.c - white-box tests of an empty task's path (issue 23), by counts, not times:
+ *  - tasks pushed to a device whose worker is busy go through its inbox without its lock and
+ *    without a wake-up, and the worker takes them all in one drain when it is free;
+ *  - a push to a sleeping worker wakes it (one wake-up), a push to a busy one does not;
+ *  - a Lua policy that never reads run times (lua:eager) has its tasks run with no clock read
+ *    for it; one that reads them (lua:heft, batch.estimate) turns the timing on.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "core.h"
+#include "policy.h"
+#include "test_util.h"
+
+#define NTASKS 100
+
+static atomic_int entered, ran;
+
+/* test_gate_fn, telling the test it is running (the worker is busy, not asleep or polling) */
+static int k_gate(const odx_host_launch *l)
+{
+	atomic_store(&entered, 1);
+	return test_gate_fn(l);
+}
+
+static int k_empty(const odx_host_launch *l)
+{
+	(void)l;
+	atomic_fetch_add(&ran, 1);
+	return 0;
+}
+
+static void wait_flag(atomic_int *f)
+{
+	for (int i = 0; i < TEST_TIMEOUT_MS * 10 && !atomic_load(f); i++)
+		usleep(100);
+	if (!atomic_load(f))
+		fail_msg("the gate kernel never started");
+}
+
+/* Waits (up to the test timeout) until device d's worker sleeps. */
+static void wait_asleep(odx_context *ctx, int d)
+{
+	odx__device *dev = &ctx->devices[d];
+	bool asleep = false;
+
+	for (int i = 0; i < TEST_TIMEOUT_MS * 10 && !asleep; i++) {
+		pthread_mutex_lock(&dev->lock);
+		asleep = dev->sleeping;
+		pthread_mutex_unlock(&dev->lock);
+		if (!asleep)
+			usleep(100);
+	}
+	if (!asleep)
+		fail_msg("device %d's worker never went to sleep", d);
+}
+
+static void test_inbox_batch(void **state)
+{
+	static const char *const kv[] = {"host.devices", "1", "host.bind", "false", NULL};
+	static const odx_param p[] = {{ODX_ARG_BUFFER, ODX_RW, "x"}};
+	odx_context *ctx = test_open_ctx(kv);
+	odx_kernel *gate = test_host_kernel(ctx, "gate", p, 1, k_gate);
+	odx_kernel *empty = test_host_kernel(ctx, "empty", NULL, 0, k_empty);
+	odx_task_opts o = {.grid = {1, 1, 1}, .block = {1, 1, 1}};
+	odx__device *dev = &ctx->devices[0];
+	uint64_t drains, tasks, wakes;
+	odx_buffer *b;
+
+	(void)state;
+	atomic_store(test_gate(), 0);
+	atomic_store(&entered, 0);
+	atomic_store(&ran, 0);
+	assert_ok(odx_buffer_create(ctx, 64, 0, &b));
+	assert_ok(odx_submit(ctx, gate, (odx_arg[]){ODX_BUF(b, ODX_RW)}, 1, &o, NULL));
+	wait_flag(&entered);
+	drains = atomic_load(&dev->inbox_drains);
+	tasks = atomic_load(&dev->inbox_tasks);
+	wakes = atomic_load(&dev->push_wakes);
+	/* the worker is inside the gate: each push is one compare-and-swap, no lock, no wake-up */
+	for (int i = 0; i < NTASKS; i++)
+		assert_ok(odx_submit(ctx, empty, NULL, 0, &o, NULL));
+	assert_int_equal(atomic_load(&dev->push_wakes), wakes);
+	assert_int_equal(atomic_load(&dev->inbox_tasks), tasks);
+	atomic_store(test_gate(), 1);
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	assert_int_equal(atomic_load(&ran), NTASKS);
+	printf("%d tasks pushed to a busy worker: %llu drains took %llu tasks, %llu wake-ups\n",
+	       NTASKS, (unsigned long long)(atomic_load(&dev->inbox_drains) - drains),
+	       (unsigned long long)(atomic_load(&dev->inbox_tasks) - tasks),
+	       (unsigned long long)(atomic_load(&dev->push_wakes) - wakes));
+	/* all of them in the worker's first drain after the gate: one batch */
+	assert_int_equal(atomic_load(&dev->inbox_tasks) - tasks, NTASKS);
+	assert_int_equal(atomic_load(&dev->inbox_drains) - drains, 1);
+	assert_int_equal(atomic_load(&dev->push_wakes), wakes);
+
+	/* a push to a worker asleep wakes it: once (none if a spurious wake-up got it up first) */
+	wait_asleep(ctx, 0);
+	wakes = atomic_load(&dev->push_wakes);
+	assert_ok(odx_submit(ctx, empty, NULL, 0, &o, NULL));
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	assert_int_equal(atomic_load(&ran), NTASKS + 1);
+	assert_true(atomic_load(&dev->push_wakes) - wakes <= 1);
+	odx_buffer_destroy(b);
+	assert_ok(odx_close(ctx));
+}
+
+/* Runs NTASKS empty tasks under `policy`; returns whether its tasks were timed afterwards. */
+static bool run_under(const char *policy)
+{
+	const char *const kv[] = {"host.devices", "2", "host.bind", "false", "policy", policy, NULL};
+	odx_context *ctx = test_open_ctx(kv);
+	odx_kernel *empty = test_host_kernel(ctx, "empty", NULL, 0, k_empty);
+	odx_task_opts o = {.grid = {1, 1, 1}, .block = {1, 1, 1}};
+	bool timed;
+
+	assert_non_null(ctx->policy);
+	atomic_store(&ran, 0);
+	for (int i = 0; i < NTASKS; i++)
+		assert_ok(odx_submit(ctx, empty, NULL, 0, &o, NULL));
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	assert_int_equal(atomic_load(&ran), NTASKS);
+	timed = odx__policy_wants_times(ctx->policy);
+	assert_ok(odx_close(ctx));
+	return timed;
+}
+
+static void test_policy_times_only_when_read(void **state)
+{
+	(void)state;
+	/* eager reads queue lengths and feasibility only */
+	assert_false(run_under("lua:eager"));
+	/* heft reads batch.estimate: its models need run times from its first batch on */
+	assert_true(run_under("lua:heft"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_inbox_batch),
+		cmocka_unit_test(test_policy_times_only_when_read),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
