@@ -562,16 +562,18 @@ struct odx__device {
 	odx__queue ready;           /* placed tasks, by priority */
 	odx__task **staged;         /* tasks whose inputs arrived: FIFO ring */
 	int staged_head, staged_n, staged_cap;
-	/* Written under lock; read without it by a thread that pushed to the inbox (below). */
-	_Atomic bool sleeping;
-	_Atomic bool polling;       /* its worker found nothing and looks again before it sleeps
-				     * (poll_for_work): it takes what is queued here at once, so
-				     * neither a wake-up nor a thief is needed for it */
 	/* Ready tasks pushed without the lock (sched.c, inbox_push): a lock-free stack linked
 	 * through pool_next, one compare-and-swap per task, on a line of its own. Whoever holds
 	 * the lock moves the whole stack into `ready` at once, in push order (inbox_drain): the
 	 * worker's lock is no longer the submitter's, and the queue's lines move once per batch. */
 	_Alignas(64) _Atomic(odx__task *) inbox;
+	/* Written under lock when the worker runs out of work; read without it by a thread that
+	 * pushed to the inbox, on the inbox's line: not on the line of the lock the worker takes
+	 * per task. */
+	_Atomic bool sleeping;
+	_Atomic bool polling;       /* its worker found nothing and looks again before it sleeps
+				     * (poll_for_work): it takes what is queued here at once, so
+				     * neither a wake-up nor a thief is needed for it */
 	/* Drained tasks that `ready` had no memory for: taken before it, in order (under lock). */
 	odx__task *held_head, *held_tail;
 	_Atomic uint64_t inbox_drains; /* drains that found tasks */

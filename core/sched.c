@@ -429,6 +429,28 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 		}
 		pthread_mutex_unlock(&dev->lock);
 	}
+	/* A task of another priority than 0 goes to its level under the lock: the inbox is only
+	 * ever behind the queue's priority-0 tasks (odx__sched_next). */
+	if (atomic_load_explicit(&t->priority, memory_order_relaxed) != 0) {
+		pthread_mutex_lock(&dev->lock);
+		odx__inbox_drain(dev);
+		rc = queue_push(&dev->ready, t);
+		bool busy = false;
+		if (rc == 0) {
+			atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
+			if (dev->sleeping)
+				pthread_cond_signal(&dev->cond);
+			else
+				busy = !dev->polling;
+		}
+		pthread_mutex_unlock(&dev->lock);
+		if (rc)
+			push_failed(t);
+		else if (busy && ctx->steal && odx__worker_device != d &&
+			 atomic_load(&ctx->nsleeping) > 0)
+			odx__sched_wake_thief(ctx, dev);
+		return;
+	}
 	/* Counted before it is seen: a polling worker watches the load. */
 	atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
 	inbox_push(dev, t);
@@ -570,7 +592,11 @@ odx__task *odx__sched_next(odx_context *ctx, odx__device *dev)
 		dev->staged_n--;
 		return t;
 	}
-	odx__inbox_drain(dev);
+	/* The inbox holds tasks of priority 0 pushed after everything in `ready`: taken in only
+	 * when they would come next (nothing left at priority 0 or above), so the worker meets
+	 * the inbox's line once per batch, not per task. */
+	if (dev->ready.n == 0 || dev->ready.levels[0].priority < 0)
+		odx__inbox_drain(dev);
 	if (dev->ready.n > 0)
 		return queue_pop(&dev->ready);
 	if (dev->held_head) {
