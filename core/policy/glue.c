@@ -344,7 +344,24 @@ static void drain(odx_context *ctx, odx__policy *h)
 		odx__task *t;
 		int n = 0, i, d;
 
-		pthread_mutex_lock(&h->pend_lock);
+		/* What was pushed since, oldest first, behind what is left of the last take. */
+		if (atomic_load_explicit(&h->pend_stack, memory_order_relaxed)) {
+			odx__task *fifo = NULL, *next;
+
+			for (t = atomic_exchange(&h->pend_stack, NULL); t; t = next) {
+				next = t->policy_next;
+				t->policy_next = fifo;
+				fifo = t;
+			}
+			if (h->pend_tail)
+				h->pend_tail->policy_next = fifo;
+			else
+				h->pend_head = fifo;
+			for (t = fifo; t && t->policy_next; t = t->policy_next)
+				;
+			if (t)
+				h->pend_tail = t;
+		}
 		while (n < POL_BATCH_MAX && (t = h->pend_head) != NULL) {
 			h->pend_head = t->policy_next;
 			h->batch[n++] = t;
@@ -352,7 +369,6 @@ static void drain(odx_context *ctx, odx__policy *h)
 		if (!h->pend_head)
 			h->pend_tail = NULL;
 		atomic_fetch_sub(&h->npending, n);
-		pthread_mutex_unlock(&h->pend_lock);
 		if (n == 0)
 			return;
 		if (odx__policy_enabled(h)) {
@@ -395,15 +411,12 @@ void odx__policy_push(odx_context *ctx, odx__task *t)
 		odx__sched_queue(ctx, t, ctx->sched->place(ctx, t));
 		return;
 	}
-	t->policy_next = NULL;
-	pthread_mutex_lock(&h->pend_lock);
-	if (h->pend_tail)
-		h->pend_tail->policy_next = t;
-	else
-		h->pend_head = t;
-	h->pend_tail = t;
+	/* Lock-free: a drainer may take t before the count below rises (npending then dips to
+	 * -1 for a moment: nobody waits on it, every reader only asks "more than so many?"). */
+	t->policy_next = atomic_load_explicit(&h->pend_stack, memory_order_relaxed);
+	while (!atomic_compare_exchange_weak(&h->pend_stack, &t->policy_next, t))
+		;
 	atomic_fetch_add(&h->npending, 1);
-	pthread_mutex_unlock(&h->pend_lock);
 	/* While every device has work, placing later costs nothing and makes bigger batches (one
 	 * Lua call for many tasks): the task waits until a device runs low (odx__policy_task_done),
 	 * the batch is full, or the next tick (no deferring without a tick thread as a backstop,

@@ -219,13 +219,15 @@ static int read_source(odx__policy *h, char *err, size_t errlen)
 
 int odx__policy_open(odx__policy **out, const odx__policy_params *p, char *err, size_t errlen)
 {
-	odx__policy *h = calloc(1, sizeof(*h));
+	/* aligned: the pending stack has a cache line of its own */
+	odx__policy *h = aligned_alloc(_Alignof(odx__policy), sizeof(*h));
 	char why[ODX__MSG_MAX];
 	int d, rc = ODX_ENOMEM;
 	size_t i;
 
 	if (!h)
 		return ODX_ENOMEM;
+	memset(h, 0, sizeof(*h));
 	h->nd = p->ndevices;
 	h->limit = p->memory_limit;
 	h->budget_ns = p->budget_ns;
@@ -240,7 +242,6 @@ int odx__policy_open(odx__policy **out, const odx__policy_params *p, char *err, 
 	pthread_cond_init(&h->wd_cond, NULL);
 	pthread_mutex_init(&h->ev_lock, NULL);
 	pthread_mutex_init(&h->lock, NULL);
-	pthread_mutex_init(&h->pend_lock, NULL);
 	h->spec = strdup(p->spec);
 	h->model_dir = strdup(p->model_dir ? p->model_dir : "");
 	/* persisted models learn from every run */
@@ -369,7 +370,6 @@ void odx__policy_close(odx__policy *h)
 	pthread_cond_destroy(&h->wd_cond);
 	pthread_mutex_destroy(&h->ev_lock);
 	pthread_mutex_destroy(&h->lock);
-	pthread_mutex_destroy(&h->pend_lock);
 	free(h);
 }
 

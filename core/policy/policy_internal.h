@@ -20,8 +20,8 @@
  * Calls go down this list, except pol_say and pol_publish_hooks (host.c), which every file may
  * call, and the unsafe regions below, which the allocator and odx.log open.
  *
- * Locks: h->lock (one thread in the Lua state, taken by the glue) comes before ev_lock,
- * pend_lock and wd_lock; those and tick_lock are leaves, never held together.
+ * Locks: h->lock (one thread in the Lua state, taken by the glue) comes before ev_lock and
+ * wd_lock; those and tick_lock are leaves, never held together. The pending list has no lock.
  */
 #ifndef ODX_CORE_POLICY_INTERNAL_H
 #define ODX_CORE_POLICY_INTERNAL_H
@@ -275,9 +275,12 @@ struct odx__policy {
 	/* context glue */
 	odx_context *ctx;
 	pthread_mutex_t lock;     /* the Lua state: one thread at a time */
-	pthread_mutex_t pend_lock;
+	/* Ready tasks waiting for placement: pushed onto a lock-free stack (one compare-and-swap,
+	 * linked through policy_next); the drainer, holding `lock`, moves it into its own FIFO
+	 * (pend_head, pend_tail: under `lock`) in push order and takes batches from there. */
+	_Alignas(64) _Atomic(odx__task *) pend_stack;
 	odx__task *pend_head, *pend_tail;
-	_Atomic int npending;
+	_Atomic int npending;     /* pushed and not yet taken; may be briefly -1 (push, below) */
 	_Atomic bool placing;     /* the lock holder drains the pending list (see push) */
 	uint64_t place_calls, placed; /* place calls and the tasks in them, for the close log */
 	odx__task *batch[POL_BATCH_MAX];

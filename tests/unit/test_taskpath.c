@@ -5,8 +5,10 @@
  *    without a wake-up, and the worker takes them all in one drain when it is free;
  *  - a push to a sleeping worker wakes it (one wake-up), a push to a busy one does not;
  *  - a Lua policy that never reads run times (lua:eager) has its tasks run with no clock read
- *    for it; one that reads them (lua:heft, batch.estimate) turns the timing on.
+ *    for it; one that reads them (lua:heft, batch.estimate) turns the timing on;
+ *  - the policy's lock-free pending list loses no task pushed from several threads at once.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -144,11 +146,51 @@ static void test_policy_times_only_when_read(void **state)
 	assert_true(run_under("lua:heft"));
 }
 
+#define PER_THREAD 2000
+
+static odx_kernel *shared_empty;
+
+static void *submitter(void *arg)
+{
+	odx_context *ctx = arg;
+	odx_task_opts o = {.grid = {1, 1, 1}, .block = {1, 1, 1}};
+
+	for (int i = 0; i < PER_THREAD; i++)
+		if (odx_submit(ctx, shared_empty, NULL, 0, &o, NULL) != 0)
+			return (void *)1;
+	return NULL;
+}
+
+static void test_policy_pending_threads(void **state)
+{
+	static const char *const kv[] = {"host.devices", "2", "host.bind", "false",
+					 "policy", "lua:eager", NULL};
+	odx_context *ctx = test_open_ctx(kv);
+	pthread_t th[3];
+	void *rc;
+
+	(void)state;
+	assert_non_null(ctx->policy);
+	shared_empty = test_host_kernel(ctx, "empty", NULL, 0, k_empty);
+	atomic_store(&ran, 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, submitter, ctx), 0);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(pthread_join(th[i], &rc), 0);
+		assert_null(rc);
+	}
+	/* a task lost between a push and a drain would keep this from returning */
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	assert_int_equal(atomic_load(&ran), 3 * PER_THREAD);
+	assert_ok(odx_close(ctx));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_inbox_batch),
 		cmocka_unit_test(test_policy_times_only_when_read),
+		cmocka_unit_test(test_policy_pending_threads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
