@@ -498,6 +498,8 @@ enum { ODX__AFTER_UNSEEN = -2, ODX__AFTER_NO = -1 };
 
 odx__task *odx__task_new(odx_context *ctx);
 void odx__task_put(odx__task *t);
+/* Hands the tasks dev's worker freed back to the pool (from dev's worker thread). */
+void odx__task_return_flush(odx__device *dev);
 /* Infers dependencies of a filled task, then makes it ready if nothing is pending. */
 enum odx__admit {
 	ODX__ADMIT_WAIT = 0,     /* block while sched.max_inflight tasks are unfinished */
@@ -579,6 +581,12 @@ struct odx__device {
 	_Atomic uint64_t inbox_drains; /* drains that found tasks */
 	_Atomic uint64_t inbox_tasks;  /* tasks they moved */
 	_Atomic uint64_t push_wakes;   /* wake-ups sent by an inbox push to a sleeping worker */
+	/* Tasks its worker freed, handed back to the context's pool RET_BATCH at a time (one
+	 * compare-and-swap on the pool's shared line per batch) and whenever it runs out of work
+	 * (odx__task_return_flush). Its worker's thread only. */
+	odx__task *ret_head, *ret_tail;
+	int ret_n;
+	_Atomic uint64_t ret_flushes;  /* batches handed back */
 	bool inline_running;        /* a submitting thread stages and launches a task here: the
 				     * worker takes nothing meanwhile (under lock) */
 	bool stop;

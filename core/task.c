@@ -19,6 +19,8 @@
 #include "core.h"
 
 #define POOL_SLAB 256
+/* Tasks a worker frees before it hands them back to the pool at once (odx__task_put). */
+#define RET_BATCH 32
 
 /* ---- allocation: slabs kept until close, so events outliving nothing leak nothing ---------- */
 
@@ -167,11 +169,42 @@ void odx__task_put(odx__task *t)
 		pthread_mutex_unlock(&ctx->pool_lock);
 		return;
 	}
+	/* On a worker of this context: onto its device's list, handed back a batch at a time. */
+	odx__device *self = odx__worker_self;
+
+	if (self && (uintptr_t)self >= (uintptr_t)ctx->devices &&
+	    (uintptr_t)self < (uintptr_t)(ctx->devices + ctx->ndevices)) {
+		t->pool_next = self->ret_head;
+		if (!self->ret_head)
+			self->ret_tail = t;
+		self->ret_head = t;
+		if (++self->ret_n >= RET_BATCH)
+			odx__task_return_flush(self);
+		return;
+	}
 	/* Lock-free push: finishing threads never wait for a submitting one. */
 	t->pool_next = atomic_load_explicit(&ctx->pool_returned, memory_order_relaxed);
 	while (!atomic_compare_exchange_weak_explicit(&ctx->pool_returned, &t->pool_next, t,
 						      memory_order_release, memory_order_relaxed))
 		;
+}
+
+void odx__task_return_flush(odx__device *dev)
+{
+	odx__task *head = dev->ret_head, *old;
+	odx_context *ctx;
+
+	if (!head)
+		return;
+	ctx = head->ctx;
+	old = atomic_load_explicit(&ctx->pool_returned, memory_order_relaxed);
+	do
+		dev->ret_tail->pool_next = old;
+	while (!atomic_compare_exchange_weak_explicit(&ctx->pool_returned, &old, head,
+						      memory_order_release, memory_order_relaxed));
+	dev->ret_head = dev->ret_tail = NULL;
+	dev->ret_n = 0;
+	atomic_fetch_add_explicit(&dev->ret_flushes, 1, memory_order_relaxed);
 }
 
 /* ---- access modes --------------------------------------------------------------------------- */

@@ -663,6 +663,9 @@ static void *worker_loop(void *p)
 	pthread_mutex_lock(&dev->lock);
 	for (;;) {
 		t = next_task(ctx, dev, true);
+		/* out of work: what it freed goes back to the pool for the submitters */
+		if (!t)
+			odx__task_return_flush(dev);
 		if (!t && !dev->stop && !dev->memwait_head) {
 			dev->polling = true;
 			pthread_mutex_unlock(&dev->lock);
@@ -740,6 +743,7 @@ run_batch:
 		pthread_mutex_lock(&dev->lock);
 	}
 	pthread_mutex_unlock(&dev->lock);
+	odx__task_return_flush(dev);
 	return NULL;
 }
 

@@ -4,6 +4,7 @@
  *  - tasks pushed to a device whose worker is busy go through its inbox without its lock and
  *    without a wake-up, and the worker takes them all in one drain when it is free;
  *  - a push to a sleeping worker wakes it (one wake-up), a push to a busy one does not;
+ *  - the tasks a worker frees go back to the pool in batches, not one compare-and-swap each;
  *  - a Lua policy that never reads run times (lua:eager) has its tasks run with no clock read
  *    for it; one that reads them (lua:heft, batch.estimate) turns the timing on;
  *  - the policy's lock-free pending list loses no task pushed from several threads at once.
@@ -76,7 +77,7 @@ static void test_inbox_batch(void **state)
 	odx_kernel *empty = test_host_kernel(ctx, "empty", NULL, 0, k_empty);
 	odx_task_opts o = {.grid = {1, 1, 1}, .block = {1, 1, 1}};
 	odx__device *dev = &ctx->devices[0];
-	uint64_t drains, tasks, wakes;
+	uint64_t drains, tasks, wakes, flushes;
 	odx_buffer *b;
 
 	(void)state;
@@ -86,6 +87,7 @@ static void test_inbox_batch(void **state)
 	assert_ok(odx_buffer_create(ctx, 64, 0, &b));
 	assert_ok(odx_submit(ctx, gate, (odx_arg[]){ODX_BUF(b, ODX_RW)}, 1, &o, NULL));
 	wait_flag(&entered);
+	flushes = atomic_load(&dev->ret_flushes);
 	drains = atomic_load(&dev->inbox_drains);
 	tasks = atomic_load(&dev->inbox_tasks);
 	wakes = atomic_load(&dev->push_wakes);
@@ -108,6 +110,12 @@ static void test_inbox_batch(void **state)
 
 	/* a push to a worker asleep wakes it: once (none if a spurious wake-up got it up first) */
 	wait_asleep(ctx, 0);
+	/* the gate and up to NTASKS tasks freed on the worker (others by this thread, when it
+	 * dropped the last reference): whole batches of 32, and the rest when it went idle */
+	flushes = atomic_load(&dev->ret_flushes) - flushes;
+	printf("tasks freed on the worker went back to the pool in %llu batches\n",
+	       (unsigned long long)flushes);
+	assert_true(flushes >= 1 && flushes <= (NTASKS + 1) / 32 + 1);
 	wakes = atomic_load(&dev->push_wakes);
 	assert_ok(odx_submit(ctx, empty, NULL, 0, &o, NULL));
 	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
