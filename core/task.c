@@ -24,54 +24,12 @@
 
 /* ---- allocation: slabs kept until close, so events outliving nothing leak nothing ---------- */
 
-static int pool_grow(odx_context *ctx)
+/* A task's state before its submission, every field but the mutex (initialised for the slab's
+ * lifetime), refs, id and the pool link (odx__task_new): written when it returns to the pool
+ * (odx__task_put), by the thread that freed it, rather than by the next submitting thread,
+ * which would have to fetch every line the worker last wrote. */
+static void task_reset(odx__task *t)
 {
-	odx__task *slab = calloc(POOL_SLAB, sizeof(*slab));
-	int i;
-
-	if (!slab)
-		return ODX_ENOMEM;
-	if (ctx->nslabs == ctx->capslabs) {
-		int cap = ctx->capslabs ? 2 * ctx->capslabs : 16;
-		void **s = realloc(ctx->slabs, (size_t)cap * sizeof(*s));
-
-		if (!s) {
-			free(slab);
-			return ODX_ENOMEM;
-		}
-		ctx->slabs = s;
-		ctx->capslabs = cap;
-	}
-	ctx->slabs[ctx->nslabs++] = slab;
-	for (i = 0; i < POOL_SLAB; i++) {
-		pthread_mutex_init(&slab[i].lock, NULL);
-		slab[i].pool_next = ctx->pool_free;
-		ctx->pool_free = &slab[i];
-	}
-	return 0;
-}
-
-odx__task *odx__task_new(odx_context *ctx)
-{
-	odx__task *t;
-
-	pthread_mutex_lock(&ctx->pool_lock);
-	/* Take back every task finished since the last time, in one exchange. */
-	if (!ctx->pool_free)
-		ctx->pool_free = atomic_exchange(&ctx->pool_returned, NULL);
-	if (!ctx->pool_free && pool_grow(ctx) != 0) {
-		pthread_mutex_unlock(&ctx->pool_lock);
-		return NULL;
-	}
-	t = ctx->pool_free;
-	ctx->pool_free = t->pool_next;
-	pthread_mutex_unlock(&ctx->pool_lock);
-
-	/* Reset every field but the mutex, which stays initialised for the slab's lifetime. */
-	atomic_init(&t->refs, 1);
-	t->ctx = ctx;
-	t->pool_next = NULL;
-	t->id = atomic_fetch_add_explicit(&ctx->next_task_id, 1, memory_order_relaxed) + 1;
 	t->kind = ODX__TASK_KERNEL;
 	t->kernel = NULL;
 	t->nargs = 0;
@@ -118,6 +76,59 @@ odx__task *odx__task_new(odx_context *ctx)
 	atomic_init(&t->user_ref, false);
 	atomic_init(&t->waited, false);
 	t->has_event = false;
+}
+
+static int pool_grow(odx_context *ctx)
+{
+	odx__task *slab = calloc(POOL_SLAB, sizeof(*slab));
+	int i;
+
+	if (!slab)
+		return ODX_ENOMEM;
+	if (ctx->nslabs == ctx->capslabs) {
+		int cap = ctx->capslabs ? 2 * ctx->capslabs : 16;
+		void **s = realloc(ctx->slabs, (size_t)cap * sizeof(*s));
+
+		if (!s) {
+			free(slab);
+			return ODX_ENOMEM;
+		}
+		ctx->slabs = s;
+		ctx->capslabs = cap;
+	}
+	ctx->slabs[ctx->nslabs++] = slab;
+	for (i = 0; i < POOL_SLAB; i++) {
+		pthread_mutex_init(&slab[i].lock, NULL);
+		slab[i].ctx = ctx;
+		task_reset(&slab[i]);
+		slab[i].pool_next = ctx->pool_free;
+		ctx->pool_free = &slab[i];
+	}
+	return 0;
+}
+
+odx__task *odx__task_new(odx_context *ctx)
+{
+	odx__task *t;
+
+	pthread_mutex_lock(&ctx->pool_lock);
+	/* Take back every task finished since the last time, in one exchange. */
+	if (!ctx->pool_free)
+		ctx->pool_free = atomic_exchange(&ctx->pool_returned, NULL);
+	if (!ctx->pool_free && pool_grow(ctx) != 0) {
+		pthread_mutex_unlock(&ctx->pool_lock);
+		return NULL;
+	}
+	t = ctx->pool_free;
+	ctx->pool_free = t->pool_next;
+	pthread_mutex_unlock(&ctx->pool_lock);
+
+	/* Only what differs per task: the rest was reset when it came back (task_reset), by the
+	 * thread that freed it, whose cache held its lines. The lines written here are the few a
+	 * submission writes anyway. */
+	atomic_init(&t->refs, 1);
+	t->pool_next = NULL;
+	t->id = atomic_fetch_add_explicit(&ctx->next_task_id, 1, memory_order_relaxed) + 1;
 	/* the length and parts' transfer fields are zero already (odx__lengths_task_reset) */
 	return t;
 }
@@ -147,7 +158,10 @@ void odx__task_put(odx__task *t)
 		t->shuffle = NULL;
 	}
 	odx__lengths_task_reset(t);
-	if (t->has_event) {
+	bool event = t->has_event;
+
+	task_reset(t);
+	if (event) {
 		/* Its event may still be in the user's hands, released: keep the task out of
 		 * reuse for a while, so that handle is refused instead of naming a new task. */
 		pthread_mutex_lock(&ctx->pool_lock);
