@@ -367,7 +367,7 @@ struct odx__task {
 	_Atomic int refs;
 	_Atomic int pending;        /* unfinished predecessors + 1 while submitting */
 	odx_context *ctx;
-	odx__task *pool_next;       /* free list link; while ready, its device's inbox link */
+	odx__task *pool_next;       /* free list link */
 	uint64_t id;
 	odx_kernel *kernel;         /* NULL for internal kinds; kernels live until close */
 	odx_arg *args;              /* inline_args or heap */
@@ -547,6 +547,9 @@ typedef struct odx__queue {
 	int n; /* tasks in all levels */
 } odx__queue;
 
+/* Slots of a device's inbox ring (a power of two). */
+#define ODX__INBOX_CAP 256
+
 struct odx__device {
 	int index;
 	int memnode;
@@ -564,22 +567,26 @@ struct odx__device {
 	odx__queue ready;           /* placed tasks, by priority */
 	odx__task **staged;         /* tasks whose inputs arrived: FIFO ring */
 	int staged_head, staged_n, staged_cap;
-	/* Ready tasks pushed without the lock (sched.c, inbox_push): a lock-free stack linked
-	 * through pool_next, one compare-and-swap per task, on a line of its own. Whoever holds
-	 * the lock moves the whole stack into `ready` at once, in push order (inbox_drain): the
-	 * worker's lock is no longer the submitter's, and the queue's lines move once per batch. */
-	_Alignas(64) _Atomic(odx__task *) inbox;
-	/* Written under lock when the worker runs out of work; read without it by a thread that
-	 * pushed to the inbox, on the inbox's line: not on the line of the lock the worker takes
-	 * per task. */
-	_Atomic bool sleeping;
+	/* Ready tasks of priority 0 pushed without the lock (sched.c, inbox_push): a ring of
+	 * ODX__INBOX_CAP task pointers. A pusher claims a slot with a compare-and-swap on
+	 * inbox_tail (a line the worker never writes) and stores the task there; whoever holds
+	 * the lock takes the slots in order (inbox_head, its own line), reading pointers 8 to a
+	 * line and touching no task: the worker's lock is no longer the submitter's, and the queue's
+	 * lines move once per 8 tasks. A full ring: the pusher takes the lock (odx__sched_queue). */
+	_Alignas(64) _Atomic unsigned inbox_tail;
+	_Atomic unsigned inbox_head_seen; /* a pusher's last look at inbox_head */
+	/* Written under lock when the worker runs out of work (not per task); read without it by
+	 * every push: a line of their own. */
+	_Alignas(64) _Atomic bool sleeping;
 	_Atomic bool polling;       /* its worker found nothing and looks again before it sleeps
 				     * (poll_for_work): it takes what is queued here at once, so
 				     * neither a wake-up nor a thief is needed for it */
+	_Alignas(64) _Atomic unsigned inbox_head; /* under lock */
+	_Alignas(64) _Atomic(odx__task *) inbox[ODX__INBOX_CAP];
 	/* Drained tasks that `ready` had no memory for: taken before it, in order (under lock). */
 	odx__task *held_head, *held_tail;
-	_Atomic uint64_t inbox_drains; /* drains that found tasks */
-	_Atomic uint64_t inbox_tasks;  /* tasks they moved */
+	_Atomic uint64_t inbox_drains; /* looks at the inbox that found tasks */
+	_Atomic uint64_t inbox_tasks;  /* tasks taken from it */
 	_Atomic uint64_t push_wakes;   /* wake-ups sent by an inbox push to a sleeping worker */
 	/* Tasks its worker freed, handed back to the context's pool RET_BATCH at a time (one
 	 * compare-and-swap on the pool's shared line per batch) and whenever it runs out of work
@@ -654,7 +661,8 @@ int odx__queue_peek_n(const odx__queue *q, odx__task **out, int n);
 /* Queues a task whose inputs arrived on its device (from copy-completion threads). */
 void odx__device_push_staged(odx__device *d, odx__task *t);
 /* The device inbox (sched.c): moves the tasks pushed without d->lock into its ready queue
- * (d->lock held; returns how many); odx__inbox_pending: are any pushed or held (d->lock held). */
+ * (d->lock held; returns how many); odx__inbox_pending: are any pushed or held (d->lock held,
+ * or a hint without it). */
 int odx__inbox_drain(odx__device *d);
 bool odx__inbox_pending(odx__device *d);
 /* Next task for a device's worker; called with d->lock held. */

@@ -302,57 +302,80 @@ static void push_failed(odx__task *t)
 
 /* ---- the device inbox: pushes without the device's lock ------------------------------------ */
 
-/* Pushes ready task t (placed on dev, counted in dev->load) onto dev's inbox. Sequentially
- * consistent, as is the worker's store to `sleeping` before it looks at the inbox a last time:
- * either it sees t, or the caller then sees it asleep (inbox_wake). */
-static void inbox_push(odx__device *dev, odx__task *t)
+/* Pushes ready task t (placed on dev, counted in dev->load) into dev's inbox ring; false when
+ * it is full. The store of t is sequentially consistent, as is the worker's store to `sleeping`
+ * before it looks at the inbox a last time: either it sees t, or the caller then sees it
+ * asleep. */
+static bool inbox_push(odx__device *dev, odx__task *t)
 {
-	odx__task *head = atomic_load_explicit(&dev->inbox, memory_order_relaxed);
+	unsigned tail = atomic_load_explicit(&dev->inbox_tail, memory_order_relaxed);
 
-	do
-		t->pool_next = head;
-	while (!atomic_compare_exchange_weak(&dev->inbox, &head, t));
+	for (;;) {
+		if (tail - atomic_load_explicit(&dev->inbox_head_seen, memory_order_relaxed) >=
+		    ODX__INBOX_CAP) {
+			/* full as last seen: look at the taker's side (a line it writes) */
+			unsigned head = atomic_load_explicit(&dev->inbox_head, memory_order_acquire);
+
+			atomic_store_explicit(&dev->inbox_head_seen, head, memory_order_relaxed);
+			if (tail - head >= ODX__INBOX_CAP)
+				return false;
+		}
+		if (atomic_compare_exchange_weak_explicit(&dev->inbox_tail, &tail, tail + 1,
+							  memory_order_acquire,
+							  memory_order_relaxed))
+			break;
+	}
+	/* The slot was emptied before the head moved past it (acquire above, release below). */
+	atomic_store(&dev->inbox[tail % ODX__INBOX_CAP], t);
+	return true;
 }
 
-/* Moves what was pushed to dev's inbox into its ready queue, oldest first (the stack holds the
- * newest first). With dev->lock held. A task `ready` has no memory for waits in the held list,
- * and so does every later one (order kept): nothing fails for it. Returns the tasks moved. */
-int odx__inbox_drain(odx__device *dev)
+/* The next task in dev's inbox, taken out of it, or NULL (empty, or its next slot claimed and
+ * not yet written: that pusher then wakes the worker if it sleeps). With dev->lock held. */
+static odx__task *inbox_take(odx__device *dev)
 {
-	odx__task *t = atomic_load_explicit(&dev->inbox, memory_order_relaxed), *fifo = NULL;
-	int n = 0;
+	unsigned head = atomic_load_explicit(&dev->inbox_head, memory_order_relaxed);
+	_Atomic(odx__task *) *slot = &dev->inbox[head % ODX__INBOX_CAP];
+	odx__task *t = atomic_load(slot);
 
 	if (!t)
-		return 0;
-	t = atomic_exchange_explicit(&dev->inbox, NULL, memory_order_acquire);
-	while (t) {
-		odx__task *next = t->pool_next;
+		return NULL;
+	atomic_store_explicit(slot, NULL, memory_order_relaxed);
+	atomic_store_explicit(&dev->inbox_head, head + 1, memory_order_release);
+	atomic_fetch_add_explicit(&dev->inbox_tasks, 1, memory_order_relaxed);
+	return t;
+}
 
-		t->pool_next = fifo;
-		fifo = t;
-		t = next;
-	}
-	while (fifo) {
-		t = fifo;
-		fifo = t->pool_next;
-		t->pool_next = NULL;
+/* Moves what was pushed to dev's inbox into its ready queue, in push order. With dev->lock held.
+ * A task `ready` has no memory for waits in the held list, and so does every later one (order
+ * kept): nothing fails for it. Returns the tasks moved. */
+int odx__inbox_drain(odx__device *dev)
+{
+	odx__task *t;
+	int n = 0;
+
+	while ((t = inbox_take(dev)) != NULL) {
 		n++;
 		if (!dev->held_head && queue_push(&dev->ready, t) == 0)
 			continue;
+		t->pool_next = NULL;
 		if (dev->held_tail)
 			dev->held_tail->pool_next = t;
 		else
 			dev->held_head = t;
 		dev->held_tail = t;
 	}
-	atomic_fetch_add_explicit(&dev->inbox_drains, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&dev->inbox_tasks, (uint64_t)n, memory_order_relaxed);
+	if (n)
+		atomic_fetch_add_explicit(&dev->inbox_drains, 1, memory_order_relaxed);
 	return n;
 }
 
 bool odx__inbox_pending(odx__device *dev)
 {
-	return atomic_load_explicit(&dev->inbox, memory_order_relaxed) || dev->held_head;
+	unsigned head = atomic_load_explicit(&dev->inbox_head, memory_order_relaxed);
+
+	return atomic_load_explicit(&dev->inbox[head % ODX__INBOX_CAP], memory_order_relaxed) ||
+	       dev->held_head;
 }
 
 void odx__sched_push(odx_context *ctx, odx__task *t)
@@ -453,7 +476,21 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 	}
 	/* Counted before it is seen: a polling worker watches the load. */
 	atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
-	inbox_push(dev, t);
+	if (!inbox_push(dev, t)) {
+		/* The ring is full (the worker is far behind): into `ready` under the lock, after
+		 * what the ring holds. */
+		pthread_mutex_lock(&dev->lock);
+		odx__inbox_drain(dev);
+		if (dev->held_head || queue_push(&dev->ready, t) != 0) {
+			t->pool_next = NULL;
+			if (dev->held_tail)
+				dev->held_tail->pool_next = t;
+			else
+				dev->held_head = t;
+			dev->held_tail = t;
+		}
+		pthread_mutex_unlock(&dev->lock);
+	}
 	bool busy = false;
 	if (atomic_load(&dev->sleeping)) {
 		bool woke = false;
@@ -592,13 +629,11 @@ odx__task *odx__sched_next(odx_context *ctx, odx__device *dev)
 		dev->staged_n--;
 		return t;
 	}
-	/* The inbox holds tasks of priority 0 pushed after everything in `ready`: taken in only
-	 * when they would come next (nothing left at priority 0 or above), so the worker meets
-	 * the inbox's line once per batch, not per task. */
-	if (dev->ready.n == 0 || dev->ready.levels[0].priority < 0)
-		odx__inbox_drain(dev);
-	if (dev->ready.n > 0)
+	/* The inbox holds tasks of priority 0 pushed after everything in `ready`: they come next
+	 * once nothing at priority 0 or above is left there, straight from the ring (no queue). */
+	if (dev->ready.n > 0 && dev->ready.levels[0].priority >= 0)
 		return queue_pop(&dev->ready);
+	/* held (out of memory when drained) before the ring: pushed earlier */
 	if (dev->held_head) {
 		t = dev->held_head;
 		dev->held_head = t->pool_next;
@@ -607,6 +642,10 @@ odx__task *odx__sched_next(odx_context *ctx, odx__device *dev)
 		t->pool_next = NULL;
 		return t;
 	}
+	if ((t = inbox_take(dev)) != NULL)
+		return t;
+	if (dev->ready.n > 0)
+		return queue_pop(&dev->ready);
 	if (ctx->use_shared) {
 		pthread_mutex_lock(&ctx->shared_lock);
 		if (ctx->shared.n > 0 && odx__device_can_run(ctx, dev, queue_peek(&ctx->shared))) {

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_taskpath.c - white-box tests of an empty task's path (issue 23), by counts, not times:
- *  - tasks pushed to a device whose worker is busy go through its inbox without its lock and
- *    without a wake-up, and the worker takes them all in one drain when it is free;
+ *  - tasks pushed to a device whose worker is busy go through its inbox ring without its lock
+ *    and without a wake-up, and the worker takes them from there in push order; past the
+ *    ring's capacity they go to the queue under the lock, still in order;
  *  - a push to a sleeping worker wakes it (one wake-up), a push to a busy one does not;
  *  - the tasks a worker frees go back to the pool in batches, not one compare-and-swap each;
  *  - a Lua policy that never reads run times (lua:eager) has its tasks run with no clock read
@@ -99,13 +100,14 @@ static void test_inbox_batch(void **state)
 	atomic_store(test_gate(), 1);
 	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
 	assert_int_equal(atomic_load(&ran), NTASKS);
-	printf("%d tasks pushed to a busy worker: %llu drains took %llu tasks, %llu wake-ups\n",
+	printf("%d tasks pushed to a busy worker: %llu drains, %llu tasks from the ring, %llu "
+	       "wake-ups\n",
 	       NTASKS, (unsigned long long)(atomic_load(&dev->inbox_drains) - drains),
 	       (unsigned long long)(atomic_load(&dev->inbox_tasks) - tasks),
 	       (unsigned long long)(atomic_load(&dev->push_wakes) - wakes));
-	/* all of them in the worker's first drain after the gate: one batch */
+	/* all of them from the ring, none moved into the queue */
 	assert_int_equal(atomic_load(&dev->inbox_tasks) - tasks, NTASKS);
-	assert_int_equal(atomic_load(&dev->inbox_drains) - drains, 1);
+	assert_int_equal(atomic_load(&dev->inbox_drains) - drains, 0);
 	assert_int_equal(atomic_load(&dev->push_wakes), wakes);
 
 	/* a push to a worker asleep wakes it: once (none if a spurious wake-up got it up first) */
@@ -121,6 +123,62 @@ static void test_inbox_batch(void **state)
 	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
 	assert_int_equal(atomic_load(&ran), NTASKS + 1);
 	assert_true(atomic_load(&dev->push_wakes) - wakes <= 1);
+	odx_buffer_destroy(b);
+	assert_ok(odx_close(ctx));
+}
+
+#define OVERFLOW (ODX__INBOX_CAP + 44)
+
+static int seq[OVERFLOW];
+static atomic_int nseq;
+
+static int k_seq(const odx_host_launch *l)
+{
+	int n = atomic_fetch_add(&nseq, 1);
+
+	if (n < OVERFLOW)
+		seq[n] = *(const int32_t *)l->scalars[0];
+	return 0;
+}
+
+/* More tasks than the ring holds, pushed while the worker is busy: the ring fills, the rest goes
+ * to the queue under the lock after what the ring held (one drain), and every task runs in
+ * submission order. */
+static void test_inbox_full(void **state)
+{
+	static const char *const kv[] = {"host.devices", "1", "host.bind", "false", NULL};
+	static const odx_param p[] = {{ODX_ARG_BUFFER, ODX_RW, "x"}};
+	static const odx_param pi[] = {{ODX_ARG_I32, 0, "i"}};
+	odx_context *ctx = test_open_ctx(kv);
+	odx_kernel *gate = test_host_kernel(ctx, "gate", p, 1, k_gate);
+	odx_kernel *k = test_host_kernel(ctx, "seq", pi, 1, k_seq);
+	odx_task_opts o = {.grid = {1, 1, 1}, .block = {1, 1, 1}};
+	odx__device *dev = &ctx->devices[0];
+	uint64_t drains, tasks;
+	odx_buffer *b;
+
+	(void)state;
+	atomic_store(test_gate(), 0);
+	atomic_store(&entered, 0);
+	atomic_store(&nseq, 0);
+	assert_ok(odx_buffer_create(ctx, 64, 0, &b));
+	assert_ok(odx_submit(ctx, gate, (odx_arg[]){ODX_BUF(b, ODX_RW)}, 1, &o, NULL));
+	wait_flag(&entered);
+	drains = atomic_load(&dev->inbox_drains);
+	tasks = atomic_load(&dev->inbox_tasks);
+	for (int i = 0; i < OVERFLOW; i++)
+		assert_ok(odx_submit(ctx, k, (odx_arg[]){ODX_I32(i)}, 1, &o, NULL));
+	/* the push past the ring's capacity moved the ring into the queue, once */
+	assert_int_equal(atomic_load(&dev->inbox_drains) - drains, 1);
+	assert_int_equal(atomic_load(&dev->inbox_tasks) - tasks, ODX__INBOX_CAP);
+	atomic_store(test_gate(), 1);
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	assert_int_equal(atomic_load(&nseq), OVERFLOW);
+	for (int i = 0; i < OVERFLOW; i++)
+		if (seq[i] != i)
+			fail_msg("task %d ran in place %d", seq[i], i);
+	/* the ones pushed after the drain went through the ring again */
+	assert_int_equal(atomic_load(&dev->inbox_tasks) - tasks, OVERFLOW - 1);
 	odx_buffer_destroy(b);
 	assert_ok(odx_close(ctx));
 }
@@ -197,6 +255,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_inbox_batch),
+		cmocka_unit_test(test_inbox_full),
 		cmocka_unit_test(test_policy_times_only_when_read),
 		cmocka_unit_test(test_policy_pending_threads),
 	};
