@@ -477,14 +477,25 @@ void odx__task_complete(odx__task *t, int status, const char *msg)
 			odx__shuffle_abandon(t, odx__task_origin(t, first, sizeof(first)));
 		}
 	}
-	/* After `done` is set no new edge is added, so the successor list is final. */
-	pthread_mutex_lock(&t->lock);
-	atomic_store(&t->done, true);
-	succ = t->succ;
-	nsucc = t->nsucc;
-	t->succ = t->inline_succ;
-	t->nsucc = 0;
-	pthread_mutex_unlock(&t->lock);
+	/* After `done` is set no new edge is added, so the successor list is final. A task with
+	 * no buffer argument was never a buffer's writer or reader, the only way a task becomes
+	 * a predecessor (add_edge): it has no successor, and its lock (a line the other worker
+	 * may hold, from the task's last life) is not needed. */
+	for (i = 0; i < t->nargs && t->args[i].kind != ODX_ARG_BUFFER; i++)
+		;
+	if (i == t->nargs && t->nsucc == 0) {
+		atomic_store(&t->done, true);
+		succ = t->inline_succ;
+		nsucc = 0;
+	} else {
+		pthread_mutex_lock(&t->lock);
+		atomic_store(&t->done, true);
+		succ = t->succ;
+		nsucc = t->nsucc;
+		t->succ = t->inline_succ;
+		t->nsucc = 0;
+		pthread_mutex_unlock(&t->lock);
+	}
 
 	for (i = 0; i < nsucc; i++) {
 		odx__task *s = succ[i].task;
