@@ -311,12 +311,14 @@ static bool inbox_push(odx__device *dev, odx__task *t)
 	unsigned tail = atomic_load_explicit(&dev->inbox_tail, memory_order_relaxed);
 
 	for (;;) {
-		if (tail - atomic_load_explicit(&dev->inbox_head_seen, memory_order_relaxed) >=
+		/* acquire/release on head_seen too: a pusher that trusts another pusher's view of
+		 * the head must also see the taker's emptying of the slots behind it */
+		if (tail - atomic_load_explicit(&dev->inbox_head_seen, memory_order_acquire) >=
 		    ODX__INBOX_CAP) {
 			/* full as last seen: look at the taker's side (a line it writes) */
 			unsigned head = atomic_load_explicit(&dev->inbox_head, memory_order_acquire);
 
-			atomic_store_explicit(&dev->inbox_head_seen, head, memory_order_relaxed);
+			atomic_store_explicit(&dev->inbox_head_seen, head, memory_order_release);
 			if (tail - head >= ODX__INBOX_CAP)
 				return false;
 		}
