@@ -997,12 +997,19 @@ static int cb_table_alloc(cb_table *t, uint32_t slots)
 	return -1;
 }
 
-/* Rows [first, end) into the table (slots in buckets of CB_WAYS); returns nothing: every row's
- * outcome is in pids (ODX_NO_PART: combined) and in the table. */
+/* Rows [first, end) into an empty table (slots in buckets of CB_WAYS): each row's outcome is in
+ * pids (ODX_NO_PART: combined) and in the table. In batches of CB_BATCH rows: first every row's
+ * slot (a dummy for a miss) and pid, then the updates. Updating in the same pass makes each
+ * row's loads of its slot wait on the addresses of the stores before them (a hot key's slot, or
+ * a dummy, comes back within a few rows, and the processor learns not to run those loads ahead),
+ * so every row paid its whole hash-probe chain in turn; from the slot array the update
+ * addresses are known at once (docs/performance-log.md, issue 20). */
+#define CB_BATCH 256
+
 static void cb_rows(cb_table *t, uint32_t slots, const uint32_t *keys, const float *vals,
 		    uint32_t *pids, int64_t first, int64_t end, uint32_t parts)
 {
-	uint32_t nb = slots / CB_WAYS;
+	uint32_t nb = slots / CB_WAYS, at[CB_BATCH];
 	uint64_t m = UINT64_MAX / parts + 1;
 
 	for (uint32_t b = 0; b < nb; b++) {
@@ -1012,34 +1019,47 @@ static void cb_rows(cb_table *t, uint32_t slots, const uint32_t *keys, const flo
 			e++;
 		for (int j = 0; j < CB_WAYS; j++)
 			t->key[b * CB_WAYS + j] = e;
+		t->fill[b] = 0;
 	}
-	for (int64_t i = first; i < end; i++) {
-		uint32_t k = keys[i], h = cb_fmix32(k), b = cb_bucket(h, nb);
-		float f = vals[i];
-		uint32_t hit = cb_match(t->key + (size_t)b * CB_WAYS, k);
-		uint32_t s = b * CB_WAYS + (uint32_t)__builtin_ctz(hit | 1u << CB_WAYS);
-		uint32_t room = t->fill[b] < CB_WAYS;
-		float lo, hi;
+	for (int64_t i0 = first; i0 < end; i0 += CB_BATCH) {
+		int nr = end - i0 < CB_BATCH ? (int)(end - i0) : CB_BATCH;
+		const uint32_t *kr = keys + i0;
+		const float *vr = vals + i0;
+		uint32_t *pr = pids + i0;
 
-		if (__builtin_expect(((hit == 0) & room) != 0, 0)) {
-			s = b * CB_WAYS + t->fill[b]++;
-			t->key[s] = k;
-			t->cnt[s] = 0;
-			t->sum[s] = -0.0; /* x + -0.0 is x: the first value's sum is itself */
-			t->lo[s] = INFINITY;
-			t->hi[s] = -INFINITY;
-			t->first[s] = f;
-			hit = 1;
+		for (int r = 0; r < nr; r++) {
+			uint32_t k = kr[r], h = cb_fmix32(k), b = cb_bucket(h, nb);
+			uint32_t hit = cb_match(t->key + (size_t)b * CB_WAYS, k);
+			uint32_t s = b * CB_WAYS + (uint32_t)__builtin_ctz(hit | 1u << CB_WAYS);
+			/* one branch, rarely taken: no hit, and the bucket has room (sign bits) */
+			uint32_t insert = ((hit - 1) & ((uint32_t)t->fill[b] - CB_WAYS)) >> 31;
+			uint32_t miss, dummy = slots + ((uint32_t)r & (CB_DUMMIES - 1));
+
+			if (__builtin_expect(insert, 0)) {
+				s = b * CB_WAYS + t->fill[b]++;
+				t->key[s] = k;
+				t->cnt[s] = 0;
+				t->sum[s] = -0.0; /* x + -0.0 is x: a first value's sum is itself */
+				t->lo[s] = INFINITY;
+				t->hi[s] = -INFINITY;
+				t->first[s] = vr[r];
+				hit = 1;
+			}
+			/* masks, not ?: (which compilers may turn into a branch on the hit) */
+			miss = (uint32_t)0 - (uint32_t)(hit == 0);
+			pr[r] = cb_mod(h, m, parts) | ~miss; /* ODX_NO_PART is all ones */
+			at[r] = s ^ ((s ^ dummy) & miss);
 		}
-		pids[i] = hit ? ODX_NO_PART : cb_mod(h, m, parts);
-		s = hit ? s : slots + (uint32_t)(i % CB_DUMMIES);
-		t->cnt[s]++;
-		t->sum[s] += (double)f;
-		/* NaN compares false: it never replaces a value (minss / maxss) */
-		lo = t->lo[s];
-		hi = t->hi[s];
-		t->lo[s] = f < lo ? f : lo;
-		t->hi[s] = f > hi ? f : hi;
+		for (int r = 0; r < nr; r++) {
+			uint32_t s = at[r];
+			float f = vr[r], lo = t->lo[s], hi = t->hi[s];
+
+			t->cnt[s]++;
+			t->sum[s] += (double)f;
+			/* NaN compares false: it never replaces a value (minss / maxss) */
+			t->lo[s] = f < lo ? f : lo;
+			t->hi[s] = f > hi ? f : hi;
+		}
 	}
 }
 

@@ -1327,6 +1327,99 @@ static void kernel_data_combine(int d, uint64_t *rng)
 	free(kidx);
 }
 
+/* The combiner's records on values where the order of comparisons shows: NaN (never replaces a
+ * minimum or maximum, unless every value is NaN: then the first), signed zeros (the first of
+ * equal values stays), infinities, a single -0.0 (its sum is -0.0). One group, few keys: every
+ * key takes a slot on every backend, so each key is one record, compared with the rule of
+ * docs/kernels.md applied in row order. The host's own table (u32 keys, f32 values) and the
+ * kernel body of the other backends must agree on it. */
+static void kernel_data_combine_special(int d)
+{
+	enum { KEYS = 6, ROWS = 5, N = KEYS * ROWS, S = 256 };
+	const float nan = __builtin_nanf(""), inf = __builtin_inff();
+	static const uint32_t klist[KEYS] = {7, 0xffffffffu, 0, 12345, 0x80000000u, 99};
+	/* per key, its rows' values, in row order (interleaved across keys below) */
+	const float v[KEYS][ROWS] = {
+		{nan, 1.0f, -inf, inf, nan},	 {-0.0f, -0.0f, -0.0f, -0.0f, -0.0f},
+		{nan, nan, nan, nan, nan},	 {0.0f, -0.0f, 0.0f, -0.0f, 0.0f},
+		{-0.0f, 0.0f, -0.0f, 0.0f, 3.0f}, {inf, inf, 2.5f, -1.0f, nan},
+	};
+	uint32_t keys[N], pids[N], rpids[S], rkeys[S], rvals[S * 8];
+	float vals[N];
+	int seen[KEYS] = {0};
+
+	for (int r = 0; r < ROWS; r++)
+		for (int k = 0; k < KEYS; k++) {
+			keys[r * KEYS + k] = klist[k];
+			vals[r * KEYS + k] = v[k][r];
+		}
+	odx_buffer *bk = new_buffer(sizeof(keys), keys), *bv = new_buffer(sizeof(vals), vals);
+	odx_buffer *bp = new_buffer(sizeof(pids), NULL), *rk = new_buffer(sizeof(rkeys), NULL);
+	odx_buffer *rv = new_buffer(sizeof(rvals), NULL), *rp = new_buffer(sizeof(rpids), NULL);
+	odx_arg cb[] = {ODX_BUF(bk, 0), ODX_BUF(bv, 0), ODX_BUF(bp, 0), ODX_BUF(rk, 0),
+			ODX_BUF(rv, 0), ODX_BUF(rp, 0), ODX_I32(N),	ODX_I32(2),
+			ODX_I32(1),	ODX_I32(0)};
+
+	wait_ok(launch("odx.hash_combine", cb, 10, d, 1, 1, 1, 1), "hash_combine (special values)");
+	read_all(bp, pids, sizeof(pids));
+	read_all(rk, rkeys, sizeof(rkeys));
+	read_all(rv, rvals, sizeof(rvals));
+	read_all(rp, rpids, sizeof(rpids));
+	for (int i = 0; i < N; i++)
+		if (pids[i] != NO_PART)
+			fail_msg("hash_combine (special values) on device %d: row %d passed through", d,
+				 i);
+	for (int j = 0; j < S; j++) {
+		uint64_t w[4];
+		double sum, lo, hi, want_sum, want_lo, want_hi;
+		int k;
+
+		for (int q = 0; q < 4; q++)
+			w[q] = (uint64_t)rvals[8 * j + 2 * q] | (uint64_t)rvals[8 * j + 2 * q + 1] << 32;
+		if (w[0] == 0)
+			continue;
+		for (k = 0; k < KEYS && klist[k] != rkeys[j]; k++)
+			;
+		if (k == KEYS || seen[k]++ || w[0] != ROWS || rpids[j] != fmix32(klist[k]) % 2)
+			fail_msg("hash_combine (special values) on device %d: record %d: key 0x%x count "
+				 "%llu partition %u", d, j, rkeys[j], (unsigned long long)w[0],
+				 rpids[j]);
+		want_sum = want_lo = want_hi = v[k][0];
+		for (int r = 1; r < ROWS; r++) {
+			double x = v[k][r];
+
+			want_sum += x;
+			if ((x < want_lo || want_lo != want_lo) && x == x)
+				want_lo = x;
+			if ((x > want_hi || want_hi != want_hi) && x == x)
+				want_hi = x;
+		}
+		memcpy(&sum, &w[1], 8);
+		memcpy(&lo, &w[2], 8);
+		memcpy(&hi, &w[3], 8);
+		/* NaN payloads may differ between devices; everything else bit for bit */
+		if ((sum != sum) != (want_sum != want_sum) ||
+		    (sum == sum && memcmp(&sum, &want_sum, 8) != 0) ||
+		    (lo != lo) != (want_lo != want_lo) || (lo == lo && memcmp(&lo, &want_lo, 8)) ||
+		    (hi != hi) != (want_hi != want_hi) || (hi == hi && memcmp(&hi, &want_hi, 8)))
+			fail_msg("hash_combine (special values) on device %d: key 0x%x: sum %g min %g "
+				 "max %g, want %g %g %g (signs %d%d%d, want %d%d%d)", d, klist[k], sum,
+				 lo, hi, want_sum, want_lo, want_hi, signbit(sum) != 0,
+				 signbit(lo) != 0, signbit(hi) != 0, signbit(want_sum) != 0,
+				 signbit(want_lo) != 0, signbit(want_hi) != 0);
+	}
+	for (int k = 0; k < KEYS; k++)
+		if (seen[k] != 1)
+			fail_msg("hash_combine (special values) on device %d: key 0x%x in %d records",
+				 d, klist[k], seen[k]);
+	assert_ok(odx_buffer_destroy(bk));
+	assert_ok(odx_buffer_destroy(bv));
+	assert_ok(odx_buffer_destroy(bp));
+	assert_ok(odx_buffer_destroy(rk));
+	assert_ok(odx_buffer_destroy(rv));
+	assert_ok(odx_buffer_destroy(rp));
+}
+
 static void test_data_kernels(void **state)
 {
 	(void)state;
@@ -1337,6 +1430,7 @@ static void test_data_kernels(void **state)
 		kernel_data_histogram(d, &rng);
 		kernel_data_groupby(d, &rng);
 		kernel_data_combine(d, &rng);
+		kernel_data_combine_special(d);
 	}
 	assert_ok(odx_wait_all(g.ctx, TEST_TIMEOUT_MS));
 }
