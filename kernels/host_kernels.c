@@ -916,13 +916,18 @@ int odx__host_hash_groupby(const odx_host_launch *l)
 #define CB_MAX_SLOTS 8192
 #define CB_DUMMIES 8
 
+/* A slot's aggregate, one 24-byte record (one address per row, not four). */
+typedef struct cb_slot {
+	double sum;
+	uint32_t cnt;
+	float lo, hi; /* minimum and maximum of the non-NaN values */
+	float first;  /* the first value (the minimum and maximum if every value is NaN) */
+} cb_slot;
+
 typedef struct cb_table {
 	uint32_t *key;    /* [slots], in buckets of CB_WAYS, 16-byte aligned */
 	uint8_t *fill;    /* [slots / CB_WAYS]: used slots of each bucket */
-	uint32_t *cnt;    /* [slots + CB_DUMMIES] */
-	double *sum;      /* [slots + CB_DUMMIES] */
-	float *lo, *hi;   /* [slots + CB_DUMMIES]: minimum and maximum of the non-NaN values */
-	float *first;     /* [slots]: the first value (the minimum and maximum if all are NaN) */
+	cb_slot *agg;     /* [slots + CB_DUMMIES] */
 } cb_table;
 
 static inline uint32_t cb_fmix32(uint32_t h)
@@ -972,44 +977,31 @@ static void cb_table_free(cb_table *t)
 {
 	free(t->key);
 	free(t->fill);
-	free(t->cnt);
-	free(t->sum);
-	free(t->lo);
-	free(t->hi);
-	free(t->first);
+	free(t->agg);
 }
 
 static int cb_table_alloc(cb_table *t, uint32_t slots)
 {
-	size_t n = (size_t)slots + CB_DUMMIES;
-
-	memset(t, 0, sizeof(*t));
 	t->key = aligned_alloc(64, 4 * (size_t)slots);
 	t->fill = calloc(slots / CB_WAYS, 1);
-	t->cnt = calloc(n, sizeof(*t->cnt));
-	t->sum = calloc(n, sizeof(*t->sum));
-	t->lo = calloc(n, sizeof(*t->lo));
-	t->hi = calloc(n, sizeof(*t->hi));
-	t->first = calloc(slots, sizeof(*t->first));
-	if (t->key && t->fill && t->cnt && t->sum && t->lo && t->hi && t->first)
+	t->agg = calloc((size_t)slots + CB_DUMMIES, sizeof(*t->agg));
+	if (t->key && t->fill && t->agg)
 		return 0;
 	cb_table_free(t);
 	return -1;
 }
 
 /* Rows [first, end) into an empty table (slots in buckets of CB_WAYS): each row's outcome is in
- * pids (ODX_NO_PART: combined) and in the table. In batches of CB_BATCH rows: first every row's
- * slot (a dummy for a miss) and pid, then the updates. Updating in the same pass makes each
- * row's loads of its slot wait on the addresses of the stores before them (a hot key's slot, or
- * a dummy, comes back within a few rows, and the processor learns not to run those loads ahead),
- * so every row paid its whole hash-probe chain in turn; from the slot array the update
- * addresses are known at once (docs/performance-log.md, issue 20). */
-#define CB_BATCH 256
-
-static void cb_rows(cb_table *t, uint32_t slots, const uint32_t *keys, const float *vals,
+ * pids (ODX_NO_PART: combined) and in the table. (Splitting each batch of rows into a pass that
+ * finds the slots and one that updates them measured the same here: not done.) */
+__attribute__((noinline)) static void cb_rows(const cb_table *t, uint32_t slots, const uint32_t *keys, const float *vals,
 		    uint32_t *pids, int64_t first, int64_t end, uint32_t parts)
 {
-	uint32_t nb = slots / CB_WAYS, at[CB_BATCH];
+	/* the table's arrays in locals: the stores below cannot change them */
+	uint32_t *restrict tkey = t->key;
+	uint8_t *restrict fill = t->fill;
+	cb_slot *restrict agg = t->agg;
+	uint32_t nb = slots / CB_WAYS;
 	uint64_t m = UINT64_MAX / parts + 1;
 
 	for (uint32_t b = 0; b < nb; b++) {
@@ -1018,48 +1010,35 @@ static void cb_rows(cb_table *t, uint32_t slots, const uint32_t *keys, const flo
 		while (cb_bucket(cb_fmix32(e), nb) == b) /* a key that lives elsewhere */
 			e++;
 		for (int j = 0; j < CB_WAYS; j++)
-			t->key[b * CB_WAYS + j] = e;
-		t->fill[b] = 0;
+			tkey[b * CB_WAYS + j] = e;
+		fill[b] = 0;
 	}
-	for (int64_t i0 = first; i0 < end; i0 += CB_BATCH) {
-		int nr = end - i0 < CB_BATCH ? (int)(end - i0) : CB_BATCH;
-		const uint32_t *kr = keys + i0;
-		const float *vr = vals + i0;
-		uint32_t *pr = pids + i0;
+	for (int64_t i = first; i < end; i++) {
+		uint32_t k = keys[i], h = cb_fmix32(k), b = cb_bucket(h, nb);
+		uint32_t hit = cb_match(tkey + (size_t)b * CB_WAYS, k);
+		uint32_t s = b * CB_WAYS + (uint32_t)__builtin_ctz(hit | 1u << CB_WAYS);
+		/* one branch, rarely taken: no hit, and the bucket has room (sign bits) */
+		uint32_t insert = ((hit - 1) & ((uint32_t)fill[b] - CB_WAYS)) >> 31;
+		uint32_t miss, dummy = slots + ((uint32_t)i & (CB_DUMMIES - 1));
+		float f = vals[i];
+		cb_slot *a;
 
-		for (int r = 0; r < nr; r++) {
-			uint32_t k = kr[r], h = cb_fmix32(k), b = cb_bucket(h, nb);
-			uint32_t hit = cb_match(t->key + (size_t)b * CB_WAYS, k);
-			uint32_t s = b * CB_WAYS + (uint32_t)__builtin_ctz(hit | 1u << CB_WAYS);
-			/* one branch, rarely taken: no hit, and the bucket has room (sign bits) */
-			uint32_t insert = ((hit - 1) & ((uint32_t)t->fill[b] - CB_WAYS)) >> 31;
-			uint32_t miss, dummy = slots + ((uint32_t)r & (CB_DUMMIES - 1));
-
-			if (__builtin_expect(insert, 0)) {
-				s = b * CB_WAYS + t->fill[b]++;
-				t->key[s] = k;
-				t->cnt[s] = 0;
-				t->sum[s] = -0.0; /* x + -0.0 is x: a first value's sum is itself */
-				t->lo[s] = INFINITY;
-				t->hi[s] = -INFINITY;
-				t->first[s] = vr[r];
-				hit = 1;
-			}
-			/* masks, not ?: (which compilers may turn into a branch on the hit) */
-			miss = (uint32_t)0 - (uint32_t)(hit == 0);
-			pr[r] = cb_mod(h, m, parts) | ~miss; /* ODX_NO_PART is all ones */
-			at[r] = s ^ ((s ^ dummy) & miss);
+		if (__builtin_expect(insert, 0)) {
+			s = b * CB_WAYS + fill[b]++;
+			tkey[s] = k;
+			/* x + -0.0 is x: a first value's sum is itself */
+			agg[s] = (cb_slot){.sum = -0.0, .lo = INFINITY, .hi = -INFINITY, .first = f};
+			hit = 1;
 		}
-		for (int r = 0; r < nr; r++) {
-			uint32_t s = at[r];
-			float f = vr[r], lo = t->lo[s], hi = t->hi[s];
-
-			t->cnt[s]++;
-			t->sum[s] += (double)f;
-			/* NaN compares false: it never replaces a value (minss / maxss) */
-			t->lo[s] = f < lo ? f : lo;
-			t->hi[s] = f > hi ? f : hi;
-		}
+		/* masks, not ?: (which compilers may turn into a branch on the hit) */
+		miss = (uint32_t)0 - (uint32_t)(hit == 0);
+		pids[i] = cb_mod(h, m, parts) | ~miss; /* ODX_NO_PART is all ones */
+		a = &agg[s ^ ((s ^ dummy) & miss)];
+		a->cnt++;
+		a->sum += (double)f;
+		/* NaN compares false: it never replaces a value (minss / maxss) */
+		a->lo = f < a->lo ? f : a->lo;
+		a->hi = f > a->hi ? f : a->hi;
 	}
 }
 
@@ -1072,10 +1051,11 @@ static void cb_records(const cb_table *t, uint32_t slots, uint32_t *rec_keys, ui
 
 	for (uint32_t b = 0; b < slots / CB_WAYS; b++) {
 		for (uint32_t s = b * CB_WAYS; s < b * CB_WAYS + t->fill[b]; s++, r++) {
-			bool none = t->lo[s] > t->hi[s]; /* every value NaN: the first one */
-			uint64_t w[4] = {t->cnt[s], odx__f64_bits(t->sum[s]),
-					 odx__f64_bits(none ? (double)t->first[s] : (double)t->lo[s]),
-					 odx__f64_bits(none ? (double)t->first[s] : (double)t->hi[s])};
+			const cb_slot *a = &t->agg[s];
+			bool none = a->lo > a->hi; /* every value NaN: the first one */
+			uint64_t w[4] = {a->cnt, odx__f64_bits(a->sum),
+					 odx__f64_bits(none ? (double)a->first : (double)a->lo),
+					 odx__f64_bits(none ? (double)a->first : (double)a->hi)};
 
 			rec_keys[r] = t->key[s];
 			for (int q = 0; q < 4; q++) {
