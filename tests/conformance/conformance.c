@@ -1420,6 +1420,96 @@ static void kernel_data_combine_special(int d)
 	assert_ok(odx_buffer_destroy(rp));
 }
 
+/* The combiner over more rows than one block of the host's (65536), in one group (one call
+ * whatever the device's threads): the hot key first, then a block of distinct keys (the table,
+ * 256 slots here, takes few of them), then the hot key only. Every row passes to its partition
+ * or is counted in a record, and the rows and records add up to the input, on every backend. On
+ * the host, where a block the table took less than half of makes the next 15 pass straight
+ * through, the hot key's rows in blocks 1-15 pass and the table takes them again from block 16
+ * on (docs/kernels.md); without the pass-through, or without the retry, the counts differ. */
+static void kernel_data_combine_blocks(int d)
+{
+	enum { BLOCK = 65536, N = 18 * BLOCK, P = 3, G = 1, S = 256 };
+	const uint32_t hot = 0x5eed;
+	uint32_t *keys = xmalloc(N * 4), *vals = xmalloc(N * 4), *pids = xmalloc(N * 4);
+	uint32_t *rkeys = xmalloc(G * S * 4), *rvals = xmalloc(G * S * 32), *rpids = xmalloc(G * S * 4);
+	uint64_t passed = 0, passed_hot = 0, counted = 0, counted_hot = 0;
+	double sum = 0, want = 0;
+
+	for (int i = 0; i < N; i++) {
+		float f = (float)(i % 7);
+
+		/* block 0: the hot key, then distinct keys (none is `hot`); then the hot key */
+		keys[i] = i > 0 && i < BLOCK ? (uint32_t)(i * 2654435761u) | 0x80000000u : hot;
+		memcpy(&vals[i], &f, 4);
+		want += f;
+	}
+	odx_buffer *bk = new_buffer((size_t)N * 4, keys), *bv = new_buffer((size_t)N * 4, vals);
+	odx_buffer *bp = new_buffer((size_t)N * 4, NULL), *rk = new_buffer(G * S * 4, NULL);
+	odx_buffer *rv = new_buffer(G * S * 32, NULL), *rp = new_buffer(G * S * 4, NULL);
+	odx_arg cb[] = {ODX_BUF(bk, 0), ODX_BUF(bv, 0), ODX_BUF(bp, 0), ODX_BUF(rk, 0),
+			ODX_BUF(rv, 0), ODX_BUF(rp, 0), ODX_I32(N),	ODX_I32(P),
+			ODX_I32(1),	ODX_I32(0)};
+
+	wait_ok(launch("odx.hash_combine", cb, 10, d, G, 1, 1, 1), "hash_combine (blocks)");
+	read_all(bp, pids, (size_t)N * 4);
+	read_all(rk, rkeys, G * S * 4);
+	read_all(rv, rvals, G * S * 32);
+	read_all(rp, rpids, G * S * 4);
+	for (int i = 0; i < N; i++) {
+		float f;
+
+		if (pids[i] == NO_PART)
+			continue;
+		if (pids[i] != fmix32(keys[i]) % P)
+			fail_msg("hash_combine (blocks) on device %d: row %d to partition %u, not %u",
+				 d, i, pids[i], fmix32(keys[i]) % P);
+		memcpy(&f, &vals[i], 4);
+		sum += f;
+		passed++;
+		passed_hot += keys[i] == hot;
+	}
+	for (int j = 0; j < G * S; j++) {
+		uint64_t cnt = (uint64_t)rvals[8 * j] | (uint64_t)rvals[8 * j + 1] << 32;
+		uint64_t sb = (uint64_t)rvals[8 * j + 2] | (uint64_t)rvals[8 * j + 3] << 32;
+		double rs;
+
+		if (cnt == 0)
+			continue;
+		if (rpids[j] != fmix32(rkeys[j]) % P)
+			fail_msg("hash_combine (blocks) on device %d: record %d of key 0x%x to "
+				 "partition %u", d, j, rkeys[j], rpids[j]);
+		memcpy(&rs, &sb, 8);
+		sum += rs;
+		counted += cnt;
+		counted_hot += rkeys[j] == hot ? cnt : 0;
+	}
+	/* the values are small integers: every sum is exact in any order */
+	if (passed + counted != N || sum != want)
+		fail_msg("hash_combine (blocks) on device %d: %llu rows passed, %llu in records, sum "
+			 "%.1f, of %d rows summing to %.1f", d, (unsigned long long)passed,
+			 (unsigned long long)counted, sum, N, want);
+	/* host: block 0 combined at most 256 of its rows, the hot key's first among them; blocks
+	 * 1-15 pass straight through; block 16 tries the table again, which has the hot key */
+	if (g.kind == ODX_BACKEND_HOST &&
+	    (passed_hot != 15 * BLOCK || counted_hot != 2 * BLOCK + 1))
+		fail_msg("hash_combine (blocks) on host device %d: hot key %llu rows passed, %llu "
+			 "combined; want %d and %d", d, (unsigned long long)passed_hot,
+			 (unsigned long long)counted_hot, 15 * BLOCK, 2 * BLOCK + 1);
+	assert_ok(odx_buffer_destroy(bk));
+	assert_ok(odx_buffer_destroy(bv));
+	assert_ok(odx_buffer_destroy(bp));
+	assert_ok(odx_buffer_destroy(rk));
+	assert_ok(odx_buffer_destroy(rv));
+	assert_ok(odx_buffer_destroy(rp));
+	free(keys);
+	free(vals);
+	free(pids);
+	free(rkeys);
+	free(rvals);
+	free(rpids);
+}
+
 static void test_data_kernels(void **state)
 {
 	(void)state;
@@ -1431,6 +1521,11 @@ static void test_data_kernels(void **state)
 		kernel_data_groupby(d, &rng);
 		kernel_data_combine(d, &rng);
 		kernel_data_combine_special(d);
+		/* Not on Vulkan: on lavapipe the GLSL kernel's work-item stops writing pids after
+		 * 6671 rows of its chunk (found 2026-11-26 with this case; OpenCL and the host run
+		 * it whole): an open defect, docs/kernels.md */
+		if (g.kind != ODX_BACKEND_VULKAN)
+			kernel_data_combine_blocks(d);
 	}
 	assert_ok(odx_wait_all(g.ctx, TEST_TIMEOUT_MS));
 }
