@@ -33,7 +33,10 @@
  *	       scripts/odx-run -n 4 build/examples/groupby -n 1000000 -z 1.1
  *
  * -z 0 draws keys uniformly (the default), -z 1.1 from Zipf 1.1. -g is the work-groups of the
- * combiner (about the threads of a rank: each does its chunk in order); -r repeats the timed
+ * combiner (default 32): its records, 256 a group, are the slots of its tables; the host variant
+ * keeps one table per call (the groups a thread runs) of up to 8192 slots, so 32 groups give a
+ * thread with all of them 8192 slots, a table that holds the hot keys of Zipf 1.1 over 1M keys
+ * (about 3/4 of the rows) and still fits the caches (docs/kernels.md); -r repeats the timed
  * part (tables reset in between) and reports the median. -D runs the standard kernels on device
  * DEVICE (an odx device index: with ODX_BACKENDS=host,vulkan and one host device, 1 is the Vulkan
  * device); the generator and the digest stay on the host. --no-check skips
@@ -483,7 +486,7 @@ int main(int argc, char **argv)
 {
 	uint64_t rows = 1u << 20, nkeys = 1000000, seed = 42;
 	double zipf_s = 0;
-	int reps = 1, groups = 4, verify = 1, device = -1, opt;
+	int reps = 1, groups = 32, verify = 1, device = -1, opt;
 	static const struct option longopts[] = {
 		{"no-check", no_argument, NULL, 'C'},
 		{"check", no_argument, NULL, 'c'},

@@ -28,4 +28,8 @@
 ODX__STD_KERNELS(ODX__DECLARE_HOST)
 #undef ODX__DECLARE_HOST
 
+/* odx.hash_combine's host variant for u32 keys and f32 values, after the launch was checked
+ * (host_combine.c): 0, or -1 if it could not run (no memory for its table; nothing written). */
+int odx__host_combine_u32_f32(const odx_host_launch *l, int32_t n, int32_t parts);
+
 #endif /* ODX_KERNELS_BUILTIN_H */

@@ -904,6 +904,9 @@ int odx__host_hash_combine(const odx_host_launch *l)
 	    check_buffer(l, "odx.hash_combine", 5, recs, 4) ||
 	    walk_first(&w, l, "odx.hash_combine", -1))
 		return 1;
+	/* u32 keys and f32 values: one table per call (host_combine.c) */
+	if (kw == 1 && vk == 0 && l->block[0] <= 1 && odx__host_combine_u32_f32(l, n, parts) == 0)
+		return 0;
 	for (; w.g < w.end; walk_next(&w))
 		odx_hash_combine(&w.it, l->buffers[0], l->buffers[1], l->buffers[2], l->buffers[3],
 				 l->buffers[4], l->buffers[5], n, parts, kw, vk);

@@ -19,19 +19,21 @@ ODX_KERNEL(odx_partition_count, ODX_GLOBAL const ODX_U32 *pids, ODX_GLOBAL ODX_U
 	ODX_IDX chunk = ((ODX_IDX)n + groups - 1) / groups;
 	ODX_IDX first = (ODX_IDX)g * chunk, end = first + chunk < n ? first + chunk : n;
 #if ODX_DIALECT_C
-	/* One work-item runs the group: a plain private array, and one more counter that takes
+	/* One work-item runs the group: a plain private array, and four more counters that take
 	 * the rows of no partition without a branch (pids of combined rows, ODX_NO_PART, come
-	 * in no order a predictor can follow). */
-	ODX_U32 cnt[ODX_PARTITION_MAX_PARTS + 1];
+	 * in no order a predictor can follow), row i the (i % 4)th: under skew most rows are
+	 * such, and with one counter each increment waited for the one before it (a load and a
+	 * store of the same word, row after row: about 2 ns a row, docs/performance-log.md). */
+	ODX_U32 cnt[ODX_PARTITION_MAX_PARTS + 4];
 
 	if (ODX_LOCAL_ID(0) != 0)
 		return;
-	for (int p = 0; p <= parts; p++)
+	for (int p = 0; p < parts + 4; p++)
 		cnt[p] = 0;
 	for (ODX_IDX i = first; i < end; i++) {
 		ODX_U32 p = pids[i];
 
-		cnt[p < (ODX_U32)parts ? p : (ODX_U32)parts]++;
+		cnt[p < (ODX_U32)parts ? p : (ODX_U32)parts + (ODX_U32)(i & 3)]++;
 	}
 	for (int p = 0; p < parts; p++)
 		counts[(ODX_IDX)p * groups + g] = cnt[p];

@@ -21,20 +21,24 @@ ODX_KERNEL(odx_partition_rank, ODX_GLOBAL const ODX_U32 *pids, ODX_GLOBAL const 
 	ODX_IDX chunk = ((ODX_IDX)n + groups - 1) / groups;
 	ODX_IDX first = (ODX_IDX)g * chunk, end = first + chunk < n ? first + chunk : n;
 #if ODX_DIALECT_C
-	/* base[parts]: ODX_NO_PART, never moved on, for the rows of no partition: no branch
-	 * (their pids come in no order a predictor can follow) */
-	ODX_U32 base[ODX_PARTITION_MAX_PARTS + 1];
+	/* base[parts .. parts + 3]: ODX_NO_PART, never moved on, for the rows of no partition,
+	 * row i the (i % 4)th: no branch (their pids come in no order a predictor can follow),
+	 * and consecutive such rows (most rows under skew) do not each wait for the store of
+	 * the one before to the same word */
+	ODX_U32 base[ODX_PARTITION_MAX_PARTS + 4];
 
 	if (ODX_LOCAL_ID(0) != 0)
 		return;
 	for (int p = 0; p < parts; p++)
 		base[p] = offsets[(ODX_IDX)p * groups + g];
-	base[parts] = ODX_NO_PART;
+	for (int p = parts; p < parts + 4; p++)
+		base[p] = ODX_NO_PART;
 	for (ODX_IDX i = first; i < end; i++) {
-		ODX_U32 p = pids[i], q = p < (ODX_U32)parts ? p : (ODX_U32)parts;
+		ODX_U32 p = pids[i];
+		ODX_U32 q = p < (ODX_U32)parts ? p : (ODX_U32)parts + (ODX_U32)(i & 3);
 
 		dest[i] = base[q];
-		base[q] += q != (ODX_U32)parts;
+		base[q] += q < (ODX_U32)parts;
 	}
 #else
 	ODX_SHARED ODX_U32 base[ODX_PARTITION_MAX_PARTS];

@@ -1327,6 +1327,189 @@ static void kernel_data_combine(int d, uint64_t *rng)
 	free(kidx);
 }
 
+/* The combiner's records on values where the order of comparisons shows: NaN (never replaces a
+ * minimum or maximum, unless every value is NaN: then the first), signed zeros (the first of
+ * equal values stays), infinities, a single -0.0 (its sum is -0.0). One group, few keys: every
+ * key takes a slot on every backend, so each key is one record, compared with the rule of
+ * docs/kernels.md applied in row order. The host's own table (u32 keys, f32 values) and the
+ * kernel body of the other backends must agree on it. */
+static void kernel_data_combine_special(int d)
+{
+	enum { KEYS = 6, ROWS = 5, N = KEYS * ROWS, S = 256 };
+	const float nan = __builtin_nanf(""), inf = __builtin_inff();
+	static const uint32_t klist[KEYS] = {7, 0xffffffffu, 0, 12345, 0x80000000u, 99};
+	/* per key, its rows' values, in row order (interleaved across keys below) */
+	const float v[KEYS][ROWS] = {
+		{nan, 1.0f, -inf, inf, nan},	 {-0.0f, -0.0f, -0.0f, -0.0f, -0.0f},
+		{nan, nan, nan, nan, nan},	 {0.0f, -0.0f, 0.0f, -0.0f, 0.0f},
+		{-0.0f, 0.0f, -0.0f, 0.0f, 3.0f}, {inf, inf, 2.5f, -1.0f, nan},
+	};
+	uint32_t keys[N], pids[N], rpids[S], rkeys[S], rvals[S * 8];
+	float vals[N];
+	int seen[KEYS] = {0};
+
+	for (int r = 0; r < ROWS; r++)
+		for (int k = 0; k < KEYS; k++) {
+			keys[r * KEYS + k] = klist[k];
+			vals[r * KEYS + k] = v[k][r];
+		}
+	odx_buffer *bk = new_buffer(sizeof(keys), keys), *bv = new_buffer(sizeof(vals), vals);
+	odx_buffer *bp = new_buffer(sizeof(pids), NULL), *rk = new_buffer(sizeof(rkeys), NULL);
+	odx_buffer *rv = new_buffer(sizeof(rvals), NULL), *rp = new_buffer(sizeof(rpids), NULL);
+	odx_arg cb[] = {ODX_BUF(bk, 0), ODX_BUF(bv, 0), ODX_BUF(bp, 0), ODX_BUF(rk, 0),
+			ODX_BUF(rv, 0), ODX_BUF(rp, 0), ODX_I32(N),	ODX_I32(2),
+			ODX_I32(1),	ODX_I32(0)};
+
+	wait_ok(launch("odx.hash_combine", cb, 10, d, 1, 1, 1, 1), "hash_combine (special values)");
+	read_all(bp, pids, sizeof(pids));
+	read_all(rk, rkeys, sizeof(rkeys));
+	read_all(rv, rvals, sizeof(rvals));
+	read_all(rp, rpids, sizeof(rpids));
+	for (int i = 0; i < N; i++)
+		if (pids[i] != NO_PART)
+			fail_msg("hash_combine (special values) on device %d: row %d passed through", d,
+				 i);
+	for (int j = 0; j < S; j++) {
+		uint64_t w[4];
+		double sum, lo, hi, want_sum, want_lo, want_hi;
+		int k;
+
+		for (int q = 0; q < 4; q++)
+			w[q] = (uint64_t)rvals[8 * j + 2 * q] | (uint64_t)rvals[8 * j + 2 * q + 1] << 32;
+		if (w[0] == 0)
+			continue;
+		for (k = 0; k < KEYS && klist[k] != rkeys[j]; k++)
+			;
+		if (k == KEYS || seen[k]++ || w[0] != ROWS || rpids[j] != fmix32(klist[k]) % 2)
+			fail_msg("hash_combine (special values) on device %d: record %d: key 0x%x count "
+				 "%llu partition %u", d, j, rkeys[j], (unsigned long long)w[0],
+				 rpids[j]);
+		want_sum = want_lo = want_hi = v[k][0];
+		for (int r = 1; r < ROWS; r++) {
+			double x = v[k][r];
+
+			want_sum += x;
+			if ((x < want_lo || want_lo != want_lo) && x == x)
+				want_lo = x;
+			if ((x > want_hi || want_hi != want_hi) && x == x)
+				want_hi = x;
+		}
+		memcpy(&sum, &w[1], 8);
+		memcpy(&lo, &w[2], 8);
+		memcpy(&hi, &w[3], 8);
+		/* NaN payloads may differ between devices; everything else bit for bit */
+		if ((sum != sum) != (want_sum != want_sum) ||
+		    (sum == sum && memcmp(&sum, &want_sum, 8) != 0) ||
+		    (lo != lo) != (want_lo != want_lo) || (lo == lo && memcmp(&lo, &want_lo, 8)) ||
+		    (hi != hi) != (want_hi != want_hi) || (hi == hi && memcmp(&hi, &want_hi, 8)))
+			fail_msg("hash_combine (special values) on device %d: key 0x%x: sum %g min %g "
+				 "max %g, want %g %g %g (signs %d%d%d, want %d%d%d)", d, klist[k], sum,
+				 lo, hi, want_sum, want_lo, want_hi, signbit(sum) != 0,
+				 signbit(lo) != 0, signbit(hi) != 0, signbit(want_sum) != 0,
+				 signbit(want_lo) != 0, signbit(want_hi) != 0);
+	}
+	for (int k = 0; k < KEYS; k++)
+		if (seen[k] != 1)
+			fail_msg("hash_combine (special values) on device %d: key 0x%x in %d records",
+				 d, klist[k], seen[k]);
+	assert_ok(odx_buffer_destroy(bk));
+	assert_ok(odx_buffer_destroy(bv));
+	assert_ok(odx_buffer_destroy(bp));
+	assert_ok(odx_buffer_destroy(rk));
+	assert_ok(odx_buffer_destroy(rv));
+	assert_ok(odx_buffer_destroy(rp));
+}
+
+/* The combiner over more rows than one block of the host's (65536), in one group (one call
+ * whatever the device's threads): the hot key first, then a block of distinct keys (the table,
+ * 256 slots here, takes few of them), then the hot key only. Every row passes to its partition
+ * or is counted in a record, and the rows and records add up to the input, on every backend. On
+ * the host, where a block the table took less than half of makes the next 15 pass straight
+ * through, the hot key's rows in blocks 1-15 pass and the table takes them again from block 16
+ * on (docs/kernels.md); without the pass-through, or without the retry, the counts differ. */
+static void kernel_data_combine_blocks(int d)
+{
+	enum { BLOCK = 65536, N = 18 * BLOCK, P = 3, G = 1, S = 256 };
+	const uint32_t hot = 0x5eed;
+	uint32_t *keys = xmalloc(N * 4), *vals = xmalloc(N * 4), *pids = xmalloc(N * 4);
+	uint32_t *rkeys = xmalloc(G * S * 4), *rvals = xmalloc(G * S * 32), *rpids = xmalloc(G * S * 4);
+	uint64_t passed = 0, passed_hot = 0, counted = 0, counted_hot = 0;
+	double sum = 0, want = 0;
+
+	for (int i = 0; i < N; i++) {
+		float f = (float)(i % 7);
+
+		/* block 0: the hot key, then distinct keys (none is `hot`); then the hot key */
+		keys[i] = i > 0 && i < BLOCK ? (uint32_t)(i * 2654435761u) | 0x80000000u : hot;
+		memcpy(&vals[i], &f, 4);
+		want += f;
+	}
+	odx_buffer *bk = new_buffer((size_t)N * 4, keys), *bv = new_buffer((size_t)N * 4, vals);
+	odx_buffer *bp = new_buffer((size_t)N * 4, NULL), *rk = new_buffer(G * S * 4, NULL);
+	odx_buffer *rv = new_buffer(G * S * 32, NULL), *rp = new_buffer(G * S * 4, NULL);
+	odx_arg cb[] = {ODX_BUF(bk, 0), ODX_BUF(bv, 0), ODX_BUF(bp, 0), ODX_BUF(rk, 0),
+			ODX_BUF(rv, 0), ODX_BUF(rp, 0), ODX_I32(N),	ODX_I32(P),
+			ODX_I32(1),	ODX_I32(0)};
+
+	wait_ok(launch("odx.hash_combine", cb, 10, d, G, 1, 1, 1), "hash_combine (blocks)");
+	read_all(bp, pids, (size_t)N * 4);
+	read_all(rk, rkeys, G * S * 4);
+	read_all(rv, rvals, G * S * 32);
+	read_all(rp, rpids, G * S * 4);
+	for (int i = 0; i < N; i++) {
+		float f;
+
+		if (pids[i] == NO_PART)
+			continue;
+		if (pids[i] != fmix32(keys[i]) % P)
+			fail_msg("hash_combine (blocks) on device %d: row %d to partition %u, not %u",
+				 d, i, pids[i], fmix32(keys[i]) % P);
+		memcpy(&f, &vals[i], 4);
+		sum += f;
+		passed++;
+		passed_hot += keys[i] == hot;
+	}
+	for (int j = 0; j < G * S; j++) {
+		uint64_t cnt = (uint64_t)rvals[8 * j] | (uint64_t)rvals[8 * j + 1] << 32;
+		uint64_t sb = (uint64_t)rvals[8 * j + 2] | (uint64_t)rvals[8 * j + 3] << 32;
+		double rs;
+
+		if (cnt == 0)
+			continue;
+		if (rpids[j] != fmix32(rkeys[j]) % P)
+			fail_msg("hash_combine (blocks) on device %d: record %d of key 0x%x to "
+				 "partition %u", d, j, rkeys[j], rpids[j]);
+		memcpy(&rs, &sb, 8);
+		sum += rs;
+		counted += cnt;
+		counted_hot += rkeys[j] == hot ? cnt : 0;
+	}
+	/* the values are small integers: every sum is exact in any order */
+	if (passed + counted != N || sum != want)
+		fail_msg("hash_combine (blocks) on device %d: %llu rows passed, %llu in records, sum "
+			 "%.1f, of %d rows summing to %.1f", d, (unsigned long long)passed,
+			 (unsigned long long)counted, sum, N, want);
+	/* host: block 0 combined at most 256 of its rows, the hot key's first among them; blocks
+	 * 1-15 pass straight through; block 16 tries the table again, which has the hot key */
+	if (g.kind == ODX_BACKEND_HOST &&
+	    (passed_hot != 15 * BLOCK || counted_hot != 2 * BLOCK + 1))
+		fail_msg("hash_combine (blocks) on host device %d: hot key %llu rows passed, %llu "
+			 "combined; want %d and %d", d, (unsigned long long)passed_hot,
+			 (unsigned long long)counted_hot, 15 * BLOCK, 2 * BLOCK + 1);
+	assert_ok(odx_buffer_destroy(bk));
+	assert_ok(odx_buffer_destroy(bv));
+	assert_ok(odx_buffer_destroy(bp));
+	assert_ok(odx_buffer_destroy(rk));
+	assert_ok(odx_buffer_destroy(rv));
+	assert_ok(odx_buffer_destroy(rp));
+	free(keys);
+	free(vals);
+	free(pids);
+	free(rkeys);
+	free(rvals);
+	free(rpids);
+}
+
 static void test_data_kernels(void **state)
 {
 	(void)state;
@@ -1337,6 +1520,12 @@ static void test_data_kernels(void **state)
 		kernel_data_histogram(d, &rng);
 		kernel_data_groupby(d, &rng);
 		kernel_data_combine(d, &rng);
+		kernel_data_combine_special(d);
+		/* Not on Vulkan: on lavapipe the GLSL kernel's work-item stops writing pids after
+		 * 6671 rows of its chunk (found 2026-11-26 with this case; OpenCL and the host run
+		 * it whole): an open defect, docs/kernels.md */
+		if (g.kind != ODX_BACKEND_VULKAN)
+			kernel_data_combine_blocks(d);
 	}
 	assert_ok(odx_wait_all(g.ctx, TEST_TIMEOUT_MS));
 }
