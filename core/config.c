@@ -403,6 +403,16 @@ static const struct key_def keys[] = {
 		.max = 4,
 	},
 	{
+		.name = "fabric.progress",
+		.type = KEY_ENUM,
+		.def = "auto",
+		.help = "who drives the fabric: thread (a polling progress thread), workers (idle "
+			"workers drive it between tasks, the progress thread parks meanwhile), auto "
+			"(workers where ranks share a host and a rank has no core beyond its "
+			"workers', else thread)",
+		.words = (const char *const[]){"auto", "thread", "workers", NULL},
+	},
+	{
 		.name = "fabric.fault",
 		.type = KEY_STRING,
 		.def = "",

@@ -309,7 +309,14 @@ static bool park(odx_fab *f)
 	bool driven = atomic_load(&f->drivers) > 0;
 	if (!driven && now >= until)
 		return false;
-	int64_t ns = driven ? FAB_PARK_NS : until - now;
+	bool assist = atomic_load(&f->assist);
+	/* assisted: a submission made from a callback while the linger began is started now */
+	if (!driven && assist && has_submissions(f))
+		return false;
+	/* assisted, a worker that leaves for a task does not wake the thread: it looks again after
+	 * a linger's length, and lingers from there if the worker came back */
+	int64_t ns = driven ? (assist ? FAB_ASSIST_LINGER_NS : FAB_PARK_NS) : until - now;
+	atomic_fetch_add_explicit(&f->parks, 1, memory_order_relaxed);
 	atomic_store(&f->parked, true);
 	if (atomic_load(&f->drivers) > 0 || atomic_load(&f->linger_until) > now) {
 		struct pollfd pfd = {.fd = f->wake_fd, .events = POLLIN};
@@ -369,6 +376,71 @@ void *fab_progress_main(void *arg)
 	}
 	pthread_mutex_unlock(&f->plock);
 	return NULL;
+}
+
+/* ---- assisted progress: idle workers drive (fabric.h) ---------------------------------------- */
+
+void odx_fab_set_assist(odx_fab *f, bool on)
+{
+	if (f)
+		atomic_store(&f->assist, on);
+}
+
+bool odx_fab_get_assist(const odx_fab *f)
+{
+	return f && atomic_load(&((odx_fab *)f)->assist);
+}
+
+int fab_assist_round(odx_fab *f)
+{
+	if (fab_driving == f)
+		return 0; /* from a callback: the thread in the round goes on with it */
+	if (pthread_mutex_trylock(&f->plock))
+		return -1;
+	int work = progress_once(f, fab_now_ns());
+	stat_add(&f->assist_rounds, 1);
+	if (work)
+		stat_add(&f->assist_work, 1);
+	pthread_mutex_unlock(&f->plock);
+	if (work)
+		notify_blocked(f);
+	return work;
+}
+
+void odx_fab_assist_begin(odx_fab *f)
+{
+	if (f)
+		atomic_fetch_add(&f->drivers, 1);
+}
+
+int odx_fab_assist_poll(odx_fab *f)
+{
+	if (!f)
+		return 0;
+	int work = fab_assist_round(f);
+	return work > 0 ? work : 0;
+}
+
+void odx_fab_assist_end(odx_fab *f, bool more_work)
+{
+	if (!f)
+		return;
+	/* stored before `drivers` drops: a thread about to park sees one or the other */
+	atomic_store(&f->linger_until, more_work ? fab_now_ns() + FAB_ASSIST_LINGER_NS : 0);
+	if (atomic_fetch_sub(&f->drivers, 1) != 1 || more_work)
+		return;
+	/* the worker goes to sleep: the progress thread polls from now on */
+	if (atomic_load(&f->parked) || atomic_load(&f->sleeping))
+		wake_fd_signal(f);
+}
+
+void odx_fab_assist_sleep(odx_fab *f)
+{
+	if (!f || atomic_load(&f->linger_until) == 0)
+		return;
+	atomic_store(&f->linger_until, 0);
+	if (atomic_load(&f->drivers) == 0 && atomic_load(&f->parked))
+		wake_fd_signal(f);
 }
 
 /* The caller gives the progress role back. The progress thread, parked meanwhile, is woken when
