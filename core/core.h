@@ -739,9 +739,9 @@ void odx__dist_share_host(odx_context *ctx);
 int odx__dist_open(odx_context *ctx, char *err, size_t errlen);
 void odx__dist_close(odx_context *ctx);
 /* Assisted progress (fabric.progress): a worker with nothing to run drives the fabric while it
- * polls for work (begin, poll as it spins, end: `more_work` when it leaves to run tasks, false
- * when it goes to sleep). No-ops unless ctx->fab_assist. */
-void odx__dist_assist_begin(odx_context *ctx);
+ * polls for work: begin (false: not in this mode, nothing else to call), poll as it spins, end
+ * (`more_work` when it leaves to run tasks, false when it goes to sleep). */
+bool odx__dist_assist_begin(odx_context *ctx);
 void odx__dist_assist_poll(odx_context *ctx);
 void odx__dist_assist_end(odx_context *ctx, bool more_work);
 /* The worker found nothing to run after all and sleeps: the progress thread polls again now. */
@@ -946,8 +946,10 @@ struct odx_context {
 
 	/* distributed execution (dist.c) */
 	struct odx_fab *fab;          /* NULL on a single rank */
-	/* fabric.progress: idle workers drive the fabric (odx__dist_assist_*) */
-	bool fab_assist;
+	/* fabric.progress: idle workers drive the fabric (odx__dist_assist_*); turned off before
+	 * the fabric closes, once `fab_assisting` (workers inside begin .. end) is 0 */
+	_Atomic bool fab_assist;
+	_Atomic int fab_assisting;
 	int local_size;               /* ranks on this host (odx__dist_share_host), 1 if unknown */
 	int rank, size;
 	_Atomic uint64_t sent_bytes, recv_bytes, xfers;

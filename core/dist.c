@@ -259,7 +259,7 @@ static void assist_choose(odx_context *ctx)
 		     ((unsigned)ctx->ndevices >= pus || (unsigned)ctx->local_size > pus);
 	else
 		on = strcmp(mode, "workers") == 0;
-	ctx->fab_assist = on;
+	atomic_store(&ctx->fab_assist, on);
 	odx_fab_set_assist(ctx->fab, on);
 	odx__log(ctx, ODX_LOG_INFO,
 		 "fabric progress (fabric.progress = %s): %s (%d ranks on this host, %u PUs, %d "
@@ -269,35 +269,50 @@ static void assist_choose(odx_context *ctx)
 		 ctx->local_size, pus, ctx->ndevices);
 }
 
-void odx__dist_assist_begin(odx_context *ctx)
+/* Enters the section the close waits out (odx__dist_close); false when the mode is off. */
+static bool assist_enter(odx_context *ctx)
 {
-	if (ctx->fab_assist)
-		odx_fab_assist_begin(ctx->fab);
+	if (!atomic_load(&ctx->fab_assist))
+		return false;
+	atomic_fetch_add(&ctx->fab_assisting, 1);
+	if (atomic_load(&ctx->fab_assist))
+		return true;
+	atomic_fetch_sub(&ctx->fab_assisting, 1);
+	return false;
+}
+
+bool odx__dist_assist_begin(odx_context *ctx)
+{
+	if (!assist_enter(ctx))
+		return false;
+	odx_fab_assist_begin(ctx->fab);
+	return true;
 }
 
 void odx__dist_assist_poll(odx_context *ctx)
 {
-	if (ctx->fab_assist)
-		odx_fab_assist_poll(ctx->fab);
+	odx_fab_assist_poll(ctx->fab);
 }
 
 void odx__dist_assist_end(odx_context *ctx, bool more_work)
 {
-	if (ctx->fab_assist)
-		odx_fab_assist_end(ctx->fab, more_work);
+	odx_fab_assist_end(ctx->fab, more_work);
+	atomic_fetch_sub(&ctx->fab_assisting, 1);
 }
 
 void odx__dist_assist_sleep(odx_context *ctx)
 {
-	if (ctx->fab_assist)
-		odx_fab_assist_sleep(ctx->fab);
+	if (!assist_enter(ctx))
+		return;
+	odx_fab_assist_sleep(ctx->fab);
+	atomic_fetch_sub(&ctx->fab_assisting, 1);
 }
 
 /* After posting transfers nobody waits for: a worker in assisted mode starts them with a round
  * of its own (the progress thread stays parked), any other thread wakes the progress thread. */
 static void dist_kick(odx_context *ctx)
 {
-	if (ctx->fab_assist && odx__worker_self)
+	if (atomic_load(&ctx->fab_assist) && odx__worker_self)
 		odx_fab_assist_kick(ctx->fab);
 	else
 		odx_fab_kick(ctx->fab);
@@ -374,6 +389,10 @@ void odx__dist_close(odx_context *ctx)
 	if (rc)
 		odx__log(ctx, ODX_LOG_WARN, "closing rank %d: the final barrier failed: %s", ctx->rank,
 			 odx_strerror(rc));
+	/* Workers still spinning stop driving it before it goes (they poll no more from here). */
+	atomic_store(&ctx->fab_assist, false);
+	while (atomic_load(&ctx->fab_assisting) > 0)
+		sched_yield();
 	odx_fab_close(ctx->fab);
 	ctx->fab = NULL;
 	if (ctx->peers) {
@@ -1056,7 +1075,7 @@ void odx__dist_stats_print(odx_context *ctx, void (*emit)(odx_context *, const c
 	snprintf(line, sizeof(line),
 		 "  rank %d progress: %s; %llu rounds run by workers (%llu did something), "
 		 "progress thread parked %llu times",
-		 ctx->rank, ctx->fab_assist ? "workers drive it when idle" : "progress thread",
+		 ctx->rank, atomic_load(&ctx->fab_assist) ? "workers drive it when idle" : "progress thread",
 		 (unsigned long long)st.assist_rounds, (unsigned long long)st.assist_work,
 		 (unsigned long long)st.parks);
 	emit(ctx, line);

@@ -619,28 +619,31 @@ static bool poll_for_work(odx_context *ctx, odx__device *dev)
 		return false;
 	deadline = odx__now_ns() + ctx->idle_spin_ns;
 	/* fabric.progress = workers: this thread drives the fabric meanwhile (dist.c) */
-	odx__dist_assist_begin(ctx);
+	bool assist = odx__dist_assist_begin(ctx);
 	for (;;) {
 		/* assisted, transfers in flight are not work to run (xfers_out read first: it
 		 * drops before load) */
-		int out = ctx->fab_assist ? atomic_load(&dev->xfers_out) : 0;
+		int out = assist ? atomic_load(&dev->xfers_out) : 0;
 
 		if (atomic_load_explicit(&dev->load, memory_order_relaxed) > out ||
 		    (ctx->use_shared && atomic_load_explicit(&ctx->shared_count, memory_order_relaxed) > 0)) {
-			odx__dist_assist_end(ctx, true);
+			if (assist)
+				odx__dist_assist_end(ctx, true);
 			return true;
 		}
-		if (ctx->fab_assist && (i & 3) == 0)
+		if (assist && (i & 3) == 0)
 			odx__dist_assist_poll(ctx);
 		/* the peers' load counters only now and then: the submitting thread writes them at
 		 * every push, and a poller reading them each round slows it (cache line traffic) */
 		if ((++i & 63) == 0) {
 			if (dev->steal_peers && odx__sched_stealable(ctx, dev, false)) {
-				odx__dist_assist_end(ctx, true);
+				if (assist)
+					odx__dist_assist_end(ctx, true);
 				return true;
 			}
 			if (odx__now_ns() > deadline) {
-				odx__dist_assist_end(ctx, false);
+				if (assist)
+					odx__dist_assist_end(ctx, false);
 				return false;
 			}
 		}
