@@ -413,6 +413,16 @@ static const struct key_def keys[] = {
 		.words = (const char *const[]){"auto", "thread", "workers", NULL},
 	},
 	{
+		.name = "fabric.assist_spin_us",
+		.type = KEY_INT,
+		.def = "0",
+		.help = "with fabric.progress = workers: microseconds an idle worker whose "
+			"transfers are in flight drives the fabric before it sleeps (beyond "
+			"sched.idle_spin_us)",
+		.min = 0,
+		.max = 100000,
+	},
+	{
 		.name = "fabric.fault",
 		.type = KEY_STRING,
 		.def = "",

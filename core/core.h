@@ -744,8 +744,9 @@ void odx__dist_close(odx_context *ctx);
 bool odx__dist_assist_begin(odx_context *ctx);
 void odx__dist_assist_poll(odx_context *ctx);
 void odx__dist_assist_end(odx_context *ctx, bool more_work);
-/* The worker found nothing to run after all and sleeps: the progress thread polls again now. */
-void odx__dist_assist_sleep(odx_context *ctx);
+/* The worker found nothing to run after all and sleeps: the progress thread polls again now,
+ * without blocking for a while if the worker waits for transfers (`waiting`). */
+void odx__dist_assist_sleep(odx_context *ctx, bool waiting);
 /* Before a kernel task is submitted: which rank runs it, and the transfers its inputs need
  * (submitted here as send/receive tasks on the ranks concerned). Returns the rank, or < 0. */
 int odx__dist_kernel(odx_context *ctx, const odx_arg *args, int nargs, const odx_kernel *k,
@@ -950,6 +951,7 @@ struct odx_context {
 	 * the fabric closes, once `fab_assisting` (workers inside begin .. end) is 0 */
 	_Atomic bool fab_assist;
 	_Atomic int fab_assisting;
+	uint64_t assist_spin_ns;      /* fabric.assist_spin_us */
 	int local_size;               /* ranks on this host (odx__dist_share_host), 1 if unknown */
 	int rank, size;
 	_Atomic uint64_t sent_bytes, recv_bytes, xfers;

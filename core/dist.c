@@ -259,6 +259,7 @@ static void assist_choose(odx_context *ctx)
 		     ((unsigned)ctx->ndevices >= pus || (unsigned)ctx->local_size > pus);
 	else
 		on = strcmp(mode, "workers") == 0;
+	ctx->assist_spin_ns = 1000u * (uint64_t)odx__config_int(ctx->config, "fabric.assist_spin_us");
 	atomic_store(&ctx->fab_assist, on);
 	odx_fab_set_assist(ctx->fab, on);
 	odx__log(ctx, ODX_LOG_INFO,
@@ -300,11 +301,11 @@ void odx__dist_assist_end(odx_context *ctx, bool more_work)
 	atomic_fetch_sub(&ctx->fab_assisting, 1);
 }
 
-void odx__dist_assist_sleep(odx_context *ctx)
+void odx__dist_assist_sleep(odx_context *ctx, bool waiting)
 {
 	if (!assist_enter(ctx))
 		return;
-	odx_fab_assist_sleep(ctx->fab);
+	odx_fab_assist_sleep(ctx->fab, waiting);
 	atomic_fetch_sub(&ctx->fab_assisting, 1);
 }
 
@@ -1074,10 +1075,10 @@ void odx__dist_stats_print(odx_context *ctx, void (*emit)(odx_context *, const c
 	emit(ctx, line);
 	snprintf(line, sizeof(line),
 		 "  rank %d progress: %s; %llu rounds run by workers (%llu did something), "
-		 "progress thread parked %llu times",
+		 "progress thread parked %llu times, took over %llu times",
 		 ctx->rank, atomic_load(&ctx->fab_assist) ? "workers drive it when idle" : "progress thread",
 		 (unsigned long long)st.assist_rounds, (unsigned long long)st.assist_work,
-		 (unsigned long long)st.parks);
+		 (unsigned long long)st.parks, (unsigned long long)st.assist_takeovers);
 	emit(ctx, line);
 	if (!ctx->peers)
 		return;

@@ -612,14 +612,17 @@ typedef struct worker_arg {
  * more than a small task. Bounded by sched.idle_spin_us, so an idle runtime still sleeps. */
 static bool poll_for_work(odx_context *ctx, odx__device *dev)
 {
-	uint64_t deadline;
+	uint64_t deadline, t0;
 	unsigned i = 0;
 
 	if (ctx->idle_spin_ns == 0)
 		return false;
-	deadline = odx__now_ns() + ctx->idle_spin_ns;
-	/* fabric.progress = workers: this thread drives the fabric meanwhile (dist.c) */
+	t0 = odx__now_ns();
+	deadline = t0 + ctx->idle_spin_ns;
+	/* fabric.progress = workers: this thread drives the fabric meanwhile (dist.c), longer
+	 * while its transfers are out (fabric.assist_spin_us) */
 	bool assist = odx__dist_assist_begin(ctx);
+	uint64_t xfer_deadline = t0 + ctx->assist_spin_ns;
 	for (;;) {
 		/* assisted, transfers in flight are not work to run (xfers_out read first: it
 		 * drops before load) */
@@ -641,7 +644,9 @@ static bool poll_for_work(odx_context *ctx, odx__device *dev)
 					odx__dist_assist_end(ctx, true);
 				return true;
 			}
-			if (odx__now_ns() > deadline) {
+			uint64_t now = odx__now_ns();
+
+			if (now > deadline && (out == 0 || now > xfer_deadline)) {
 				if (assist)
 					odx__dist_assist_end(ctx, false);
 				return false;
@@ -686,7 +691,8 @@ static void *worker_loop(void *p)
 				break;
 			dev->sleeping = true;
 			atomic_fetch_add(&ctx->nsleeping, 1);
-			odx__dist_assist_sleep(ctx); /* fabric.progress: the progress thread polls */
+			/* fabric.progress: the progress thread polls now */
+			odx__dist_assist_sleep(ctx, atomic_load(&dev->xfers_out) > 0);
 			/* Re-check the shared queue after announcing sleep (see wake_one_sleeper). */
 			t = next_task(ctx, dev, true);
 			/* a signal that came while a steal had dropped the lock was lost: `kicked`

@@ -328,6 +328,7 @@ void odx_fab_get_stats(const odx_fab *f, odx_fab_stats *s)
 	s->assist_rounds = atomic_load(&m->assist_rounds);
 	s->assist_work = atomic_load(&m->assist_work);
 	s->parks = atomic_load(&m->parks);
+	s->assist_takeovers = atomic_load(&m->assist_takeovers);
 }
 
 int odx_fab_peer_addr(const odx_fab *f, int rank, char *buf, size_t n)

@@ -154,6 +154,9 @@ static enum fab_idle idle_kind(odx_fab *f, int rounds)
 	if (rounds < f->spin)
 		return rounds > 16 ? yield : IDLE_SPIN;
 	int64_t now = f->now;
+	/* a worker sleeps waiting for transfers (assisted progress): their data may come any time */
+	if (now < atomic_load_explicit(&f->assist_waiting_until, memory_order_relaxed))
+		return yield;
 	if (now - f->last_data < FAB_ACTIVE_NS ||
 	    (f->data_posted && now - f->last_data < FAB_ACTIVE_POSTED_NS))
 		return yield;
@@ -303,13 +306,34 @@ static int progress_step(odx_fab *f, int rounds)
 /* A caller drives progress in odx_fab_wait, or left it lately with nothing in motion: the
  * progress thread steps aside (no polling on the cores the ranks share). Only a caller that
  * leaves with work left in motion wakes it (parked, not `sleeping`: submissions do not). */
-static bool park(odx_fab *f)
+/* What the progress thread last saw of the assisting workers (park's take-over). */
+struct park_watch {
+	uint64_t polls;
+	bool took_over;
+};
+
+static bool park(odx_fab *f, struct park_watch *w)
 {
 	int64_t until = atomic_load(&f->linger_until), now = fab_now_ns();
 	bool driven = atomic_load(&f->drivers) > 0;
 	if (!driven && now >= until)
 		return false;
 	bool assist = atomic_load(&f->assist);
+	if (driven && assist && f->assist_watch) {
+		/* Assisting workers that tried no round through a whole park were taken off their
+		 * cores (other programs on a loaded host): the thread polls as usual until one
+		 * tries again, then parks. */
+		uint64_t n = atomic_load_explicit(&f->assist_polls, memory_order_relaxed);
+		if (n == w->polls) {
+			if (!w->took_over)
+				atomic_fetch_add_explicit(&f->assist_takeovers, 1,
+							  memory_order_relaxed);
+			w->took_over = true;
+			return false;
+		}
+		w->polls = n;
+		w->took_over = false;
+	}
 	/* assisted: a submission made from a callback while the linger began is started now */
 	if (!driven && assist && has_submissions(f))
 		return false;
@@ -333,8 +357,9 @@ void *fab_progress_main(void *arg)
 {
 	odx_fab *f = arg;
 	int rounds = 0;
+	struct park_watch watch = {UINT64_MAX, false};
 	while (!atomic_load(&f->closing)) {
-		if (park(f)) {
+		if (park(f, &watch)) {
 			rounds = 0;
 			continue;
 		}
@@ -417,6 +442,8 @@ int odx_fab_assist_poll(odx_fab *f)
 {
 	if (!f)
 		return 0;
+	/* alive: a parked progress thread does not take over (park) */
+	atomic_fetch_add_explicit(&f->assist_polls, 1, memory_order_relaxed);
 	int work = fab_assist_round(f);
 	return work > 0 ? work : 0;
 }
@@ -434,12 +461,16 @@ void odx_fab_assist_end(odx_fab *f, bool more_work)
 		wake_fd_signal(f);
 }
 
-void odx_fab_assist_sleep(odx_fab *f)
+void odx_fab_assist_sleep(odx_fab *f, bool waiting)
 {
-	if (!f || atomic_load(&f->linger_until) == 0)
+	if (!f)
+		return;
+	if (waiting)
+		atomic_store(&f->assist_waiting_until, fab_now_ns() + FAB_ACTIVE_POSTED_NS);
+	if (atomic_load(&f->linger_until) == 0 && !waiting)
 		return;
 	atomic_store(&f->linger_until, 0);
-	if (atomic_load(&f->drivers) == 0 && atomic_load(&f->parked))
+	if (atomic_load(&f->drivers) == 0 && (atomic_load(&f->parked) || atomic_load(&f->sleeping)))
 		wake_fd_signal(f);
 }
 

@@ -276,6 +276,12 @@ struct odx_fab {
 	/* odx_fab_set_assist: the runtime's idle workers drive progress (odx_fab_assist_*), the
 	 * progress thread parks meanwhile, and odx_fab_kick runs a round on the caller */
 	atomic_bool assist;
+	/* the parked thread takes over from workers that tried no round for a park's length
+	 * (ODX_FAB_ASSIST_WATCH=0: never; tests that count which thread ran the callbacks) */
+	bool assist_watch;
+	_Atomic uint64_t assist_polls; /* odx_fab_assist_poll calls, for that take-over */
+	/* a worker went to sleep waiting for transfers: the thread polls, never blocks, until */
+	_Atomic int64_t assist_waiting_until;
 	atomic_int blocked;    /* callers in odx_fab_wait blocked on cond until a round works */
 	atomic_uint round_gen; /* bumped under lock after a round that worked, if any blocked */
 	_Atomic int64_t linger_until; /* the progress thread parks until then (FAB_LINGER_NS) */
@@ -323,7 +329,7 @@ struct odx_fab {
 	_Atomic uint64_t sleeps, sleeps_posted, sleep_ns;
 	/* rounds run by assisting threads (odx_fab_assist_poll, odx_fab_kick in assist mode), those
 	 * that did something, and the progress thread's parks */
-	_Atomic uint64_t assist_rounds, assist_work, parks;
+	_Atomic uint64_t assist_rounds, assist_work, parks, assist_takeovers;
 };
 
 /* Counters are written by the progress role only (plock): no locked read-modify-write. */

@@ -165,9 +165,10 @@ void odx_fab_assist_kick(odx_fab *f);
 void odx_fab_assist_begin(odx_fab *f);
 int odx_fab_assist_poll(odx_fab *f);
 void odx_fab_assist_end(odx_fab *f, bool more_work);
-/* A worker that left with more_work found nothing after all and sleeps: the progress thread,
- * parked through the linger, polls again now (unless another worker still drives). */
-void odx_fab_assist_sleep(odx_fab *f);
+/* A worker found nothing to run and sleeps: the progress thread, parked through a linger, polls
+ * again now (unless another worker still drives); `waiting` (the worker waits for transfers)
+ * keeps it polling, not blocking, for FAB_ACTIVE_POSTED_NS. */
+void odx_fab_assist_sleep(odx_fab *f, bool waiting);
 /* Every rank; returns 0, ODX_ETIMEDOUT, ODX_EPEER (a peer failed), ODX_ECLOSED or ODX_EBUSY (from
  * a callback). timeout_ms 0 waits up to peer_timeout_ms, a negative one until every rank arrived
  * or one failed (heartbeats tell a rank that computes elsewhere from a dead one). The caller
@@ -214,6 +215,9 @@ typedef struct odx_fab_stats {
 	/* Assisted progress: rounds run by workers (and kicks), those that did something, and the
 	 * progress thread's parks (while a caller or a worker drove, or lingering after one). */
 	uint64_t assist_rounds, assist_work, parks;
+	/* times the parked progress thread took over from assisting workers that tried no round
+	 * for a park's length (taken off their cores), polling until one tried again */
+	uint64_t assist_takeovers;
 } odx_fab_stats;
 void odx_fab_get_stats(const odx_fab *f, odx_fab_stats *s);
 

@@ -441,17 +441,19 @@ static void run_matrix(odx_fab *f, size_t big, bool small_only)
 		odx_fab_stats st;
 		odx_fab_get_stats(f, &st);
 		int off = __atomic_load_n(&off_thread, __ATOMIC_SEQ_CST);
-		if (off)
+		/* with the take-over on, only when the progress thread never took over */
+		if (off && (!getenv("FAB_TEST_ASSIST_ANY_THREAD") || !st.assist_takeovers))
 			DIE("%d callbacks ran off the assisting thread while the progress thread "
 			    "was parked", off);
 		if (!st.assist_rounds || !st.assist_work)
 			DIE("assisted rounds: %llu, %llu that did something: expected both > 0",
 			    (unsigned long long)st.assist_rounds,
 			    (unsigned long long)st.assist_work);
-		printf("rank %d: every callback on the assisting thread: %llu rounds (%llu did "
-		       "something), progress thread parked %llu times\n",
-		       my_rank, (unsigned long long)st.assist_rounds,
-		       (unsigned long long)st.assist_work, (unsigned long long)st.parks);
+		printf("rank %d: %d callbacks off the assisting thread: %llu rounds (%llu did "
+		       "something), progress thread parked %llu times, took over %llu times\n",
+		       my_rank, off, (unsigned long long)st.assist_rounds,
+		       (unsigned long long)st.assist_work, (unsigned long long)st.parks,
+		       (unsigned long long)st.assist_takeovers);
 		/* a worker going to sleep: the progress thread takes over for the last barrier */
 		assist_mode = false;
 		odx_fab_assist_end(f, false);
