@@ -83,13 +83,14 @@ struct xfer {
 
 /* FAB_TEST_WAIT=assist: the main thread drives progress as an idle runtime worker does
  * (odx_fab_assist_*), the progress thread parked; every callback must then run on it. */
-static bool assist_mode;
+static bool assist_mode; /* atomic: callbacks read it on whichever thread drives */
 static pthread_t main_thread;
 static int off_thread; /* atomic: callbacks that ran on another thread in assist mode */
 
 static void count_thread(void)
 {
-	if (assist_mode && !pthread_equal(pthread_self(), main_thread))
+	if (__atomic_load_n(&assist_mode, __ATOMIC_SEQ_CST) &&
+	    !pthread_equal(pthread_self(), main_thread))
 		__atomic_add_fetch(&off_thread, 1, __ATOMIC_SEQ_CST);
 }
 
@@ -183,7 +184,7 @@ static void assist_start(odx_fab *f)
 			DIE("the progress thread never parked while this thread drove");
 		odx_fab_assist_poll(f);
 	}
-	assist_mode = true;
+	__atomic_store_n(&assist_mode, true, __ATOMIC_SEQ_CST);
 }
 
 static int wait_all(int seconds)
@@ -455,7 +456,7 @@ static void run_matrix(odx_fab *f, size_t big, bool small_only)
 		       (unsigned long long)st.assist_work, (unsigned long long)st.parks,
 		       (unsigned long long)st.assist_takeovers);
 		/* a worker going to sleep: the progress thread takes over for the last barrier */
-		assist_mode = false;
+		__atomic_store_n(&assist_mode, false, __ATOMIC_SEQ_CST);
 		odx_fab_assist_end(f, false);
 	}
 }
