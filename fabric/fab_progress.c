@@ -303,15 +303,16 @@ static int progress_step(odx_fab *f, int rounds)
 	return work ? 0 : rounds + 1;
 }
 
-/* A caller drives progress in odx_fab_wait, or left it lately with nothing in motion: the
- * progress thread steps aside (no polling on the cores the ranks share). Only a caller that
- * leaves with work left in motion wakes it (parked, not `sleeping`: submissions do not). */
 /* What the progress thread last saw of the assisting workers (park's take-over). */
 struct park_watch {
 	uint64_t polls;
 	bool took_over;
 };
 
+/* A caller drives progress in odx_fab_wait (or a worker assists), or left it lately with nothing
+ * in motion: the progress thread steps aside (no polling on the cores the ranks share). Only a
+ * caller that leaves with work left in motion wakes it (parked, not `sleeping`: submissions do
+ * not). */
 static bool park(odx_fab *f, struct park_watch *w)
 {
 	int64_t until = atomic_load(&f->linger_until), now = fab_now_ns();
@@ -550,6 +551,9 @@ int odx_fab_wait(odx_fab *f, bool (*done)(void *arg), void *arg, int timeout_ms)
 			}
 			continue;
 		}
+		/* alive, for a parked thread that watches assisting workers (park) */
+		if (atomic_load_explicit(&f->assist, memory_order_relaxed))
+			atomic_fetch_add_explicit(&f->assist_polls, 1, memory_order_relaxed);
 		if (pthread_mutex_trylock(&f->plock)) {
 			/* the progress thread is in a round (it parks after it), or another caller
 			 * drives */

@@ -8,8 +8,9 @@
  * Model:
  *  - One odx_fab per process and job. odx_fab_open wires the ranks up (PMIx, the odx-run
  *    environment, or a single rank) and starts one progress thread. Every callback below runs on
- *    the thread that drives progress at that moment: the progress thread, or a caller waiting in
- *    odx_fab_wait (which drives it itself meanwhile). Callbacks never run concurrently with each
+ *    the thread that drives progress at that moment: the progress thread, a caller waiting in
+ *    odx_fab_wait (which drives it itself meanwhile), or an assisting worker (odx_fab_assist_*,
+ *    odx_fab_assist_kick). Callbacks never run concurrently with each
  *    other, and must not block (queue work elsewhere).
  *  - Control messages (odx_fab_send_msg) are small, copied, eager, bounded per peer by credits and
  *    delivered unordered.
