@@ -454,7 +454,8 @@ void odx_fab_assist_end(odx_fab *f, bool more_work)
 	if (!f)
 		return;
 	/* stored before `drivers` drops: a thread about to park sees one or the other */
-	atomic_store(&f->linger_until, more_work ? fab_now_ns() + FAB_ASSIST_LINGER_NS : 0);
+	atomic_store(&f->linger_until,
+		     more_work && f->assist_linger_ns > 0 ? fab_now_ns() + f->assist_linger_ns : 0);
 	if (atomic_fetch_sub(&f->drivers, 1) != 1 || more_work)
 		return;
 	/* the worker goes to sleep: the progress thread polls from now on */

@@ -280,6 +280,7 @@ struct odx_fab {
 	 * (ODX_FAB_ASSIST_WATCH=0: never; tests that count which thread ran the callbacks) */
 	bool assist_watch;
 	_Atomic uint64_t assist_polls; /* odx_fab_assist_poll calls, for that take-over */
+	int64_t assist_linger_ns;      /* FAB_ASSIST_LINGER_NS, or ODX_FAB_ASSIST_LINGER_US */
 	/* a worker went to sleep waiting for transfers: the thread polls, never blocks, until */
 	_Atomic int64_t assist_waiting_until;
 	atomic_int blocked;    /* callers in odx_fab_wait blocked on cond until a round works */
