@@ -403,6 +403,26 @@ static const struct key_def keys[] = {
 		.max = 4,
 	},
 	{
+		.name = "fabric.progress",
+		.type = KEY_ENUM,
+		.def = "auto",
+		.help = "who drives the fabric: thread (a polling progress thread), workers (idle "
+			"workers drive it between tasks, the progress thread parks meanwhile), auto "
+			"(workers where ranks share a host and a rank has no core beyond its "
+			"workers', else thread)",
+		.words = (const char *const[]){"auto", "thread", "workers", NULL},
+	},
+	{
+		.name = "fabric.assist_spin_us",
+		.type = KEY_INT,
+		.def = "0",
+		.help = "with fabric.progress = workers: microseconds an idle worker whose "
+			"transfers are in flight drives the fabric before it sleeps (beyond "
+			"sched.idle_spin_us)",
+		.min = 0,
+		.max = 100000,
+	},
+	{
 		.name = "fabric.fault",
 		.type = KEY_STRING,
 		.def = "",

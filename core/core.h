@@ -609,6 +609,9 @@ struct odx__device {
 				     * host device): learned from its launches */
 	_Atomic uint64_t prefetches, prefetch_hits, prefetch_waste;
 	_Atomic int load;           /* queued + staging + running tasks */
+	/* of `load`, transfer tasks posted to the fabric (dist.c): nothing for the worker to run
+	 * until they complete; an assisting worker polls the fabric for them (fabric.progress) */
+	_Atomic int xfers_out;
 	_Atomic uint64_t completed; /* tasks placed here that completed */
 
 	/* stats */
@@ -768,6 +771,15 @@ void odx__transfers_drain(odx_context *ctx);
 void odx__dist_share_host(odx_context *ctx);
 int odx__dist_open(odx_context *ctx, char *err, size_t errlen);
 void odx__dist_close(odx_context *ctx);
+/* Assisted progress (fabric.progress): a worker with nothing to run drives the fabric while it
+ * polls for work: begin (false: not in this mode, nothing else to call), poll as it spins, end
+ * (`more_work` when it leaves to run tasks, false when it goes to sleep). */
+bool odx__dist_assist_begin(odx_context *ctx);
+void odx__dist_assist_poll(odx_context *ctx);
+void odx__dist_assist_end(odx_context *ctx, bool more_work);
+/* The worker found nothing to run after all and sleeps: the progress thread polls again now,
+ * without blocking for a while if the worker waits for transfers (`waiting`). */
+void odx__dist_assist_sleep(odx_context *ctx, bool waiting);
 /* Before a kernel task is submitted: which rank runs it, and the transfers its inputs need
  * (submitted here as send/receive tasks on the ranks concerned). Returns the rank, or < 0. */
 int odx__dist_kernel(odx_context *ctx, const odx_arg *args, int nargs, const odx_kernel *k,
@@ -968,6 +980,12 @@ struct odx_context {
 
 	/* distributed execution (dist.c) */
 	struct odx_fab *fab;          /* NULL on a single rank */
+	/* fabric.progress: idle workers drive the fabric (odx__dist_assist_*); turned off before
+	 * the fabric closes, once `fab_assisting` (workers inside begin .. end) is 0 */
+	_Atomic bool fab_assist;
+	_Atomic int fab_assisting;
+	uint64_t assist_spin_ns;      /* fabric.assist_spin_us */
+	int local_size;               /* ranks on this host (odx__dist_share_host), 1 if unknown */
 	int rank, size;
 	_Atomic uint64_t sent_bytes, recv_bytes, xfers;
 	struct odx__peer_stats *peers; /* ODX_STATS: per rank, under peers_lock; NULL without */

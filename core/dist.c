@@ -214,8 +214,10 @@ void odx__dist_share_host(odx_context *ctx)
 	char pus[128] = "";
 	int lrank, lsize, rc;
 
+	ctx->local_size = 1;
 	if (!local_ranks(&lrank, &lsize, &who) || lsize <= 1)
 		return;
+	ctx->local_size = lsize;
 	/* odx-run never binds: a narrow mask there is the whole job's (taskset odx-run ...). */
 	rc = odx__topo_share(ctx->topo, lrank, lsize, strcmp(who, "odx-run") == 0);
 	odx__topo_cpuset_str(ctx->topo, pus, sizeof(pus));
@@ -236,6 +238,93 @@ void odx__dist_share_host(odx_context *ctx)
 				 "PUs, threads are not bound (host.bind ignored)",
 				 lsize, who, odx__topo_pus(ctx->topo), pus);
 	}
+}
+
+/*
+ * fabric.progress. A polling progress thread is the fastest where it has a core of its own; where
+ * it shares its rank's cores with the workers (ranks co-located on a host, a core per worker) it
+ * takes turns with them on the cores, and every cross-rank edge waits for a scheduler decision.
+ * Then the workers drive the fabric while they wait for work (the completions that make their
+ * next tasks ready run on them: no wake-up) and the progress thread parks meanwhile.
+ */
+static void assist_choose(odx_context *ctx)
+{
+	const char *mode = odx__config_str(ctx->config, "fabric.progress");
+	unsigned pus = odx__topo_pus(ctx->topo);
+	bool on;
+
+	if (strcmp(mode, "auto") == 0)
+		/* a core per worker in its slice, or more ranks than PUs (slices not made) */
+		on = ctx->local_size > 1 && ctx->idle_spin_ns > 0 &&
+		     ((unsigned)ctx->ndevices >= pus || (unsigned)ctx->local_size > pus);
+	else
+		on = strcmp(mode, "workers") == 0;
+	ctx->assist_spin_ns = 1000u * (uint64_t)odx__config_int(ctx->config, "fabric.assist_spin_us");
+	atomic_store(&ctx->fab_assist, on);
+	odx_fab_set_assist(ctx->fab, on);
+	odx__log(ctx, ODX_LOG_INFO,
+		 "fabric progress (fabric.progress = %s): %s (%d ranks on this host, %u PUs, %d "
+		 "devices)",
+		 mode, on ? "idle workers drive it, the progress thread parks meanwhile" :
+			    "the progress thread polls",
+		 ctx->local_size, pus, ctx->ndevices);
+}
+
+/* Enters the section the close waits out (odx__dist_close); false when the mode is off. */
+static bool assist_enter(odx_context *ctx)
+{
+	if (!atomic_load(&ctx->fab_assist))
+		return false;
+	atomic_fetch_add(&ctx->fab_assisting, 1);
+	if (atomic_load(&ctx->fab_assist))
+		return true;
+	atomic_fetch_sub(&ctx->fab_assisting, 1);
+	return false;
+}
+
+bool odx__dist_assist_begin(odx_context *ctx)
+{
+	if (!assist_enter(ctx))
+		return false;
+	odx_fab_assist_begin(ctx->fab);
+	return true;
+}
+
+void odx__dist_assist_poll(odx_context *ctx)
+{
+	odx_fab_assist_poll(ctx->fab);
+}
+
+void odx__dist_assist_end(odx_context *ctx, bool more_work)
+{
+	odx_fab_assist_end(ctx->fab, more_work);
+	atomic_fetch_sub(&ctx->fab_assisting, 1);
+}
+
+void odx__dist_assist_sleep(odx_context *ctx, bool waiting)
+{
+	if (!assist_enter(ctx))
+		return;
+	odx_fab_assist_sleep(ctx->fab, waiting);
+	atomic_fetch_sub(&ctx->fab_assisting, 1);
+}
+
+/* After posting transfers nobody waits for: a worker in assisted mode starts them with a round
+ * of its own (the progress thread stays parked), any other thread wakes the progress thread. */
+static void dist_kick(odx_context *ctx)
+{
+	if (atomic_load(&ctx->fab_assist) && odx__worker_self)
+		odx_fab_assist_kick(ctx->fab);
+	else
+		odx_fab_kick(ctx->fab);
+}
+
+/* The device whose `xfers_out` counts t while the fabric has it, or NULL. */
+static odx__device *xfer_device(const odx__task *t)
+{
+	odx_context *ctx = t->ctx;
+
+	return t->device >= 0 && t->device < ctx->ndevices ? &ctx->devices[t->device] : NULL;
 }
 
 int odx__dist_open(odx_context *ctx, char *err, size_t errlen)
@@ -284,6 +373,7 @@ int odx__dist_open(odx_context *ctx, char *err, size_t errlen)
 		pthread_mutex_init(&ctx->peers_lock, NULL);
 	}
 	odx_fab_set_handlers(ctx->fab, on_msg, on_peer, ctx);
+	assist_choose(ctx);
 	odx__log(ctx, ODX_LOG_INFO, "rank %d of %d, fabric provider %s", ctx->rank, ctx->size,
 		 odx_fab_provider(ctx->fab));
 	return 0;
@@ -300,6 +390,10 @@ void odx__dist_close(odx_context *ctx)
 	if (rc)
 		odx__log(ctx, ODX_LOG_WARN, "closing rank %d: the final barrier failed: %s", ctx->rank,
 			 odx_strerror(rc));
+	/* Workers still spinning stop driving it before it goes (they poll no more from here). */
+	atomic_store(&ctx->fab_assist, false);
+	while (atomic_load(&ctx->fab_assisting) > 0)
+		sched_yield();
 	odx_fab_close(ctx->fab);
 	ctx->fab = NULL;
 	if (ctx->peers) {
@@ -683,6 +777,11 @@ static void xfer_done(void *arg, int status, const char *msg)
 	odx_context *ctx = t->ctx;
 	char why[ODX__MSG_MAX];
 	uint64_t id = t->args[0].v.buffer->id;
+	odx__device *dev = xfer_device(t);
+
+	/* before the task finishes (and `load` drops): a polling worker reads xfers_out first */
+	if (dev)
+		atomic_fetch_sub(&dev->xfers_out, 1);
 
 	/* What came: its lengths are the new version's, set before it is published
 	 * (odx__unstage, from odx__task_finish). */
@@ -820,10 +919,12 @@ static int run_parts(odx__task *t, odx_buffer *b, char *host)
 						   ((t->xfer_key + (uint64_t)i) & 0xffffff),
 					   ODX_ECANCELED, msg);
 	}
-	odx_fab_kick(ctx->fab);
+	dist_kick(ctx);
 	part_xfer_done(t, 0, NULL); /* this thread's share */
 	return 0;
 }
+
+static int dist_post(odx__task *t, odx_buffer *b, void *host);
 
 int odx__dist_run(odx__task *t)
 {
@@ -834,6 +935,20 @@ int odx__dist_run(odx__task *t)
 
 	if (!ctx->fab)
 		return ODX_ECLOSED;
+	rc = dist_post(t, b, host);
+	if (rc && xfer_device(t))
+		atomic_fetch_sub(&xfer_device(t)->xfers_out, 1); /* done will not run */
+	return rc;
+}
+
+/* odx__dist_run's posting; xfers_out counts t from here (done may run before this returns). */
+static int dist_post(odx__task *t, odx_buffer *b, void *host)
+{
+	odx_context *ctx = t->ctx;
+	int rc;
+
+	if (xfer_device(t))
+		atomic_fetch_add(&xfer_device(t)->xfers_out, 1);
 	/* A tile's home copy is its runs inside the parent: the fabric moves it packed, through
 	 * a staging copy (packed here for a send, unpacked by xfer_done for a receive). */
 	t->xfer_stage = NULL;
@@ -887,7 +1002,7 @@ int odx__dist_run(odx__task *t)
 				       xfer_done, t);
 	}
 	if (!rc)
-		odx_fab_kick(ctx->fab); /* nobody waits on the fabric for it: start it now */
+		dist_kick(ctx); /* nobody waits on the fabric for it: start it now */
 	if (rc) {
 		free(t->xfer_stage); /* done will not run */
 		t->xfer_stage = NULL;
@@ -957,6 +1072,13 @@ void odx__dist_stats_print(odx_context *ctx, void (*emit)(odx_context *, const c
 		 (unsigned long long)(st.msgs_sent + st.msgs_recv), (unsigned long long)st.bad_msgs,
 		 (unsigned long long)st.retries, (unsigned long long)st.sleeps,
 		 (unsigned long long)st.sleeps_posted, (double)st.sleep_ns / 1e9);
+	emit(ctx, line);
+	snprintf(line, sizeof(line),
+		 "  rank %d progress: %s; %llu rounds run by workers (%llu did something), "
+		 "progress thread parked %llu times, took over %llu times",
+		 ctx->rank, atomic_load(&ctx->fab_assist) ? "workers drive it when idle" : "progress thread",
+		 (unsigned long long)st.assist_rounds, (unsigned long long)st.assist_work,
+		 (unsigned long long)st.parks, (unsigned long long)st.assist_takeovers);
 	emit(ctx, line);
 	if (!ctx->peers)
 		return;

@@ -619,23 +619,45 @@ typedef struct worker_arg {
  * more than a small task. Bounded by sched.idle_spin_us, so an idle runtime still sleeps. */
 static bool poll_for_work(odx_context *ctx, odx__device *dev)
 {
-	uint64_t deadline;
+	uint64_t deadline, t0;
 	unsigned i = 0;
 
 	if (ctx->idle_spin_ns == 0)
 		return false;
-	deadline = odx__now_ns() + ctx->idle_spin_ns;
+	t0 = odx__now_ns();
+	deadline = t0 + ctx->idle_spin_ns;
+	/* fabric.progress = workers: this thread drives the fabric meanwhile (dist.c), longer
+	 * while its transfers are out (fabric.assist_spin_us) */
+	bool assist = odx__dist_assist_begin(ctx);
+	uint64_t xfer_deadline = t0 + ctx->assist_spin_ns;
 	for (;;) {
-		if (atomic_load_explicit(&dev->load, memory_order_relaxed) > 0 ||
-		    (ctx->use_shared && atomic_load_explicit(&ctx->shared_count, memory_order_relaxed) > 0))
+		/* assisted, transfers in flight are not work to run (xfers_out read first: it
+		 * drops before load) */
+		int out = assist ? atomic_load(&dev->xfers_out) : 0;
+
+		if (atomic_load_explicit(&dev->load, memory_order_relaxed) > out ||
+		    (ctx->use_shared && atomic_load_explicit(&ctx->shared_count, memory_order_relaxed) > 0)) {
+			if (assist)
+				odx__dist_assist_end(ctx, true);
 			return true;
+		}
+		if (assist && (i & 3) == 0)
+			odx__dist_assist_poll(ctx);
 		/* the peers' load counters only now and then: the submitting thread writes them at
 		 * every push, and a poller reading them each round slows it (cache line traffic) */
 		if ((++i & 63) == 0) {
-			if (dev->steal_peers && odx__sched_stealable(ctx, dev, false))
+			if (dev->steal_peers && odx__sched_stealable(ctx, dev, false)) {
+				if (assist)
+					odx__dist_assist_end(ctx, true);
 				return true;
-			if (odx__now_ns() > deadline)
+			}
+			uint64_t now = odx__now_ns();
+
+			if (now > deadline && (out == 0 || now > xfer_deadline)) {
+				if (assist)
+					odx__dist_assist_end(ctx, false);
 				return false;
+			}
 		}
 		__builtin_ia32_pause();
 	}
@@ -679,6 +701,8 @@ static void *worker_loop(void *p)
 				break;
 			dev->sleeping = true;
 			atomic_fetch_add(&ctx->nsleeping, 1);
+			/* fabric.progress: the progress thread polls now */
+			odx__dist_assist_sleep(ctx, atomic_load(&dev->xfers_out) > 0);
 			/* Re-check the shared queue after announcing sleep (see wake_one_sleeper). */
 			t = next_task(ctx, dev, true);
 			/* a signal that came while a steal had dropped the lock was lost: `kicked`

@@ -220,6 +220,16 @@ void odx_fab_kick(odx_fab *f)
 		wake_fd_signal(f);
 }
 
+void odx_fab_assist_kick(odx_fab *f)
+{
+	if (!f)
+		return;
+	/* the submitter starts it itself and the progress thread stays parked; a thread in a
+	 * round (a callback's submission) takes it in its next one */
+	if (!atomic_load(&f->assist) || fab_assist_round(f) < 0)
+		odx_fab_kick(f);
+}
+
 int odx_fab_barrier(odx_fab *f, int timeout_ms)
 {
 	return odx_fab_barrier_status(f, timeout_ms, 0, NULL, NULL);
@@ -315,6 +325,10 @@ void odx_fab_get_stats(const odx_fab *f, odx_fab_stats *s)
 	s->sleeps = atomic_load(&m->sleeps);
 	s->sleeps_posted = atomic_load(&m->sleeps_posted);
 	s->sleep_ns = atomic_load(&m->sleep_ns);
+	s->assist_rounds = atomic_load(&m->assist_rounds);
+	s->assist_work = atomic_load(&m->assist_work);
+	s->parks = atomic_load(&m->parks);
+	s->assist_takeovers = atomic_load(&m->assist_takeovers);
 }
 
 int odx_fab_peer_addr(const odx_fab *f, int rank, char *buf, size_t n)

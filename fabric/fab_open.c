@@ -263,6 +263,10 @@ int odx_fab_open(const odx_fab_params *p, odx_fab **out, char *err, size_t errle
 	f->max_retries = p && p->max_retries > 0 ? p->max_retries : 3;
 	const char *spin = getenv("ODX_FAB_SPIN");
 	f->spin = spin ? atoi(spin) : 200;
+	const char *watch = getenv("ODX_FAB_ASSIST_WATCH");
+	f->assist_watch = !watch || atoi(watch) != 0;
+	const char *linger = getenv("ODX_FAB_ASSIST_LINGER_US");
+	f->assist_linger_ns = linger ? 1000ll * atoi(linger) : FAB_ASSIST_LINGER_NS;
 	pthread_mutex_init(&f->lock, NULL);
 	pthread_mutex_init(&f->plock, NULL);
 	fab_cond_init_monotonic(&f->cond);

@@ -154,6 +154,9 @@ static enum fab_idle idle_kind(odx_fab *f, int rounds)
 	if (rounds < f->spin)
 		return rounds > 16 ? yield : IDLE_SPIN;
 	int64_t now = f->now;
+	/* a worker sleeps waiting for transfers (assisted progress): their data may come any time */
+	if (now < atomic_load_explicit(&f->assist_waiting_until, memory_order_relaxed))
+		return yield;
 	if (now - f->last_data < FAB_ACTIVE_NS ||
 	    (f->data_posted && now - f->last_data < FAB_ACTIVE_POSTED_NS))
 		return yield;
@@ -300,16 +303,45 @@ static int progress_step(odx_fab *f, int rounds)
 	return work ? 0 : rounds + 1;
 }
 
-/* A caller drives progress in odx_fab_wait, or left it lately with nothing in motion: the
- * progress thread steps aside (no polling on the cores the ranks share). Only a caller that
- * leaves with work left in motion wakes it (parked, not `sleeping`: submissions do not). */
-static bool park(odx_fab *f)
+/* What the progress thread last saw of the assisting workers (park's take-over). */
+struct park_watch {
+	uint64_t polls;
+	bool took_over;
+};
+
+/* A caller drives progress in odx_fab_wait (or a worker assists), or left it lately with nothing
+ * in motion: the progress thread steps aside (no polling on the cores the ranks share). Only a
+ * caller that leaves with work left in motion wakes it (parked, not `sleeping`: submissions do
+ * not). */
+static bool park(odx_fab *f, struct park_watch *w)
 {
 	int64_t until = atomic_load(&f->linger_until), now = fab_now_ns();
 	bool driven = atomic_load(&f->drivers) > 0;
 	if (!driven && now >= until)
 		return false;
-	int64_t ns = driven ? FAB_PARK_NS : until - now;
+	bool assist = atomic_load(&f->assist);
+	if (driven && assist && f->assist_watch) {
+		/* Assisting workers that tried no round through a whole park were taken off their
+		 * cores (other programs on a loaded host): the thread polls as usual until one
+		 * tries again, then parks. */
+		uint64_t n = atomic_load_explicit(&f->assist_polls, memory_order_relaxed);
+		if (n == w->polls) {
+			if (!w->took_over)
+				atomic_fetch_add_explicit(&f->assist_takeovers, 1,
+							  memory_order_relaxed);
+			w->took_over = true;
+			return false;
+		}
+		w->polls = n;
+		w->took_over = false;
+	}
+	/* assisted: a submission made from a callback while the linger began is started now */
+	if (!driven && assist && has_submissions(f))
+		return false;
+	/* assisted, a worker that leaves for a task does not wake the thread: it looks again after
+	 * a linger's length, and lingers from there if the worker came back */
+	int64_t ns = driven ? (assist ? FAB_ASSIST_LINGER_NS : FAB_PARK_NS) : until - now;
+	atomic_fetch_add_explicit(&f->parks, 1, memory_order_relaxed);
 	atomic_store(&f->parked, true);
 	if (atomic_load(&f->drivers) > 0 || atomic_load(&f->linger_until) > now) {
 		struct pollfd pfd = {.fd = f->wake_fd, .events = POLLIN};
@@ -326,8 +358,9 @@ void *fab_progress_main(void *arg)
 {
 	odx_fab *f = arg;
 	int rounds = 0;
+	struct park_watch watch = {UINT64_MAX, false};
 	while (!atomic_load(&f->closing)) {
-		if (park(f)) {
+		if (park(f, &watch)) {
 			rounds = 0;
 			continue;
 		}
@@ -369,6 +402,78 @@ void *fab_progress_main(void *arg)
 	}
 	pthread_mutex_unlock(&f->plock);
 	return NULL;
+}
+
+/* ---- assisted progress: idle workers drive (fabric.h) ---------------------------------------- */
+
+void odx_fab_set_assist(odx_fab *f, bool on)
+{
+	if (f)
+		atomic_store(&f->assist, on);
+}
+
+bool odx_fab_get_assist(const odx_fab *f)
+{
+	return f && atomic_load(&((odx_fab *)f)->assist);
+}
+
+int fab_assist_round(odx_fab *f)
+{
+	if (fab_driving == f)
+		return 0; /* from a callback: the thread in the round goes on with it */
+	if (pthread_mutex_trylock(&f->plock))
+		return -1;
+	int work = progress_once(f, fab_now_ns());
+	stat_add(&f->assist_rounds, 1);
+	if (work)
+		stat_add(&f->assist_work, 1);
+	pthread_mutex_unlock(&f->plock);
+	if (work)
+		notify_blocked(f);
+	return work;
+}
+
+void odx_fab_assist_begin(odx_fab *f)
+{
+	if (f)
+		atomic_fetch_add(&f->drivers, 1);
+}
+
+int odx_fab_assist_poll(odx_fab *f)
+{
+	if (!f)
+		return 0;
+	/* alive: a parked progress thread does not take over (park) */
+	atomic_fetch_add_explicit(&f->assist_polls, 1, memory_order_relaxed);
+	int work = fab_assist_round(f);
+	return work > 0 ? work : 0;
+}
+
+void odx_fab_assist_end(odx_fab *f, bool more_work)
+{
+	if (!f)
+		return;
+	/* stored before `drivers` drops: a thread about to park sees one or the other */
+	atomic_store(&f->linger_until,
+		     more_work && f->assist_linger_ns > 0 ? fab_now_ns() + f->assist_linger_ns : 0);
+	if (atomic_fetch_sub(&f->drivers, 1) != 1 || more_work)
+		return;
+	/* the worker goes to sleep: the progress thread polls from now on */
+	if (atomic_load(&f->parked) || atomic_load(&f->sleeping))
+		wake_fd_signal(f);
+}
+
+void odx_fab_assist_sleep(odx_fab *f, bool waiting)
+{
+	if (!f)
+		return;
+	if (waiting)
+		atomic_store(&f->assist_waiting_until, fab_now_ns() + FAB_ACTIVE_POSTED_NS);
+	if (atomic_load(&f->linger_until) == 0 && !waiting)
+		return;
+	atomic_store(&f->linger_until, 0);
+	if (atomic_load(&f->drivers) == 0 && (atomic_load(&f->parked) || atomic_load(&f->sleeping)))
+		wake_fd_signal(f);
 }
 
 /* The caller gives the progress role back. The progress thread, parked meanwhile, is woken when
@@ -447,6 +552,9 @@ int odx_fab_wait(odx_fab *f, bool (*done)(void *arg), void *arg, int timeout_ms)
 			}
 			continue;
 		}
+		/* alive, for a parked thread that watches assisting workers (park) */
+		if (atomic_load_explicit(&f->assist, memory_order_relaxed))
+			atomic_fetch_add_explicit(&f->assist_polls, 1, memory_order_relaxed);
 		if (pthread_mutex_trylock(&f->plock)) {
 			/* the progress thread is in a round (it parks after it), or another caller
 			 * drives */

@@ -76,6 +76,11 @@
  * only a backstop, and a long one: every wake-up takes a core from a copying rank (a 1 ms
  * timeout cost measurable bandwidth on shm; docs/performance-log.md). */
 #define FAB_PARK_NS 100000000ll
+/* After an assisting worker leaves to run tasks (odx_fab_assist_end with more work), the progress
+ * thread stays parked this long: a worker running tasks shorter than this drives all progress
+ * between them, and the progress thread takes no core from it. A longer task has the thread poll
+ * again (heartbeats, a peer's rendezvous) after this much. */
+#define FAB_ASSIST_LINGER_NS 1000000ll
 
 /* ---- operations, transfers, peers, rails ----------------------------------------------------- */
 
@@ -268,6 +273,16 @@ struct odx_fab {
 	 * Never held across a blocking call. Order: plock, then lock. */
 	pthread_mutex_t plock;
 	atomic_int drivers;    /* callers in odx_fab_wait that drive progress: the thread parks */
+	/* odx_fab_set_assist: the runtime's idle workers drive progress (odx_fab_assist_*), the
+	 * progress thread parks meanwhile, and odx_fab_kick runs a round on the caller */
+	atomic_bool assist;
+	/* the parked thread takes over from workers that tried no round for a park's length
+	 * (ODX_FAB_ASSIST_WATCH=0: never; tests that count which thread ran the callbacks) */
+	bool assist_watch;
+	_Atomic uint64_t assist_polls; /* odx_fab_assist_poll calls, for that take-over */
+	int64_t assist_linger_ns;      /* FAB_ASSIST_LINGER_NS, or ODX_FAB_ASSIST_LINGER_US */
+	/* a worker went to sleep waiting for transfers: the thread polls, never blocks, until */
+	_Atomic int64_t assist_waiting_until;
 	atomic_int blocked;    /* callers in odx_fab_wait blocked on cond until a round works */
 	atomic_uint round_gen; /* bumped under lock after a round that worked, if any blocked */
 	_Atomic int64_t linger_until; /* the progress thread parks until then (FAB_LINGER_NS) */
@@ -313,6 +328,9 @@ struct odx_fab {
 		transfers, lane_bytes;
 	/* the progress thread's blocks (block_wait), those with a data op posted, their time */
 	_Atomic uint64_t sleeps, sleeps_posted, sleep_ns;
+	/* rounds run by assisting threads (odx_fab_assist_poll, odx_fab_kick in assist mode), those
+	 * that did something, and the progress thread's parks */
+	_Atomic uint64_t assist_rounds, assist_work, parks, assist_takeovers;
 };
 
 /* Counters are written by the progress role only (plock): no locked read-modify-write. */
@@ -621,5 +639,8 @@ void *fab_progress_main(void *arg);
 /* The thread that runs rounds (the progress thread, or a caller in odx_fab_wait): a callback
  * that calls odx_fab_wait or a barrier would wait for itself. */
 extern _Thread_local const odx_fab *fab_driving;
+/* One round on the calling thread if no other holds the role (-1 then; 0 from a callback), for
+ * assisted progress (odx_fab_assist_poll, odx_fab_kick). */
+int fab_assist_round(odx_fab *f);
 
 #endif /* ODX_FAB_STATE_H */

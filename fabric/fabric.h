@@ -8,8 +8,9 @@
  * Model:
  *  - One odx_fab per process and job. odx_fab_open wires the ranks up (PMIx, the odx-run
  *    environment, or a single rank) and starts one progress thread. Every callback below runs on
- *    the thread that drives progress at that moment: the progress thread, or a caller waiting in
- *    odx_fab_wait (which drives it itself meanwhile). Callbacks never run concurrently with each
+ *    the thread that drives progress at that moment: the progress thread, a caller waiting in
+ *    odx_fab_wait (which drives it itself meanwhile), or an assisting worker (odx_fab_assist_*,
+ *    odx_fab_assist_kick). Callbacks never run concurrently with each
  *    other, and must not block (queue work elsewhere).
  *  - Control messages (odx_fab_send_msg) are small, copied, eager, bounded per peer by credits and
  *    delivered unordered.
@@ -141,6 +142,34 @@ int odx_fab_send_abort(odx_fab *f, int dst, uint64_t key, int status, const char
  * submissions, which suits a caller that posts and waits in a loop, and stalls one that never
  * waits (up to 100 ms after a barrier, before this call existed). */
 void odx_fab_kick(odx_fab *f);
+/*
+ * Assisted progress, for ranks whose threads share their cores with the progress thread (ranks
+ * co-located on a host, one core per worker): the runtime's workers drive progress themselves
+ * while they have nothing to run, and the progress thread parks meanwhile instead of polling on
+ * the core a worker needs.
+ *  - odx_fab_set_assist(f, true) turns the mode on (before transfers start; off by default).
+ *  - odx_fab_assist_kick is odx_fab_kick for a worker that just submitted: in this mode it runs
+ *    one round on the calling thread (done callbacks may run in it: no lock a callback takes
+ *    may be held) instead of waking the progress thread, which it wakes only if another thread
+ *    holds the progress role. Outside the mode it is odx_fab_kick.
+ *  - A worker with nothing to run calls odx_fab_assist_begin, then odx_fab_assist_poll as often
+ *    as it likes (one non-blocking round; done callbacks run on it, under the usual rules: no
+ *    lock a callback takes may be held), then odx_fab_assist_end: `more_work` true when it
+ *    leaves to run tasks (the progress thread stays parked FAB_ASSIST_LINGER_NS more), false
+ *    when it goes to sleep (the progress thread takes over at once).
+ * odx_fab_assist_poll returns the work the round did (0 when another thread held the role or
+ * nothing happened); it must not be called from a callback (returns 0).
+ */
+void odx_fab_set_assist(odx_fab *f, bool on);
+bool odx_fab_get_assist(const odx_fab *f);
+void odx_fab_assist_kick(odx_fab *f);
+void odx_fab_assist_begin(odx_fab *f);
+int odx_fab_assist_poll(odx_fab *f);
+void odx_fab_assist_end(odx_fab *f, bool more_work);
+/* A worker found nothing to run and sleeps: the progress thread, parked through a linger, polls
+ * again now (unless another worker still drives); `waiting` (the worker waits for transfers)
+ * keeps it polling, not blocking, for FAB_ACTIVE_POSTED_NS. */
+void odx_fab_assist_sleep(odx_fab *f, bool waiting);
 /* Every rank; returns 0, ODX_ETIMEDOUT, ODX_EPEER (a peer failed), ODX_ECLOSED or ODX_EBUSY (from
  * a callback). timeout_ms 0 waits up to peer_timeout_ms, a negative one until every rank arrived
  * or one failed (heartbeats tell a rank that computes elsewhere from a dead one). The caller
@@ -184,6 +213,12 @@ typedef struct odx_fab_stats {
 	/* The progress thread's sleeps when idle (not its parks), those taken while a data
 	 * operation of ours (a send, a receive) was posted, and their summed length in ns. */
 	uint64_t sleeps, sleeps_posted, sleep_ns;
+	/* Assisted progress: rounds run by workers (and kicks), those that did something, and the
+	 * progress thread's parks (while a caller or a worker drove, or lingering after one). */
+	uint64_t assist_rounds, assist_work, parks;
+	/* times the parked progress thread took over from assisting workers that tried no round
+	 * for a park's length (taken off their cores), polling until one tried again */
+	uint64_t assist_takeovers;
 } odx_fab_stats;
 void odx_fab_get_stats(const odx_fab *f, odx_fab_stats *s);
 

@@ -23,7 +23,8 @@
  * FAB_TEST_EXPECT_LANES (1: copy lanes carried at least an eighth of the bytes received, 0: none),
  * ODX_FABRIC_IFACE (pin), FAB_TEST_NOSHM_RANK (in auto mode,
  * that rank opens no shm endpoint), FAB_TEST_WAIT=cond (wait on a condition variable rather than
- * in odx_fab_wait). Every wait has a deadline; a failure
+ * in odx_fab_wait), FAB_TEST_WAIT=assist (matrix: drive as an idle runtime worker does, with
+ * odx_fab_assist_*, the progress thread parked). Every wait has a deadline; a failure
  * prints why and exits 1.
  */
 #include <arpa/inet.h>
@@ -80,9 +81,23 @@ struct xfer {
 	char msg[300];
 };
 
+/* FAB_TEST_WAIT=assist: the main thread drives progress as an idle runtime worker does
+ * (odx_fab_assist_*), the progress thread parked; every callback must then run on it. */
+static bool assist_mode; /* atomic: callbacks read it on whichever thread drives */
+static pthread_t main_thread;
+static int off_thread; /* atomic: callbacks that ran on another thread in assist mode */
+
+static void count_thread(void)
+{
+	if (__atomic_load_n(&assist_mode, __ATOMIC_SEQ_CST) &&
+	    !pthread_equal(pthread_self(), main_thread))
+		__atomic_add_fetch(&off_thread, 1, __ATOMIC_SEQ_CST);
+}
+
 static void on_done(void *arg, int status, const char *msg)
 {
 	struct xfer *x = arg;
+	count_thread();
 	pthread_mutex_lock(&W.lock);
 	W.pending--;
 	x->status = status;
@@ -102,6 +117,7 @@ static void on_done(void *arg, int status, const char *msg)
 
 static void on_msg(void *user, int src, uint32_t type, const void *payload, size_t len)
 {
+	count_thread();
 	/* type 7: a counted ping with its own length as payload */
 	if (type == 7 && len == sizeof(uint32_t)) {
 		uint32_t v;
@@ -133,9 +149,55 @@ static bool none_pending(void *arg)
 /* Waits for every pending transfer; returns 0, or 1 on the deadline. By default the caller drives
  * progress in odx_fab_wait (the callbacks run on this thread); FAB_TEST_WAIT=cond blocks on a
  * condition variable instead, and the progress thread runs them and hands each over. */
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* usleep, or in assist mode that long driving progress (nothing else does). */
+static void pause_us(long us)
+{
+	if (!assist_mode) {
+		usleep((useconds_t)us);
+		return;
+	}
+	for (double end = now_s() + us / 1e6; now_s() < end;)
+		odx_fab_assist_poll(the_fab);
+}
+
+/* Assist mode: the main thread takes the driver's place, then waits (counting, not timing)
+ * until the progress thread parked after that: from then on it parks again each time it wakes,
+ * as long as a driver is in (fab_progress.c, park), so it runs no round and no callback. */
+static void assist_start(odx_fab *f)
+{
+	odx_fab_stats st;
+	odx_fab_set_assist(f, true);
+	if (!odx_fab_get_assist(f))
+		DIE("odx_fab_set_assist did not turn assisted progress on");
+	odx_fab_get_stats(f, &st);
+	uint64_t parks0 = st.parks;
+	odx_fab_assist_begin(f);
+	for (double end = now_s() + DEADLINE_S; st.parks <= parks0; odx_fab_get_stats(f, &st)) {
+		if (now_s() > end)
+			DIE("the progress thread never parked while this thread drove");
+		odx_fab_assist_poll(f);
+	}
+	__atomic_store_n(&assist_mode, true, __ATOMIC_SEQ_CST);
+}
+
 static int wait_all(int seconds)
 {
 	const char *how = getenv("FAB_TEST_WAIT");
+	if (assist_mode) {
+		for (double end = now_s() + seconds; !none_pending(NULL);) {
+			if (now_s() > end)
+				return 1;
+			odx_fab_assist_poll(the_fab);
+		}
+		return 0;
+	}
 	if (!how || strcmp(how, "cond")) {
 		int ret = odx_fab_wait(the_fab, none_pending, NULL, seconds * 1000);
 		if (ret && ret != ODX_ETIMEDOUT)
@@ -319,6 +381,9 @@ static void run_kill_early(odx_fab *f, int size, int victim)
 static void run_matrix(odx_fab *f, size_t big, bool small_only)
 {
 	int size = odx_fab_size(f);
+	const char *how = getenv("FAB_TEST_WAIT");
+	if (how && !strcmp(how, "assist"))
+		assist_start(f);
 	build_plan(size, big, small_only);
 	/* odd keys: receive first; even keys: send first (the recv comes after the data) */
 	for (size_t i = 0; i < nxfers; i++)
@@ -332,15 +397,17 @@ static void run_matrix(odx_fab *f, size_t big, bool small_only)
 			uint32_t v = (uint32_t)my_rank;
 			int ret;
 			while ((ret = odx_fab_send_msg(f, d, 7, &v, sizeof(v))) == ODX_EAGAIN)
-				usleep(100);
+				pause_us(100);
 			if (ret)
 				DIE("send_msg to %d: %s", d, odx_err_name(ret));
 		}
 	}
-	usleep(1000);
+	pause_us(1000);
 	for (size_t i = 0; i < nxfers; i++)
 		if (!xfers[i].is_send && !(xfers[i].key & 1))
 			post(f, &xfers[i]);
+	if (assist_mode)
+		odx_fab_assist_kick(f); /* a worker's start of what it posted: a round of its own */
 	if (wait_all(DEADLINE_S))
 		DIE("%d transfers still pending after %d s", W.pending, DEADLINE_S);
 	if (W.failed)
@@ -367,10 +434,31 @@ static void run_matrix(odx_fab *f, size_t big, bool small_only)
 	for (int t = 0; t < DEADLINE_S * 100 &&
 			__atomic_load_n(&msgs_seen, __ATOMIC_SEQ_CST) < 50 * (size - 1);
 	     t++)
-		usleep(10000);
+		pause_us(10000);
 	int seen = __atomic_load_n(&msgs_seen, __ATOMIC_SEQ_CST);
 	if (seen != 50 * (size - 1))
 		DIE("received %d control messages, expected %d", seen, 50 * (size - 1));
+	if (assist_mode) {
+		odx_fab_stats st;
+		odx_fab_get_stats(f, &st);
+		int off = __atomic_load_n(&off_thread, __ATOMIC_SEQ_CST);
+		/* with the take-over on, only when the progress thread never took over */
+		if (off && (!getenv("FAB_TEST_ASSIST_ANY_THREAD") || !st.assist_takeovers))
+			DIE("%d callbacks ran off the assisting thread while the progress thread "
+			    "was parked", off);
+		if (!st.assist_rounds || !st.assist_work)
+			DIE("assisted rounds: %llu, %llu that did something: expected both > 0",
+			    (unsigned long long)st.assist_rounds,
+			    (unsigned long long)st.assist_work);
+		printf("rank %d: %d callbacks off the assisting thread: %llu rounds (%llu did "
+		       "something), progress thread parked %llu times, took over %llu times\n",
+		       my_rank, off, (unsigned long long)st.assist_rounds,
+		       (unsigned long long)st.assist_work, (unsigned long long)st.parks,
+		       (unsigned long long)st.assist_takeovers);
+		/* a worker going to sleep: the progress thread takes over for the last barrier */
+		__atomic_store_n(&assist_mode, false, __ATOMIC_SEQ_CST);
+		odx_fab_assist_end(f, false);
+	}
 }
 
 /* Raw TCP client: connects to a rank's provider address and sends junk at it. */
@@ -852,6 +940,7 @@ static odx_fab *open_fab(void)
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "matrix";
+	main_thread = pthread_self();
 	const char *sl = getenv("FAB_TEST_SLOW");
 	if (sl && atoi(sl) > 1)
 		slow = atoi(sl);

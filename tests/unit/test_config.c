@@ -324,6 +324,7 @@ static void test_defaults(void **state)
 		"tier.direct_access=true@default;tier.watchdog_ms=30000@default;fabric.provider=auto@default;"
 		"fabric.iface=@default;fabric.peer_timeout_ms=10000@default;"
 		"fabric.retries=3@default;fabric.shm_lanes=2@default;"
+		"fabric.progress=auto@default;fabric.assist_spin_us=0@default;"
 		"fabric.fault=@default;"));
 	assert_non_null(strstr(l.text, "backends=auto@default;policy=least_loaded@default;"
 				       "policy.budget=1000@default;policy.memory_limit=8MiB@default;"
