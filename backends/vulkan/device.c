@@ -118,6 +118,8 @@ static void vkb_fill_props(vkb_dev *d, odx_backend_device_props *props)
 					  .pNext = &push};
 	VkPhysicalDevicePCIBusInfoPropertiesEXT pci = {
 		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PCI_BUS_INFO_PROPERTIES_EXT};
+	VkPhysicalDeviceDriverProperties drv = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
 	VkExtensionProperties exts[256];
 	uint32_t next = 256, i;
 	uint64_t heap = 0;
@@ -126,8 +128,15 @@ static void vkb_fill_props(vkb_dev *d, odx_backend_device_props *props)
 	/* The PCI address places the device in the hwloc topology, where the driver knows it. */
 	if (vkb_has_ext(exts, next, VK_EXT_PCI_BUS_INFO_EXTENSION_NAME))
 		push.pNext = &pci;
+	/* Which driver: lavapipe's loop budget (budget.c) */
+	if (vkb_has_ext(exts, next, VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME)) {
+		drv.pNext = p2.pNext;
+		p2.pNext = &drv;
+	}
 	d->st->fn.vkGetPhysicalDeviceProperties2(d->phys, &p2);
 	d->limits = p2.properties.limits;
+	d->llvmpipe = drv.driverID == VK_DRIVER_ID_MESA_LLVMPIPE ||
+		      strncmp(p2.properties.deviceName, "llvmpipe", 8) == 0;
 	d->max_push_descriptors = push.maxPushDescriptors;
 	d->st->fn.vkGetPhysicalDeviceMemoryProperties(d->phys, &d->memprops);
 	for (i = 0; i < d->memprops.memoryHeapCount; i++)

@@ -160,6 +160,9 @@ int vkb_launch(void *dev, odx_backend_launch *l, odx_backend_done_fn done, void 
 	rc = vkb_marshal(d, m, l, push, &push_size, &nb);
 	if (rc)
 		return rc;
+	rc = vkb_budget_check(d, m, l, push);
+	if (rc)
+		return rc;
 	nb = 0;
 	for (i = 0; i < l->nargs; i++) {
 		const odx_backend_arg *a = &l->args[i];

@@ -21,6 +21,7 @@ enum {
 	OP_TYPE_FLOAT = 22,
 	OP_TYPE_STRUCT = 30,
 	OP_TYPE_POINTER = 32,
+	OP_SPEC_CONSTANT = 50,
 	OP_VARIABLE = 59,
 	OP_DECORATE = 71,
 	OP_MEMBER_DECORATE = 72,
@@ -28,6 +29,7 @@ enum {
 	SC_UNIFORM = 2,
 	SC_PUSH_CONSTANT = 9,
 	SC_STORAGE_BUFFER = 12,
+	DEC_SPEC_ID = 1,
 	DEC_BLOCK = 2,
 	DEC_BUFFER_BLOCK = 3,
 	DEC_BINDING = 33,
@@ -52,6 +54,8 @@ typedef struct spv_reader {
 	spv_id *ids;
 	char *err;
 	size_t err_size;
+	uint32_t loop_kernel_id; /* the id decorated SpecId VKB_SPIRV_LOOP_KERNEL_SPEC_ID, or 0 */
+	uint32_t loop_kernel;    /* that spec constant's default value, or 0 */
 } spv_reader;
 
 static int spv_fail(spv_reader *r, const char *fmt, ...)
@@ -133,6 +137,14 @@ static int spv_scan(spv_reader *r, const char *entry, size_t *entry_at)
 				id->set = (int32_t)o[2];
 			else if (o[1] == DEC_BUFFER_BLOCK)
 				id->buffer_block = true;
+			else if (o[1] == DEC_SPEC_ID && len >= 4 &&
+				 o[2] == VKB_SPIRV_LOOP_KERNEL_SPEC_ID)
+				r->loop_kernel_id = o[0];
+			break;
+		case OP_SPEC_CONSTANT:
+			/* decorations come before constants in a module (SPIR-V 2.4) */
+			if (len >= 4 && r->loop_kernel_id != 0 && o[1] == r->loop_kernel_id)
+				r->loop_kernel = o[2];
 			break;
 		default:
 			break;
@@ -262,6 +274,7 @@ int vkb_spirv_inspect(const void *code, size_t size, const char *entry, vkb_spir
 	for (v = 1; rc == 0 && v < r.bound; v++)
 		if (r.ids[v].op == OP_VARIABLE && spv_used(&r, entry_at, v))
 			rc = spv_variable(&r, v, iface);
+	iface->loop_kernel = r.loop_kernel;
 	free(r.ids);
 	return rc;
 }

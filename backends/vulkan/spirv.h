@@ -17,6 +17,9 @@
 
 #define VKB_SPIRV_MAX_BINDINGS 64
 #define VKB_SPIRV_MAX_MEMBERS 32
+/* The specialization constant (SpecId) by which a standard kernel's GLSL says which kernel it is,
+ * for the check of lavapipe's loop budget (budget.c): `ODX_LOOP_KERNEL` in kernels/glsl. */
+#define VKB_SPIRV_LOOP_KERNEL_SPEC_ID 100u
 
 /** The argument interface of one compute entry point. */
 typedef struct vkb_spirv_iface {
@@ -24,6 +27,7 @@ typedef struct vkb_spirv_iface {
 	int push_members;                     /* -1: no push-constant block */
 	odx_arg_kind member_kind[VKB_SPIRV_MAX_MEMBERS];
 	uint32_t member_offset[VKB_SPIRV_MAX_MEMBERS];
+	uint32_t loop_kernel; /* VKB_SPIRV_LOOP_KERNEL_SPEC_ID's default value; 0 when absent */
 } vkb_spirv_iface;
 
 /**

@@ -212,6 +212,7 @@ struct vkb_dev {
 	} fn;
 	VkPhysicalDeviceLimits limits;
 	uint32_t mem_align; /* what device props say: offsets of suballocated arguments */
+	bool llvmpipe;      /* Mesa's lavapipe: its shaders' loop budget applies (budget.c) */
 	uint32_t max_push_descriptors;
 	VkPhysicalDeviceMemoryProperties memprops;
 	uint32_t device_type_bits;  /* memory types usable for device buffers */
@@ -287,6 +288,14 @@ int vkb_module_load(void *dev, const odx_kernel_variant *v, void **out, char *er
 void vkb_module_unload(void *dev, void *module);
 int vkb_pipeline_get(vkb_dev *d, vkb_module *m, const uint32_t block[3], int nbuffers,
 		     uint32_t push_size, vkb_pipeline **out, char *msg, size_t msg_size);
+
+/* ---- budget.c ---- */
+/* Lavapipe's loop budget: refuses (ODX_ERANGE, the reason in l->error) a launch of a standard
+ * kernel whose work-items would need more loop rounds than lavapipe runs; 0 otherwise, and
+ * always on other drivers or for kernels that do not say which they are. `push` holds the
+ * launch's scalars as vkb_marshal laid them out. */
+int vkb_budget_check(const vkb_dev *d, const vkb_module *m, odx_backend_launch *l,
+		     const uint8_t *push);
 
 /* ---- launch.c ---- */
 int vkb_launch(void *dev, odx_backend_launch *l, odx_backend_done_fn done, void *arg);

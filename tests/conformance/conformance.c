@@ -840,6 +840,20 @@ static void kernel_data_partition(int d, uint64_t *rng)
 	/* more groups than rows: empty chunks */
 	partition_pipeline(d, pids, 5, 5, 16, 8, rng);
 	{
+		/* one group of 100,000 rows at block 64: past lavapipe's loop budget for the
+		 * GLSL partition_rank written with a loop round an entry of a tile (wrong from row
+		 * 63,551 of a group there); whole with the comparisons 8 a round (docs/kernels.md) */
+		enum {
+			NL = 100000
+		};
+		uint32_t *lp = xmalloc(NL * 4);
+
+		for (int i = 0; i < NL; i++)
+			lp[i] = (uint32_t)test_rand_below(rng, 7);
+		partition_pipeline(d, lp, NL, 7, 1, 64, rng);
+		free(lp);
+	}
+	{
 		/* a long scan: segments of many elements per work-item */
 		enum {
 			NS = 100003
@@ -871,6 +885,80 @@ static void kernel_data_partition(int d, uint64_t *rng)
 	assert_ok(odx_buffer_destroy(bb));
 	free(keys);
 	free(pids);
+	free(got);
+}
+
+/* Lavapipe's loop budget (docs/kernels.md): a launch whose work-items would loop more than 65535
+ * rounds is refused on lavapipe (ODX_ERANGE, the kernel named and the grid that fits), and runs
+ * whole everywhere else; the grid the message names runs whole on every device. */
+static void kernel_data_loop_budget(int d)
+{
+	enum {
+		N = 70000 /* > 65535 rows for one work-item */
+	};
+	uint32_t *got = xmalloc(N * 4);
+	odx_device_info di;
+	bool lavapipe;
+	odx_buffer *b;
+	odx_event *ev;
+	int rc, wrong = 0;
+
+	assert_ok(odx_device_get_info(g.ctx, d, &di));
+	lavapipe = di.kind == ODX_BACKEND_VULKAN && strstr(di.name, "llvmpipe") != NULL;
+	b = new_buffer(N * 4, NULL);
+	/* odx_wait_all reports the refusal below: nothing else may fail before it */
+	assert_ok(odx_wait_all(g.ctx, TEST_TIMEOUT_MS));
+	{
+		odx_arg fill[] = {ODX_BUF(b, 0), ODX_I32(7), ODX_I32(N)};
+
+		ev = launch("odx.fill_u32", fill, 3, d, 1, 1, 1, 1);
+		rc = odx_event_wait(ev, TEST_TIMEOUT_MS);
+		if (lavapipe) {
+			if (rc != ODX_ERANGE || !strstr(odx_event_message(ev), "odx.fill_u32") ||
+			    !strstr(odx_event_message(ev), "at least 2 work-groups"))
+				fail_msg("fill_u32 of %d rows on 1 work-item on device %d (%s): %s "
+					 "\"%s\"; want ODX_ERANGE naming the kernel and 2 "
+					 "work-groups", N, d, di.name, odx_err_name(rc),
+					 odx_event_message(ev));
+		} else if (rc != 0) {
+			fail_msg("fill_u32 of %d rows on 1 work-item on device %d: %s: %s", N, d,
+				 odx_err_name(rc), odx_event_message(ev));
+		}
+		odx_event_release(ev);
+		/* the grid the refusal asks for */
+		if (lavapipe) {
+			assert_int_equal(odx_wait_all(g.ctx, TEST_TIMEOUT_MS), ODX_ERANGE);
+			fill[1] = ODX_I32(9);
+			wait_ok(launch("odx.fill_u32", fill, 3, d, 2, 1, 1, 1), "fill_u32 (2 groups)");
+		}
+	}
+	read_all(b, got, N * 4);
+	for (int i = 0; i < N; i++)
+		wrong += got[i] != (lavapipe ? 9u : 7u);
+	if (wrong)
+		fail_msg("fill_u32 on device %d: %d of %d elements wrong", d, wrong, N);
+	if (lavapipe) {
+		/* partition_rank: one group of 500,000 rows at block 64 needs 70,318 rounds */
+		enum {
+			NR = 500000
+		};
+		odx_buffer *bp = new_buffer((size_t)NR * 4, NULL), *bo = new_buffer(64, NULL);
+		odx_buffer *bd = new_buffer((size_t)NR * 4, NULL);
+		odx_arg rank[] = {ODX_BUF(bp, 0), ODX_BUF(bo, 0), ODX_BUF(bd, 0), ODX_I32(NR),
+				  ODX_I32(3)};
+
+		ev = launch("odx.partition_rank", rank, 5, d, 1, 1, 64, 1);
+		rc = odx_event_wait(ev, TEST_TIMEOUT_MS);
+		if (rc != ODX_ERANGE || !strstr(odx_event_message(ev), "odx.partition_rank"))
+			fail_msg("partition_rank of %d rows in one group on device %d: %s \"%s\"; "
+				 "want ODX_ERANGE", NR, d, odx_err_name(rc), odx_event_message(ev));
+		odx_event_release(ev);
+		assert_int_equal(odx_wait_all(g.ctx, TEST_TIMEOUT_MS), ODX_ERANGE);
+		assert_ok(odx_buffer_destroy(bp));
+		assert_ok(odx_buffer_destroy(bo));
+		assert_ok(odx_buffer_destroy(bd));
+	}
+	assert_ok(odx_buffer_destroy(b));
 	free(got);
 }
 
@@ -1529,6 +1617,7 @@ static void test_data_kernels(void **state)
 		/* on Vulkan too: the GLSL kernel written with a loop round a row stopped at row 6671
 		 * of a group here, at lavapipe's loop budget (docs/kernels.md) */
 		kernel_data_combine_blocks(d);
+		kernel_data_loop_budget(d);
 	}
 	assert_ok(odx_wait_all(g.ctx, TEST_TIMEOUT_MS));
 }
