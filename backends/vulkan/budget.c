@@ -20,7 +20,7 @@
 typedef enum budget_model {
 	GRID_STRIDE,  /* rows i = global id, += grid.x x block.x; `extra` rounds a row in arg x */
 	CHUNK_COUNT,  /* partition_count: a group's chunk block.x a round, parts twice */
-	CHUNK_RANK,   /* partition_rank: a tile of block.x rows costs 1 + ceil(block.x / 8) */
+	CHUNK_RANK,   /* partition_rank: a tile of block.x rows, its comparisons 16 a round */
 	CHUNK_EIGHT,  /* hash_combine: one work-item a group, 8 rows a round, <= 128 rounds more */
 	SCAN_ONE,     /* scan_u32: group 0 only, its segment twice, block.x once */
 } budget_model;
@@ -65,23 +65,30 @@ static int64_t scalar(const vkb_module *m, const uint8_t *push, int k)
 	return v < 0 ? 0 : v;
 }
 
-/* The loop rounds one work-item of kernel `k` needs with `groups` work-groups of `block`. */
+/*
+ * The loop rounds one work-item of kernel `k` needs with `groups` work-groups of `block`. A loop
+ * run of k rounds is counted k + 1 (its last test: measured, a chunk of partition_rank written
+ * 8 comparisons a round went wrong after 10 rounds a tile, not 9); a single loop of k rounds
+ * needs k + 1 <= 65535 here, which is one row short of what lavapipe does (fill_u32 on one
+ * work-item writes 65535): a margin on the safe side.
+ */
 static uint64_t rounds(const budget_kernel *k, uint64_t n, uint64_t other, uint64_t groups,
 		       uint64_t block)
 {
 	uint64_t chunk = ceil_div(n, groups), tiles = ceil_div(chunk, block);
+	uint64_t rows = ceil_div(n, groups * block);
 
 	switch (k->model) {
-	case GRID_STRIDE:
-		return ceil_div(n, groups * block) * (1 + other);
-	case CHUNK_COUNT:
-		return tiles + 2 * ceil_div(other, block);
-	case CHUNK_RANK:
-		return tiles * (1 + ceil_div(block, 8)) + ceil_div(other, block);
-	case CHUNK_EIGHT:
+	case GRID_STRIDE: /* scatter_rows: `other` (width) rounds a row, inside the row loop */
+		return rows + 1 + (other ? rows * (other + 1) : 0);
+	case CHUNK_COUNT: /* zero the counts, the chunk, write the counts */
+		return tiles + 1 + 2 * (ceil_div(other, block) + 1);
+	case CHUNK_RANK: /* the offsets, the tiles, a tile's comparisons */
+		return ceil_div(other, block) + 1 + tiles + 1 + tiles * (ceil_div(block, 16) + 1);
+	case CHUNK_EIGHT: /* the rows 8 a round; the tail, slots and records: <= 108 */
 		return ceil_div(chunk, 8) + 128;
-	case SCAN_ONE:
-		return 2 * ceil_div(n, block) + block;
+	case SCAN_ONE: /* the segment twice, work-item 0's pass over the block's totals */
+		return 2 * (ceil_div(n, block) + 1) + block + 1;
 	}
 	return 0;
 }

@@ -4,10 +4,11 @@
  *
  * Written for Mesa's llvmpipe (lavapipe) too: its compiled shader ends every loop, silently, once
  * all loops of an invocation have gone round 65535 times together (see hash_combine.comp and
- * docs/kernels.md). A tile costs 1 + ceil(block.x / 8) rounds here (the comparisons 8 a round),
- * the offsets ceil(parts / block.x): a group's chunk is whole on lavapipe while
- * ceil(chunk / block.x) x (1 + ceil(block.x / 8)) + ceil(parts / block.x) <= 65535 (block 64:
- * 466,000 rows). The Vulkan backend refuses a launch past that on lavapipe (ODX_KERNEL_ID). */
+ * docs/kernels.md; a loop run of k rounds costs k + 1 of it, its last test included). A tile
+ * costs 1 + ceil(block.x / 16) + 1 here (the comparisons 16 a round), the offsets
+ * ceil(parts / block.x) + 1: a group's chunk is whole on lavapipe while
+ * ceil(chunk / block.x) x (ceil(block.x / 16) + 2) + ceil(parts / block.x) + 2 <= 65535 (block
+ * 64: 699,008 rows). The Vulkan backend refuses a launch past that on lavapipe (budget.c). */
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 /* For the Vulkan backend's check of lavapipe's loop budget (backends/vulkan/budget.c): which
  * standard kernel this is. Read from the SPIR-V, never specialized; main's first line keeps it. */
@@ -44,10 +45,10 @@ void main()
 			p = NO_PART;
 		tile[lid] = p;
 		barrier();
-		/* the tile's block.x entries 8 a round, written out, counted without a branch (a
+		/* the tile's block.x entries 16 a round, written out, counted without a branch (a
 		 * round an entry ran out of lavapipe's loop budget at row 63,551 of a group at block
 		 * 64: see the head of this file); entries past block.x do not count */
-		for (uint j = 0u; j < lsize; j += 8u) {
+		for (uint j = 0u; j < lsize; j += 16u) {
 #define CMP(k)                                                                                     \
 	{                                                                                          \
 		uint at = j + (k);                                                                 \
@@ -56,6 +57,7 @@ void main()
 		after += all(bvec2(same, at > lid)) ? 1u : 0u;                                     \
 	}
 			CMP(0u) CMP(1u) CMP(2u) CMP(3u) CMP(4u) CMP(5u) CMP(6u) CMP(7u)
+			CMP(8u) CMP(9u) CMP(10u) CMP(11u) CMP(12u) CMP(13u) CMP(14u) CMP(15u)
 #undef CMP
 		}
 		if (i < end)

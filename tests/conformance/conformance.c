@@ -938,9 +938,9 @@ static void kernel_data_loop_budget(int d)
 	if (wrong)
 		fail_msg("fill_u32 on device %d: %d of %d elements wrong", d, wrong, N);
 	if (lavapipe) {
-		/* partition_rank: one group of 500,000 rows at block 64 needs 70,318 rounds */
+		/* partition_rank: one group of 800,000 rows at block 64 needs 75,003 rounds */
 		enum {
-			NR = 500000
+			NR = 800000
 		};
 		odx_buffer *bp = new_buffer((size_t)NR * 4, NULL), *bo = new_buffer(64, NULL);
 		odx_buffer *bd = new_buffer((size_t)NR * 4, NULL);
