@@ -45,6 +45,7 @@ static const budget_kernel budget_kernels[] = {
 	{"odx.scan_u32", SCAN_ONE, 0, -1},
 	{"odx.scatter_rows", GRID_STRIDE, 0, 1},
 	{"odx.hash_combine", CHUNK_EIGHT, 0, -1},
+	{"odx.groupby_sum_i32", GRID_STRIDE, 0, -1},
 };
 
 #define NBUDGET ((uint32_t)(sizeof(budget_kernels) / sizeof(budget_kernels[0])))
