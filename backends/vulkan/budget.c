@@ -18,7 +18,7 @@
 #define VKB_LOOP_BUDGET 65535u
 
 typedef enum budget_model {
-	GRID_STRIDE,  /* rows i = global id, += grid.x x block.x; `extra` rounds a row in arg x */
+	GRID_STRIDE,  /* rows i = global id, += grid.x x block.x; scatter_rows: width a row more */
 	CHUNK_COUNT,  /* partition_count: a group's chunk block.x a round, parts twice */
 	CHUNK_RANK,   /* partition_rank: a tile of block.x rows, its comparisons 16 a round */
 	CHUNK_EIGHT,  /* hash_combine: one work-item a group, 8 rows a round, <= 128 rounds more */
@@ -30,22 +30,25 @@ typedef struct budget_kernel {
 	budget_model model;
 	int n_arg;     /* the scalar (push-constant member) holding n */
 	int other_arg; /* parts (CHUNK_*), width (GRID_STRIDE scatter_rows); -1: none */
+	/* its signature: a module that says it is this kernel but has another interface (an
+	 * application's own SpecId 100) is not checked */
+	int scalars, buffers;
 } budget_kernel;
 
 /* Indexed by ODX_LOOP_KERNEL - 1: the values in kernels/glsl/<name>.comp. */
 static const budget_kernel budget_kernels[] = {
-	{"odx.fill_u32", GRID_STRIDE, 1, -1},
-	{"odx.copy_u32", GRID_STRIDE, 0, -1},
-	{"odx.scale_f32", GRID_STRIDE, 1, -1},
-	{"odx.axpy_f32", GRID_STRIDE, 1, -1},
-	{"odx.hash_partition_u32", GRID_STRIDE, 0, -1},
-	{"odx.hash_partition_u64", GRID_STRIDE, 0, -1},
-	{"odx.partition_count", CHUNK_COUNT, 0, 1},
-	{"odx.partition_rank", CHUNK_RANK, 0, 1},
-	{"odx.scan_u32", SCAN_ONE, 0, -1},
-	{"odx.scatter_rows", GRID_STRIDE, 0, 1},
-	{"odx.hash_combine", CHUNK_EIGHT, 0, -1},
-	{"odx.groupby_sum_i32", GRID_STRIDE, 0, -1},
+	{"odx.fill_u32", GRID_STRIDE, 1, -1, 2, 1},
+	{"odx.copy_u32", GRID_STRIDE, 0, -1, 1, 2},
+	{"odx.scale_f32", GRID_STRIDE, 1, -1, 2, 1},
+	{"odx.axpy_f32", GRID_STRIDE, 1, -1, 2, 2},
+	{"odx.hash_partition_u32", GRID_STRIDE, 0, -1, 2, 2},
+	{"odx.hash_partition_u64", GRID_STRIDE, 0, -1, 2, 2},
+	{"odx.partition_count", CHUNK_COUNT, 0, 1, 2, 2},
+	{"odx.partition_rank", CHUNK_RANK, 0, 1, 2, 3},
+	{"odx.scan_u32", SCAN_ONE, 0, -1, 1, 2},
+	{"odx.scatter_rows", GRID_STRIDE, 0, 1, 3, 3},
+	{"odx.hash_combine", CHUNK_EIGHT, 0, -1, 4, 6},
+	{"odx.groupby_sum_i32", GRID_STRIDE, 0, -1, 2, 3},
 };
 
 #define NBUDGET ((uint32_t)(sizeof(budget_kernels) / sizeof(budget_kernels[0])))
@@ -104,6 +107,9 @@ int vkb_budget_check(const vkb_dev *d, const vkb_module *m, odx_backend_launch *
 	if (!d->llvmpipe || m->iface.loop_kernel == 0 || m->iface.loop_kernel > NBUDGET)
 		return 0;
 	k = &budget_kernels[m->iface.loop_kernel - 1];
+	if (m->iface.push_members != k->scalars ||
+	    __builtin_popcountll(m->iface.bindings) != k->buffers)
+		return 0;
 	n = scalar(m, push, k->n_arg);
 	if (k->other_arg >= 0)
 		other = scalar(m, push, k->other_arg);
