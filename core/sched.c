@@ -302,50 +302,112 @@ static void push_failed(odx__task *t)
 
 /* ---- the device inbox: pushes without the device's lock ------------------------------------ */
 
+#define INBOX_MASK (ODX__INBOX_CAP - 1u)
+
 /* Pushes ready task t (placed on dev, counted in dev->load) into dev's inbox ring; false when
- * it is full. The store of t is sequentially consistent, as is the worker's store to `sleeping`
- * before it looks at the inbox a last time: either it sees t, or the caller then sees it
- * asleep. */
+ * it is full. The slot's turn is stored sequentially consistent, as is the worker's store to
+ * `sleeping` before it looks at the inbox a last time: either it sees t, or the caller then sees
+ * it asleep. A pusher reads only the tail and the slot it writes (whose line it writes anyway),
+ * never the taker's head. */
 static bool inbox_push(odx__device *dev, odx__task *t)
 {
-	unsigned tail = atomic_load_explicit(&dev->inbox_tail, memory_order_relaxed);
+	unsigned pos = atomic_load_explicit(&dev->inbox_tail, memory_order_relaxed);
+	odx__inbox_slot *s;
 
 	for (;;) {
-		/* acquire/release on head_seen too: a pusher that trusts another pusher's view of
-		 * the head must also see the taker's emptying of the slots behind it */
-		if (tail - atomic_load_explicit(&dev->inbox_head_seen, memory_order_acquire) >=
-		    ODX__INBOX_CAP) {
-			/* full as last seen: look at the taker's side (a line it writes) */
-			unsigned head = atomic_load_explicit(&dev->inbox_head, memory_order_acquire);
+		s = &dev->inbox[pos & INBOX_MASK];
+		/* acquire: the taker's read of the slot's previous task came before */
+		int dif = (int)(atomic_load_explicit(&s->turn, memory_order_acquire) -
+				(pos & ~INBOX_MASK));
 
-			atomic_store_explicit(&dev->inbox_head_seen, head, memory_order_release);
-			if (tail - head >= ODX__INBOX_CAP)
-				return false;
+		if (dif == 0) {
+			if (atomic_compare_exchange_weak_explicit(&dev->inbox_tail, &pos, pos + 1,
+								  memory_order_relaxed,
+								  memory_order_relaxed))
+				break;
+		} else if (dif < 0) {
+			return false; /* a lap behind: the ring is full */
+		} else {
+			pos = atomic_load_explicit(&dev->inbox_tail, memory_order_relaxed);
 		}
-		if (atomic_compare_exchange_weak_explicit(&dev->inbox_tail, &tail, tail + 1,
-							  memory_order_acquire,
-							  memory_order_relaxed))
-			break;
 	}
-	/* The slot was emptied before the head moved past it (acquire above, release below). */
-	atomic_store(&dev->inbox[tail % ODX__INBOX_CAP], t);
+	atomic_store_explicit(&s->task, t, memory_order_relaxed);
+	atomic_store(&s->turn, (pos & ~INBOX_MASK) + 1);
 	return true;
 }
 
-/* The next task in dev's inbox, taken out of it, or NULL (empty, or its next slot claimed and
- * not yet written: that pusher then wakes the worker if it sleeps). With dev->lock held. */
+/* The next task in dev's inbox, taken out of it, or NULL (empty, or its next position claimed
+ * and not yet written: that pusher then wakes the worker if it sleeps). With dev->lock held, or
+ * by dev's worker without it (take_unlocked): the compare-and-swap on the head decides between
+ * them. */
 static odx__task *inbox_take(odx__device *dev)
 {
-	unsigned head = atomic_load_explicit(&dev->inbox_head, memory_order_relaxed);
-	_Atomic(odx__task *) *slot = &dev->inbox[head % ODX__INBOX_CAP];
-	odx__task *t = atomic_load(slot);
+	unsigned pos = atomic_load_explicit(&dev->inbox_head, memory_order_relaxed);
+	odx__inbox_slot *s;
+	odx__task *t;
 
-	if (!t)
-		return NULL;
-	atomic_store_explicit(slot, NULL, memory_order_relaxed);
-	atomic_store_explicit(&dev->inbox_head, head + 1, memory_order_release);
+	for (;;) {
+		s = &dev->inbox[pos & INBOX_MASK];
+		/* sequentially consistent: after a store to `sleeping` (see inbox_push) */
+		int dif = (int)(atomic_load(&s->turn) - ((pos & ~INBOX_MASK) + 1));
+
+		if (dif == 0) {
+			if (atomic_compare_exchange_weak_explicit(&dev->inbox_head, &pos, pos + 1,
+								  memory_order_relaxed,
+								  memory_order_relaxed))
+				break;
+		} else if (dif < 0) {
+			return NULL;
+		} else {
+			pos = atomic_load_explicit(&dev->inbox_head, memory_order_relaxed);
+		}
+	}
+	t = atomic_load_explicit(&s->task, memory_order_relaxed);
+	/* release: the next lap's pusher writes the slot after this read */
+	atomic_store_explicit(&s->turn, (pos & ~INBOX_MASK) + ODX__INBOX_CAP, memory_order_release);
 	atomic_fetch_add_explicit(&dev->inbox_tasks, 1, memory_order_relaxed);
 	return t;
+}
+
+/* Is a task waiting in dev's ring (a hint: without a lock). */
+bool odx__inbox_ring_pending(odx__device *dev)
+{
+	unsigned pos = atomic_load_explicit(&dev->inbox_head, memory_order_relaxed);
+
+	return atomic_load_explicit(&dev->inbox[pos & INBOX_MASK].turn, memory_order_relaxed) ==
+	       (pos & ~INBOX_MASK) + 1;
+}
+
+/* The worker of dev, without dev->lock: the next task from its inbox if nothing queued under
+ * the lock comes before it (it saw ready, staged, held and memory-wait empty, with no submitter
+ * launching here, and nothing was queued there since: lq_adds unchanged), else NULL: it then
+ * looks under the lock. A task queued under the lock meanwhile is as if queued just after. */
+odx__task *odx__inbox_take_unlocked(odx__device *dev)
+{
+	odx__task *t;
+
+	if (!dev->fast_ok ||
+	    atomic_load_explicit(&dev->lq_adds, memory_order_acquire) != dev->lq_seen)
+		return NULL;
+	t = inbox_take(dev);
+	if (t)
+		atomic_fetch_add_explicit(&dev->unlocked_takes, 1, memory_order_relaxed);
+	return t;
+}
+
+/* With dev->lock held, by dev's worker: records whether it may take from the inbox without the
+ * lock next time (nothing queued where it looks under the lock). */
+void odx__inbox_note_empty(odx__device *dev)
+{
+	dev->lq_seen = atomic_load_explicit(&dev->lq_adds, memory_order_relaxed);
+	dev->fast_ok = dev->staged_n == 0 && dev->ready.n == 0 && !dev->held_head &&
+		       !dev->memwait_head && !dev->inline_running && !dev->stop;
+}
+
+/* With dev->lock held: a task was queued where its worker looks under the lock. */
+void odx__lq_added(odx__device *dev)
+{
+	atomic_fetch_add_explicit(&dev->lq_adds, 1, memory_order_release);
 }
 
 /* Moves what was pushed to dev's inbox into its ready queue, in push order. With dev->lock held.
@@ -367,17 +429,16 @@ int odx__inbox_drain(odx__device *dev)
 			dev->held_head = t;
 		dev->held_tail = t;
 	}
-	if (n)
+	if (n) {
 		atomic_fetch_add_explicit(&dev->inbox_drains, 1, memory_order_relaxed);
+		odx__lq_added(dev);
+	}
 	return n;
 }
 
 bool odx__inbox_pending(odx__device *dev)
 {
-	unsigned head = atomic_load_explicit(&dev->inbox_head, memory_order_relaxed);
-
-	return atomic_load_explicit(&dev->inbox[head % ODX__INBOX_CAP], memory_order_relaxed) ||
-	       dev->held_head;
+	return odx__inbox_ring_pending(dev) || dev->held_head;
 }
 
 void odx__sched_push(odx_context *ctx, odx__task *t)
@@ -447,6 +508,7 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 		if (dev->sleeping && !dev->inline_running && !dev->stop && dev->ready.n == 0 &&
 		    !dev->held_head && dev->staged_n == 0 && !dev->memwait_head) {
 			dev->inline_running = true;
+			odx__lq_added(dev);
 			atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
 			pthread_mutex_unlock(&dev->lock);
 			odx__run_inline(dev, t);
@@ -462,6 +524,7 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 		rc = queue_push(&dev->ready, t);
 		bool busy = false;
 		if (rc == 0) {
+			odx__lq_added(dev);
 			atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
 			if (dev->sleeping)
 				pthread_cond_signal(&dev->cond);
@@ -491,6 +554,7 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 				dev->held_head = t;
 			dev->held_tail = t;
 		}
+		odx__lq_added(dev);
 		pthread_mutex_unlock(&dev->lock);
 	}
 	bool busy = false;
@@ -684,6 +748,7 @@ void odx__device_push_staged(odx__device *dev, odx__task *t)
 	}
 	dev->staged[(dev->staged_head + dev->staged_n) % dev->staged_cap] = t;
 	dev->staged_n++;
+	odx__lq_added(dev);
 	if (dev->sleeping)
 		pthread_cond_signal(&dev->cond);
 	pthread_mutex_unlock(&dev->lock);

@@ -279,6 +279,7 @@ static void wait_for_room(odx__device *dev, odx__task **ts, int n, uint64_t seen
 			dev->memwait_tail = t;
 	}
 	atomic_fetch_add(&dev->memwait_n, n);
+	odx__lq_added(dev);
 	if (atomic_load(&ctx->progress) != seen)
 		dev->mem_changed = true;
 	pthread_mutex_unlock(&dev->lock);
@@ -701,6 +702,7 @@ static void *worker_loop(void *p)
 		       (t = next_task(ctx, dev, false)) != NULL)
 			batch[nbatch++] = t;
 		bool behind = dev->steal_peers && (dev->ready.n > 0 || odx__inbox_pending(dev));
+		odx__inbox_note_empty(dev);
 		pthread_mutex_unlock(&dev->lock);
 		/* tasks wait behind the one it took: an idle peer sharing its memory may take them */
 		if (behind && atomic_load(&ctx->nsleeping) > 0)
@@ -738,6 +740,16 @@ run_batch:
 			dev->direct = NULL;
 			atomic_fetch_add_explicit(&dev->direct_runs, 1, memory_order_relaxed);
 			nbatch = 1;
+			goto run_batch;
+		}
+		/* nothing queued under the lock since it last looked: the next task from its inbox,
+		 * without the lock (a thief draining it under the lock is decided by the head's
+		 * compare-and-swap) */
+		if ((batch[0] = odx__inbox_take_unlocked(dev)) != NULL) {
+			nbatch = 1;
+			if (dev->steal_peers && odx__inbox_ring_pending(dev) &&
+			    atomic_load(&ctx->nsleeping) > 0)
+				odx__sched_wake_thief(ctx, dev);
 			goto run_batch;
 		}
 		pthread_mutex_lock(&dev->lock);

@@ -8,7 +8,9 @@
  *  - the tasks a worker frees go back to the pool in batches, not one compare-and-swap each;
  *  - a Lua policy that never reads run times (lua:eager) has its tasks run with no clock read
  *    for it; one that reads them (lua:heft, batch.estimate) turns the timing on;
- *  - the policy's lock-free pending list loses no task pushed from several threads at once.
+ *  - the policy's lock-free pending list loses no task pushed from several threads at once;
+ *  - a worker with nothing queued under its lock takes from its inbox without the lock, and
+ *    a task queued under the lock meanwhile (another priority) still comes first.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -183,6 +185,60 @@ static void test_inbox_full(void **state)
 	assert_ok(odx_close(ctx));
 }
 
+/* The worker took the gate with nothing else queued: the NTASKS pushed behind it, all through
+ * the ring, are taken without its lock (counted: unlocked_takes), in order. Then a task of
+ * priority 1, queued under the lock while the worker is busy, ahead of NTASKS more in the ring:
+ * the worker looks under its lock first and runs it first; the rest still run in order. */
+static void test_inbox_unlocked(void **state)
+{
+	static const char *const kv[] = {"host.devices", "1", "host.bind", "false", NULL};
+	static const odx_param p[] = {{ODX_ARG_BUFFER, ODX_RW, "x"}};
+	static const odx_param pi[] = {{ODX_ARG_I32, 0, "i"}};
+	odx_context *ctx = test_open_ctx(kv);
+	odx_kernel *gate = test_host_kernel(ctx, "gate", p, 1, k_gate);
+	odx_kernel *k = test_host_kernel(ctx, "seq", pi, 1, k_seq);
+	odx_task_opts o = {.grid = {1, 1, 1}, .block = {1, 1, 1}};
+	odx_task_opts hi = {.grid = {1, 1, 1}, .block = {1, 1, 1}, .priority = 1};
+	odx__device *dev = &ctx->devices[0];
+	uint64_t unlocked;
+	odx_buffer *b;
+
+	(void)state;
+	assert_ok(odx_buffer_create(ctx, 64, 0, &b));
+	for (int round = 0; round < 2; round++) {
+		atomic_store(test_gate(), 0);
+		atomic_store(&entered, 0);
+		atomic_store(&nseq, 0);
+		assert_ok(odx_submit(ctx, gate, (odx_arg[]){ODX_BUF(b, ODX_RW)}, 1, &o, NULL));
+		wait_flag(&entered);
+		unlocked = atomic_load(&dev->unlocked_takes);
+		if (round == 1)
+			assert_ok(odx_submit(ctx, k, (odx_arg[]){ODX_I32(-1)}, 1, &hi, NULL));
+		for (int i = 0; i < NTASKS; i++)
+			assert_ok(odx_submit(ctx, k, (odx_arg[]){ODX_I32(i)}, 1, &o, NULL));
+		/* none taken while the worker is in the gate */
+		assert_int_equal(atomic_load(&dev->unlocked_takes), unlocked);
+		atomic_store(test_gate(), 1);
+		assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+		unlocked = atomic_load(&dev->unlocked_takes) - unlocked;
+		printf("round %d: %llu of %d tasks taken from the inbox without the lock\n", round,
+		       (unsigned long long)unlocked, NTASKS);
+		assert_int_equal(atomic_load(&nseq), NTASKS + round);
+		if (round == 0) {
+			assert_int_equal(unlocked, NTASKS);
+		} else {
+			assert_int_equal(seq[0], -1);
+			/* the look under the lock took a batch with it; the rest without the lock */
+			assert_true(unlocked >= 1 && unlocked < NTASKS);
+		}
+		for (int i = 0; i < NTASKS; i++)
+			if (seq[i + round] != i)
+				fail_msg("task %d ran in place %d", seq[i + round], i + round);
+	}
+	odx_buffer_destroy(b);
+	assert_ok(odx_close(ctx));
+}
+
 /* Runs NTASKS empty tasks under `policy`; returns whether its tasks were timed afterwards. */
 static bool run_under(const char *policy)
 {
@@ -256,6 +312,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_inbox_batch),
 		cmocka_unit_test(test_inbox_full),
+		cmocka_unit_test(test_inbox_unlocked),
 		cmocka_unit_test(test_policy_times_only_when_read),
 		cmocka_unit_test(test_policy_pending_threads),
 	};
