@@ -687,6 +687,7 @@ bool odx__inbox_ring_pending(odx__device *d);
 /* The worker's take from its inbox without d->lock (NULL: look under the lock), the note it
  * makes under the lock of whether it may, and the mark of a task queued under the lock. */
 odx__task *odx__inbox_take_unlocked(odx__device *d);
+bool odx__inbox_locked_empty(odx__device *d);
 void odx__inbox_note_empty(odx__device *d);
 void odx__lq_added(odx__device *d);
 /* Next task for a device's worker; called with d->lock held. */

@@ -378,6 +378,14 @@ bool odx__inbox_ring_pending(odx__device *dev)
 	       (pos & ~INBOX_MASK) + 1;
 }
 
+/* By dev's worker, without dev->lock: is nothing queued where it looks under the lock (it saw
+ * all of it empty then, and nothing was queued there since)? */
+bool odx__inbox_locked_empty(odx__device *dev)
+{
+	return dev->fast_ok &&
+	       atomic_load_explicit(&dev->lq_adds, memory_order_acquire) == dev->lq_seen;
+}
+
 /* The worker of dev, without dev->lock: the next task from its inbox if nothing queued under
  * the lock comes before it (it saw ready, staged, held and memory-wait empty, with no submitter
  * launching here, and nothing was queued there since: lq_adds unchanged), else NULL: it then
@@ -386,8 +394,7 @@ odx__task *odx__inbox_take_unlocked(odx__device *dev)
 {
 	odx__task *t;
 
-	if (!dev->fast_ok ||
-	    atomic_load_explicit(&dev->lq_adds, memory_order_acquire) != dev->lq_seen)
+	if (!odx__inbox_locked_empty(dev))
 		return NULL;
 	t = inbox_take(dev);
 	if (t)
@@ -628,13 +635,31 @@ odx__task *odx__sched_steal(odx_context *ctx, odx__device *dev)
 		    atomic_load_explicit(&v->load, memory_order_relaxed) < 2)
 			continue;
 		pthread_mutex_lock(&v->lock);
-		odx__inbox_drain(v);
 		/* the victim's worker runs its own next task (an idle one, sleeping or polling,
 		 * takes the head itself); take the most urgent of those waiting behind it that dev
 		 * may run (not one forced there) */
 		int first = v->sleeping || v->polling ? 1 : 0;
 
-		if (v->ready.n > first) {
+		/* Its worker busy and only its inbox holding tasks: the inbox's head, taken as its
+		 * worker would take it (no drain into the queue, which would send the worker to its
+		 * lock for every task after). One it may not run goes first in line in the queue,
+		 * where the look below passes it (held, if the queue has no memory for it). */
+		if (!first && v->ready.n == 0 && !v->held_head) {
+			odx__task *h = inbox_take(v);
+
+			if (h && !h->device_mask_only && odx__device_can_run(ctx, dev, h)) {
+				t = h;
+			} else if (h) {
+				if (queue_push(&v->ready, h) != 0) {
+					h->pool_next = NULL;
+					v->held_head = v->held_tail = h;
+				}
+				odx__lq_added(v);
+			}
+		}
+		if (!t)
+			odx__inbox_drain(v);
+		if (!t && v->ready.n > first) {
 			odx__task *head[STEAL_LOOK];
 			int k, n = odx__queue_peek_n(&v->ready, head, STEAL_LOOK);
 
@@ -667,7 +692,8 @@ void odx__sched_wake_thief(odx_context *ctx, odx__device *dev)
 		odx__device *v = &ctx->devices[d];
 		bool woke = false;
 
-		if (!steal_peer(ctx, dev, v))
+		/* one that does not sleep now would not be woken (no lock taken to see it) */
+		if (!steal_peer(ctx, dev, v) || !atomic_load(&v->sleeping))
 			continue;
 		pthread_mutex_lock(&v->lock);
 		if (v->sleeping) {

@@ -644,6 +644,14 @@ static bool poll_for_work(odx_context *ctx, odx__device *dev)
 
 #define WORKER_BATCH 16
 
+/* The worker took a task from its inbox without its lock: tasks left behind it there may go to
+ * an idle peer sharing its memory (as when it takes one under the lock). */
+static void took_unlocked(odx_context *ctx, odx__device *dev)
+{
+	if (dev->steal_peers && odx__inbox_ring_pending(dev) && atomic_load(&ctx->nsleeping) > 0)
+		odx__sched_wake_thief(ctx, dev);
+}
+
 static void *worker_loop(void *p)
 {
 	worker_arg wa = *(worker_arg *)p;
@@ -651,7 +659,7 @@ static void *worker_loop(void *p)
 	odx__device *dev = wa.dev;
 	odx__task *t, *batch[WORKER_BATCH];
 	int i, nbatch;
-	bool fetching;
+	bool fetching, polled = false;
 	char name[16];
 
 	free(p);
@@ -667,14 +675,23 @@ static void *worker_loop(void *p)
 		/* out of work: what it freed goes back to the pool for the submitters */
 		if (!t)
 			odx__task_return_flush(dev);
-		if (!t && !dev->stop && !dev->memwait_head) {
+		if (!t && !polled && !dev->stop && !dev->memwait_head) {
 			dev->polling = true;
+			odx__inbox_note_empty(dev);
 			pthread_mutex_unlock(&dev->lock);
 			poll_for_work(ctx, dev);
+			/* what the poll saw arrive in its inbox: taken without the lock */
+			if ((batch[0] = odx__inbox_take_unlocked(dev)) != NULL) {
+				dev->polling = false;
+				nbatch = 1;
+				took_unlocked(ctx, dev);
+				goto run_batch;
+			}
 			pthread_mutex_lock(&dev->lock);
 			dev->polling = false;
 			t = next_task(ctx, dev, true);
 		}
+		polled = false;
 		if (!t) {
 			if (dev->stop)
 				break;
@@ -747,10 +764,27 @@ run_batch:
 		 * compare-and-swap) */
 		if ((batch[0] = odx__inbox_take_unlocked(dev)) != NULL) {
 			nbatch = 1;
-			if (dev->steal_peers && odx__inbox_ring_pending(dev) &&
-			    atomic_load(&ctx->nsleeping) > 0)
-				odx__sched_wake_thief(ctx, dev);
+			took_unlocked(ctx, dev);
 			goto run_batch;
+		}
+		/* Nothing queued here at all, nor at a peer it could take from: it polls for work
+		 * before taking its lock (which it would only drop again to poll). */
+		if (ctx->idle_spin_ns && !ctx->use_shared && odx__inbox_locked_empty(dev) &&
+		    !(dev->steal_peers && odx__sched_stealable(ctx, dev, false))) {
+			odx__task_return_flush(dev);
+			dev->polling = true;
+			poll_for_work(ctx, dev);
+			if ((batch[0] = odx__inbox_take_unlocked(dev)) != NULL) {
+				dev->polling = false;
+				nbatch = 1;
+				took_unlocked(ctx, dev);
+				goto run_batch;
+			}
+			/* under the lock: one look, then sleep (it polled already) */
+			polled = true;
+			pthread_mutex_lock(&dev->lock);
+			dev->polling = false;
+			continue;
 		}
 		pthread_mutex_lock(&dev->lock);
 	}
