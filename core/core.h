@@ -603,6 +603,14 @@ struct odx__device {
 	_Alignas(64) odx__inbox_slot inbox[ODX__INBOX_CAP];
 	/* Drained tasks that `ready` had no memory for: taken before it, in order (under lock). */
 	odx__task *held_head, *held_tail;
+	/* Tasks of priority 0 pushed while the ring was full, after it in order (FIFO, under
+	 * lock): while any wait here, pushes come here too (over_n, read without the lock); the
+	 * worker refills the emptied ring from it, many at a time, and takes them from there
+	 * without its lock. A drain moves them into `ready` after the ring's. */
+	odx__task **over;
+	int over_head, over_cap;
+	_Atomic int over_n;
+	_Atomic uint64_t over_refills; /* refills of the ring from the overflow */
 	_Atomic uint64_t inbox_drains; /* looks at the inbox that found tasks */
 	_Atomic uint64_t inbox_tasks;  /* tasks taken from it */
 	_Atomic uint64_t push_wakes;   /* wake-ups sent by an inbox push to a sleeping worker */

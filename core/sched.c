@@ -417,6 +417,60 @@ void odx__lq_added(odx__device *dev)
 	atomic_fetch_add_explicit(&dev->lq_adds, 1, memory_order_release);
 }
 
+/* ---- the inbox's overflow: pushes while the ring is full (under dev->lock) -------------------- */
+
+/* t after what the overflow holds; false: no memory for it. */
+static bool over_push(odx__device *dev, odx__task *t)
+{
+	int n = atomic_load_explicit(&dev->over_n, memory_order_relaxed);
+
+	if (n == dev->over_cap) {
+		int cap = dev->over_cap ? 2 * dev->over_cap : 256, i;
+		odx__task **ring = malloc((size_t)cap * sizeof(*ring));
+
+		if (!ring)
+			return false;
+		for (i = 0; i < n; i++)
+			ring[i] = dev->over[(dev->over_head + i) % dev->over_cap];
+		free(dev->over);
+		dev->over = ring;
+		dev->over_head = 0;
+		dev->over_cap = cap;
+	}
+	dev->over[(dev->over_head + n) % dev->over_cap] = t;
+	atomic_store_explicit(&dev->over_n, n + 1, memory_order_relaxed);
+	return true;
+}
+
+static odx__task *over_pop(odx__device *dev)
+{
+	int n = atomic_load_explicit(&dev->over_n, memory_order_relaxed);
+	odx__task *t;
+
+	if (n == 0)
+		return NULL;
+	t = dev->over[dev->over_head];
+	dev->over_head = (dev->over_head + 1) % dev->over_cap;
+	atomic_store_explicit(&dev->over_n, n - 1, memory_order_relaxed);
+	return t;
+}
+
+/* The ring was found empty by its worker: the overflow's oldest tasks move into it (up to half
+ * of it), in order; pushes keep going to the overflow until it is empty. */
+static void over_refill(odx__device *dev)
+{
+	int moved = 0;
+
+	while (moved < ODX__INBOX_CAP / 2 &&
+	       atomic_load_explicit(&dev->over_n, memory_order_relaxed) > 0 &&
+	       inbox_push(dev, dev->over[dev->over_head])) {
+		over_pop(dev);
+		moved++;
+	}
+	if (moved)
+		atomic_fetch_add_explicit(&dev->over_refills, 1, memory_order_relaxed);
+}
+
 /* Moves what was pushed to dev's inbox into its ready queue, in push order. With dev->lock held.
  * A task `ready` has no memory for waits in the held list, and so does every later one (order
  * kept): nothing fails for it. Returns the tasks moved. */
@@ -425,7 +479,8 @@ int odx__inbox_drain(odx__device *dev)
 	odx__task *t;
 	int n = 0;
 
-	while ((t = inbox_take(dev)) != NULL) {
+	/* the ring first, then what overflowed it (pushed after) */
+	while ((t = inbox_take(dev)) != NULL || (t = over_pop(dev)) != NULL) {
 		n++;
 		if (!dev->held_head && queue_push(&dev->ready, t) == 0)
 			continue;
@@ -445,7 +500,8 @@ int odx__inbox_drain(odx__device *dev)
 
 bool odx__inbox_pending(odx__device *dev)
 {
-	return odx__inbox_ring_pending(dev) || dev->held_head;
+	return odx__inbox_ring_pending(dev) || dev->held_head ||
+	       atomic_load_explicit(&dev->over_n, memory_order_relaxed) > 0;
 }
 
 void odx__sched_push(odx_context *ctx, odx__task *t)
@@ -548,20 +604,27 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 	}
 	/* Counted before it is seen: a polling worker watches the load. */
 	atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
-	if (!inbox_push(dev, t)) {
-		/* The ring is full (the worker is far behind): into `ready` under the lock, after
-		 * what the ring holds. */
+	/* While tasks wait in the overflow, behind them: a thread's tasks keep their order. */
+	if (atomic_load_explicit(&dev->over_n, memory_order_relaxed) > 0 || !inbox_push(dev, t)) {
+		/* The ring is full (the worker is far behind): into the overflow under the lock,
+		 * after what the ring holds; the worker moves it into the ring once that empties.
+		 * Not counted in lq_adds: it comes after the ring, which the worker empties first. */
 		pthread_mutex_lock(&dev->lock);
-		odx__inbox_drain(dev);
-		if (dev->held_head || queue_push(&dev->ready, t) != 0) {
-			t->pool_next = NULL;
-			if (dev->held_tail)
-				dev->held_tail->pool_next = t;
-			else
-				dev->held_head = t;
-			dev->held_tail = t;
+		if ((atomic_load_explicit(&dev->over_n, memory_order_relaxed) > 0 ||
+		     !inbox_push(dev, t)) &&
+		    !over_push(dev, t)) {
+			/* no memory for it: everything into `ready` (or held), then it, in order */
+			odx__inbox_drain(dev);
+			if (dev->held_head || queue_push(&dev->ready, t) != 0) {
+				t->pool_next = NULL;
+				if (dev->held_tail)
+					dev->held_tail->pool_next = t;
+				else
+					dev->held_head = t;
+				dev->held_tail = t;
+			}
+			odx__lq_added(dev);
 		}
-		odx__lq_added(dev);
 		pthread_mutex_unlock(&dev->lock);
 	}
 	bool busy = false;
@@ -736,6 +799,13 @@ odx__task *odx__sched_next(odx_context *ctx, odx__device *dev)
 	}
 	if ((t = inbox_take(dev)) != NULL)
 		return t;
+	/* the ring is empty: the overflow's oldest move into it (the worker takes the rest of
+	 * them without its lock) */
+	if (atomic_load_explicit(&dev->over_n, memory_order_relaxed) > 0) {
+		over_refill(dev);
+		if ((t = inbox_take(dev)) != NULL)
+			return t;
+	}
 	if (dev->ready.n > 0)
 		return queue_pop(&dev->ready);
 	if (ctx->use_shared) {

@@ -770,6 +770,7 @@ run_batch:
 		/* Nothing queued here at all, nor at a peer it could take from: it polls for work
 		 * before taking its lock (which it would only drop again to poll). */
 		if (ctx->idle_spin_ns && !ctx->use_shared && odx__inbox_locked_empty(dev) &&
+		    atomic_load_explicit(&dev->over_n, memory_order_relaxed) == 0 &&
 		    !(dev->steal_peers && odx__sched_stealable(ctx, dev, false))) {
 			odx__task_return_flush(dev);
 			dev->polling = true;
