@@ -585,6 +585,7 @@ struct odx__device {
 	 * the lock may take too (a thief's drain): the head's compare-and-swap decides. A full
 	 * ring: the pusher takes the lock (odx__sched_queue). */
 	_Alignas(64) _Atomic unsigned inbox_tail;
+	_Atomic int over_n;         /* tasks in the overflow (below): read by every push */
 	/* Written under lock when the worker runs out of work (not per task); read without it by
 	 * every push: a line of their own. */
 	_Alignas(64) _Atomic bool sleeping;
@@ -609,7 +610,6 @@ struct odx__device {
 	 * without its lock. A drain moves them into `ready` after the ring's. */
 	odx__task **over;
 	int over_head, over_cap;
-	_Atomic int over_n;
 	_Atomic uint64_t over_refills; /* refills of the ring from the overflow */
 	_Atomic uint64_t inbox_drains; /* looks at the inbox that found tasks */
 	_Atomic uint64_t inbox_tasks;  /* tasks taken from it */

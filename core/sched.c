@@ -397,8 +397,11 @@ odx__task *odx__inbox_take_unlocked(odx__device *dev)
 	if (!odx__inbox_locked_empty(dev))
 		return NULL;
 	t = inbox_take(dev);
-	if (t)
-		atomic_fetch_add_explicit(&dev->unlocked_takes, 1, memory_order_relaxed);
+	if (t) /* its worker's count alone: no locked instruction */
+		atomic_store_explicit(&dev->unlocked_takes,
+				      atomic_load_explicit(&dev->unlocked_takes,
+							   memory_order_relaxed) + 1,
+				      memory_order_relaxed);
 	return t;
 }
 
