@@ -106,6 +106,7 @@ typedef struct odx__memnode {
 	_Atomic uint64_t writebacks; /* dirty copies written one tier down to make room */
 	_Atomic uint64_t evicted_bytes;
 	_Atomic uint64_t noroom;     /* admissions that had to wait for room */
+	_Atomic uint64_t alloc_skips; /* stagings that found every replica allocated (no pool) */
 } odx__memnode;
 
 struct odx_buffer {
