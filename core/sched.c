@@ -441,7 +441,7 @@ static bool over_push(odx__device *dev, odx__task *t)
 		dev->over_cap = cap;
 	}
 	dev->over[(dev->over_head + n) % dev->over_cap] = t;
-	atomic_store_explicit(&dev->over_n, n + 1, memory_order_relaxed);
+	atomic_store_explicit(&dev->over_n, n + 1, memory_order_release);
 	return true;
 }
 
@@ -454,7 +454,9 @@ static odx__task *over_pop(odx__device *dev)
 		return NULL;
 	t = dev->over[dev->over_head];
 	dev->over_head = (dev->over_head + 1) % dev->over_cap;
-	atomic_store_explicit(&dev->over_n, n - 1, memory_order_relaxed);
+	/* release: a pusher that reads the overflow empty claims its ring position after the
+	 * positions a refill claimed for what was in it (the tail's modification order) */
+	atomic_store_explicit(&dev->over_n, n - 1, memory_order_release);
 	return t;
 }
 
@@ -608,7 +610,7 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 	/* Counted before it is seen: a polling worker watches the load. */
 	atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
 	/* While tasks wait in the overflow, behind them: a thread's tasks keep their order. */
-	if (atomic_load_explicit(&dev->over_n, memory_order_relaxed) > 0 || !inbox_push(dev, t)) {
+	if (atomic_load_explicit(&dev->over_n, memory_order_acquire) > 0 || !inbox_push(dev, t)) {
 		/* The ring is full (the worker is far behind): into the overflow under the lock,
 		 * after what the ring holds; the worker moves it into the ring once that empties.
 		 * Not counted in lq_adds: it comes after the ring, which the worker empties first. */
