@@ -24,7 +24,7 @@ steps = [
   ("submit: admit, dependencies", r"^(odx__task_submit|admit|has_room|track_access|add_edge|odx__task_dep_access|readers_make_room|note_after|drop_ref)$"),
   ("ready: placement", r"^(odx__task_ready|odx__sched_push|place_least_loaded|odx__device_can_run|missing_bytes|place_eager|place_round_robin)$"),
   ("ready: queue push, wake decisions", r"^(odx__sched_queue|queue_push|level_for|odx__sched_wake_thief|wake_one_sleeper|inbox_push)$"),
-  ("worker: take (queue, poll, steal)", r"^(worker_loop|odx__inbox_drain|odx__inbox_pending|inbox_take|next_task|odx__sched_next|queue_pop|level_taken|queue_peek|odx__sched_steal|queue_take|odx__queue_peek_n|odx__sched_stealable|steal_peer|poll_for_work)$"),
+  ("worker: take (queue, poll, steal)", r"^(worker_loop|odx__inbox_drain|odx__inbox_pending|odx__inbox_ring_pending|odx__inbox_take_unlocked|odx__inbox_note_empty|inbox_take|next_task|odx__sched_next|queue_pop|level_taken|queue_peek|odx__sched_steal|queue_take|odx__queue_peek_n|odx__sched_stealable|steal_peer|poll_for_work)$"),
   ("run: stage, launch, kernel", r"^(run|run_kernel|load_module|odx__stage|stages_arg|working_set_get|host_run|host_launch|empty_kernel|finish_trace|odx__task_memnode|odx__now_ns|.*host.*)$"),
   ("complete: unstage, successors, counters", r"^(odx__task_finish|odx__unstage|odx__task_complete|odx__prefetch_pump|wake_for_completion|odx__wake_waiters|odx__mem_done|odx__tier_changed|odx__tier_progress|cancel_from)$"),
   ("complete: task back to the pool", r"^(odx__task_put.*|task_reset|odx__task_return_flush)$"),

@@ -480,6 +480,7 @@ static void context_free(odx_context *ctx)
 		dev->ops->device_close(dev->bdev);
 		odx__queue_free(&dev->ready);
 		free(dev->staged);
+		free(dev->over);
 		pthread_mutex_destroy(&dev->lock);
 		pthread_cond_destroy(&dev->cond);
 	}

@@ -106,6 +106,7 @@ typedef struct odx__memnode {
 	_Atomic uint64_t writebacks; /* dirty copies written one tier down to make room */
 	_Atomic uint64_t evicted_bytes;
 	_Atomic uint64_t noroom;     /* admissions that had to wait for room */
+	_Atomic uint64_t alloc_skips; /* stagings that found every replica allocated (no pool) */
 } odx__memnode;
 
 struct odx_buffer {
@@ -550,6 +551,14 @@ typedef struct odx__queue {
 /* Slots of a device's inbox ring (a power of two). */
 #define ODX__INBOX_CAP 256
 
+/* One slot of a device inbox: `turn` is the lap base of the position it serves (position &
+ * ~(CAP - 1)): equal, it is free for that position; plus one, it holds that position's task;
+ * plus CAP, it was taken and serves the next lap. Zeroed memory is a valid empty ring. */
+typedef struct odx__inbox_slot {
+	_Atomic unsigned turn;
+	_Atomic(odx__task *) task;
+} odx__inbox_slot;
+
 struct odx__device {
 	int index;
 	int memnode;
@@ -568,23 +577,41 @@ struct odx__device {
 	odx__task **staged;         /* tasks whose inputs arrived: FIFO ring */
 	int staged_head, staged_n, staged_cap;
 	/* Ready tasks of priority 0 pushed without the lock (sched.c, inbox_push): a ring of
-	 * ODX__INBOX_CAP task pointers. A pusher claims a slot with a compare-and-swap on
-	 * inbox_tail (a line the worker never writes) and stores the task there; whoever holds
-	 * the lock takes the slots in order (inbox_head, its own line), reading pointers 8 to a
-	 * line and touching no task: the worker's lock is no longer the submitter's, and the queue's
-	 * lines move once per 8 tasks. A full ring: the pusher takes the lock (odx__sched_queue). */
+	 * ODX__INBOX_CAP slots, each a task pointer and its turn (which lap of the ring may write
+	 * or read it next). A pusher claims a position with a compare-and-swap on inbox_tail (a
+	 * line the worker never writes), stores the task and then the slot's turn; a taker claims
+	 * the position at inbox_head with a compare-and-swap once its turn says it is written,
+	 * reads the task and hands the slot to the next lap. The worker takes from it without its
+	 * lock while nothing is queued under the lock (worker.c, take_unlocked); whoever holds
+	 * the lock may take too (a thief's drain): the head's compare-and-swap decides. A full
+	 * ring: the pusher takes the lock (odx__sched_queue). */
 	_Alignas(64) _Atomic unsigned inbox_tail;
-	_Atomic unsigned inbox_head_seen; /* a pusher's last look at inbox_head */
+	_Atomic int over_n;         /* tasks in the overflow (below): read by every push */
 	/* Written under lock when the worker runs out of work (not per task); read without it by
 	 * every push: a line of their own. */
 	_Alignas(64) _Atomic bool sleeping;
 	_Atomic bool polling;       /* its worker found nothing and looks again before it sleeps
 				     * (poll_for_work): it takes what is queued here at once, so
 				     * neither a wake-up nor a thief is needed for it */
-	_Alignas(64) _Atomic unsigned inbox_head; /* under lock */
-	_Alignas(64) _Atomic(odx__task *) inbox[ODX__INBOX_CAP];
+	_Alignas(64) _Atomic unsigned inbox_head;
+	/* Bumped (under lock) whenever a task is queued where the worker looks under its lock
+	 * (ready, staged, held, memory-wait) or a submitter launches here: the worker takes from
+	 * the inbox without the lock only while it is the count it saw with all of those empty
+	 * (lq_seen, fast_ok: its own thread's). */
+	_Atomic unsigned lq_adds;
+	unsigned lq_seen;
+	bool fast_ok;
+	_Atomic uint64_t unlocked_takes; /* tasks the worker took from the inbox without its lock */
+	_Alignas(64) odx__inbox_slot inbox[ODX__INBOX_CAP];
 	/* Drained tasks that `ready` had no memory for: taken before it, in order (under lock). */
 	odx__task *held_head, *held_tail;
+	/* Tasks of priority 0 pushed while the ring was full, after it in order (FIFO, under
+	 * lock): while any wait here, pushes come here too (over_n, read without the lock); the
+	 * worker refills the emptied ring from it, many at a time, and takes them from there
+	 * without its lock. A drain moves them into `ready` after the ring's. */
+	odx__task **over;
+	int over_head, over_cap;
+	_Atomic uint64_t over_refills; /* refills of the ring from the overflow */
 	_Atomic uint64_t inbox_drains; /* looks at the inbox that found tasks */
 	_Atomic uint64_t inbox_tasks;  /* tasks taken from it */
 	_Atomic uint64_t push_wakes;   /* wake-ups sent by an inbox push to a sleeping worker */
@@ -668,6 +695,13 @@ void odx__device_push_staged(odx__device *d, odx__task *t);
  * or a hint without it). */
 int odx__inbox_drain(odx__device *d);
 bool odx__inbox_pending(odx__device *d);
+bool odx__inbox_ring_pending(odx__device *d);
+/* The worker's take from its inbox without d->lock (NULL: look under the lock), the note it
+ * makes under the lock of whether it may, and the mark of a task queued under the lock. */
+odx__task *odx__inbox_take_unlocked(odx__device *d);
+bool odx__inbox_locked_empty(odx__device *d);
+void odx__inbox_note_empty(odx__device *d);
+void odx__lq_added(odx__device *d);
 /* Next task for a device's worker; called with d->lock held. */
 odx__task *odx__sched_next(odx_context *ctx, odx__device *d);
 /* Work stealing (sched.steal): a ready task queued behind a busy device that shares d's memory,

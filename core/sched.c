@@ -302,50 +302,178 @@ static void push_failed(odx__task *t)
 
 /* ---- the device inbox: pushes without the device's lock ------------------------------------ */
 
+#define INBOX_MASK (ODX__INBOX_CAP - 1u)
+
 /* Pushes ready task t (placed on dev, counted in dev->load) into dev's inbox ring; false when
- * it is full. The store of t is sequentially consistent, as is the worker's store to `sleeping`
- * before it looks at the inbox a last time: either it sees t, or the caller then sees it
- * asleep. */
+ * it is full. The slot's turn is stored sequentially consistent, as is the worker's store to
+ * `sleeping` before it looks at the inbox a last time: either it sees t, or the caller then sees
+ * it asleep. A pusher reads only the tail and the slot it writes (whose line it writes anyway),
+ * never the taker's head. */
 static bool inbox_push(odx__device *dev, odx__task *t)
 {
-	unsigned tail = atomic_load_explicit(&dev->inbox_tail, memory_order_relaxed);
+	unsigned pos = atomic_load_explicit(&dev->inbox_tail, memory_order_relaxed);
+	odx__inbox_slot *s;
 
 	for (;;) {
-		/* acquire/release on head_seen too: a pusher that trusts another pusher's view of
-		 * the head must also see the taker's emptying of the slots behind it */
-		if (tail - atomic_load_explicit(&dev->inbox_head_seen, memory_order_acquire) >=
-		    ODX__INBOX_CAP) {
-			/* full as last seen: look at the taker's side (a line it writes) */
-			unsigned head = atomic_load_explicit(&dev->inbox_head, memory_order_acquire);
+		s = &dev->inbox[pos & INBOX_MASK];
+		/* acquire: the taker's read of the slot's previous task came before */
+		int dif = (int)(atomic_load_explicit(&s->turn, memory_order_acquire) -
+				(pos & ~INBOX_MASK));
 
-			atomic_store_explicit(&dev->inbox_head_seen, head, memory_order_release);
-			if (tail - head >= ODX__INBOX_CAP)
-				return false;
+		if (dif == 0) {
+			if (atomic_compare_exchange_weak_explicit(&dev->inbox_tail, &pos, pos + 1,
+								  memory_order_relaxed,
+								  memory_order_relaxed))
+				break;
+		} else if (dif < 0) {
+			return false; /* a lap behind: the ring is full */
+		} else {
+			pos = atomic_load_explicit(&dev->inbox_tail, memory_order_relaxed);
 		}
-		if (atomic_compare_exchange_weak_explicit(&dev->inbox_tail, &tail, tail + 1,
-							  memory_order_acquire,
-							  memory_order_relaxed))
-			break;
 	}
-	/* The slot was emptied before the head moved past it (acquire above, release below). */
-	atomic_store(&dev->inbox[tail % ODX__INBOX_CAP], t);
+	atomic_store_explicit(&s->task, t, memory_order_relaxed);
+	atomic_store(&s->turn, (pos & ~INBOX_MASK) + 1);
 	return true;
 }
 
-/* The next task in dev's inbox, taken out of it, or NULL (empty, or its next slot claimed and
- * not yet written: that pusher then wakes the worker if it sleeps). With dev->lock held. */
+/* The next task in dev's inbox, taken out of it, or NULL (empty, or its next position claimed
+ * and not yet written: that pusher then wakes the worker if it sleeps). With dev->lock held, or
+ * by dev's worker without it (take_unlocked): the compare-and-swap on the head decides between
+ * them. */
 static odx__task *inbox_take(odx__device *dev)
 {
-	unsigned head = atomic_load_explicit(&dev->inbox_head, memory_order_relaxed);
-	_Atomic(odx__task *) *slot = &dev->inbox[head % ODX__INBOX_CAP];
-	odx__task *t = atomic_load(slot);
+	unsigned pos = atomic_load_explicit(&dev->inbox_head, memory_order_relaxed);
+	odx__inbox_slot *s;
+	odx__task *t;
 
-	if (!t)
-		return NULL;
-	atomic_store_explicit(slot, NULL, memory_order_relaxed);
-	atomic_store_explicit(&dev->inbox_head, head + 1, memory_order_release);
+	for (;;) {
+		s = &dev->inbox[pos & INBOX_MASK];
+		/* sequentially consistent: after a store to `sleeping` (see inbox_push) */
+		int dif = (int)(atomic_load(&s->turn) - ((pos & ~INBOX_MASK) + 1));
+
+		if (dif == 0) {
+			if (atomic_compare_exchange_weak_explicit(&dev->inbox_head, &pos, pos + 1,
+								  memory_order_relaxed,
+								  memory_order_relaxed))
+				break;
+		} else if (dif < 0) {
+			return NULL;
+		} else {
+			pos = atomic_load_explicit(&dev->inbox_head, memory_order_relaxed);
+		}
+	}
+	t = atomic_load_explicit(&s->task, memory_order_relaxed);
+	/* release: the next lap's pusher writes the slot after this read */
+	atomic_store_explicit(&s->turn, (pos & ~INBOX_MASK) + ODX__INBOX_CAP, memory_order_release);
 	atomic_fetch_add_explicit(&dev->inbox_tasks, 1, memory_order_relaxed);
 	return t;
+}
+
+/* Is a task waiting in dev's ring (a hint: without a lock). */
+bool odx__inbox_ring_pending(odx__device *dev)
+{
+	unsigned pos = atomic_load_explicit(&dev->inbox_head, memory_order_relaxed);
+
+	return atomic_load_explicit(&dev->inbox[pos & INBOX_MASK].turn, memory_order_relaxed) ==
+	       (pos & ~INBOX_MASK) + 1;
+}
+
+/* By dev's worker, without dev->lock: is nothing queued where it looks under the lock (it saw
+ * all of it empty then, and nothing was queued there since)? */
+bool odx__inbox_locked_empty(odx__device *dev)
+{
+	return dev->fast_ok &&
+	       atomic_load_explicit(&dev->lq_adds, memory_order_acquire) == dev->lq_seen;
+}
+
+/* The worker of dev, without dev->lock: the next task from its inbox if nothing queued under
+ * the lock comes before it (it saw ready, staged, held and memory-wait empty, with no submitter
+ * launching here, and nothing was queued there since: lq_adds unchanged), else NULL: it then
+ * looks under the lock. A task queued under the lock meanwhile is as if queued just after. */
+odx__task *odx__inbox_take_unlocked(odx__device *dev)
+{
+	odx__task *t;
+
+	if (!odx__inbox_locked_empty(dev))
+		return NULL;
+	t = inbox_take(dev);
+	if (t) /* its worker's count alone: no locked instruction */
+		atomic_store_explicit(&dev->unlocked_takes,
+				      atomic_load_explicit(&dev->unlocked_takes,
+							   memory_order_relaxed) + 1,
+				      memory_order_relaxed);
+	return t;
+}
+
+/* With dev->lock held, by dev's worker: records whether it may take from the inbox without the
+ * lock next time (nothing queued where it looks under the lock). */
+void odx__inbox_note_empty(odx__device *dev)
+{
+	dev->lq_seen = atomic_load_explicit(&dev->lq_adds, memory_order_relaxed);
+	dev->fast_ok = dev->staged_n == 0 && dev->ready.n == 0 && !dev->held_head &&
+		       !dev->memwait_head && !dev->inline_running && !dev->stop;
+}
+
+/* With dev->lock held: a task was queued where its worker looks under the lock. */
+void odx__lq_added(odx__device *dev)
+{
+	atomic_fetch_add_explicit(&dev->lq_adds, 1, memory_order_release);
+}
+
+/* ---- the inbox's overflow: pushes while the ring is full (under dev->lock) -------------------- */
+
+/* t after what the overflow holds; false: no memory for it. */
+static bool over_push(odx__device *dev, odx__task *t)
+{
+	int n = atomic_load_explicit(&dev->over_n, memory_order_relaxed);
+
+	if (n == dev->over_cap) {
+		int cap = dev->over_cap ? 2 * dev->over_cap : 256, i;
+		odx__task **ring = malloc((size_t)cap * sizeof(*ring));
+
+		if (!ring)
+			return false;
+		for (i = 0; i < n; i++)
+			ring[i] = dev->over[(dev->over_head + i) % dev->over_cap];
+		free(dev->over);
+		dev->over = ring;
+		dev->over_head = 0;
+		dev->over_cap = cap;
+	}
+	dev->over[(dev->over_head + n) % dev->over_cap] = t;
+	atomic_store_explicit(&dev->over_n, n + 1, memory_order_release);
+	return true;
+}
+
+static odx__task *over_pop(odx__device *dev)
+{
+	int n = atomic_load_explicit(&dev->over_n, memory_order_relaxed);
+	odx__task *t;
+
+	if (n == 0)
+		return NULL;
+	t = dev->over[dev->over_head];
+	dev->over_head = (dev->over_head + 1) % dev->over_cap;
+	/* release: a pusher that reads the overflow empty claims its ring position after the
+	 * positions a refill claimed for what was in it (the tail's modification order) */
+	atomic_store_explicit(&dev->over_n, n - 1, memory_order_release);
+	return t;
+}
+
+/* The ring was found empty by its worker: the overflow's oldest tasks move into it (up to half
+ * of it), in order; pushes keep going to the overflow until it is empty. */
+static void over_refill(odx__device *dev)
+{
+	int moved = 0;
+
+	while (moved < ODX__INBOX_CAP / 2 &&
+	       atomic_load_explicit(&dev->over_n, memory_order_relaxed) > 0 &&
+	       inbox_push(dev, dev->over[dev->over_head])) {
+		over_pop(dev);
+		moved++;
+	}
+	if (moved)
+		atomic_fetch_add_explicit(&dev->over_refills, 1, memory_order_relaxed);
 }
 
 /* Moves what was pushed to dev's inbox into its ready queue, in push order. With dev->lock held.
@@ -356,7 +484,8 @@ int odx__inbox_drain(odx__device *dev)
 	odx__task *t;
 	int n = 0;
 
-	while ((t = inbox_take(dev)) != NULL) {
+	/* the ring first, then what overflowed it (pushed after) */
+	while ((t = inbox_take(dev)) != NULL || (t = over_pop(dev)) != NULL) {
 		n++;
 		if (!dev->held_head && queue_push(&dev->ready, t) == 0)
 			continue;
@@ -367,17 +496,17 @@ int odx__inbox_drain(odx__device *dev)
 			dev->held_head = t;
 		dev->held_tail = t;
 	}
-	if (n)
+	if (n) {
 		atomic_fetch_add_explicit(&dev->inbox_drains, 1, memory_order_relaxed);
+		odx__lq_added(dev);
+	}
 	return n;
 }
 
 bool odx__inbox_pending(odx__device *dev)
 {
-	unsigned head = atomic_load_explicit(&dev->inbox_head, memory_order_relaxed);
-
-	return atomic_load_explicit(&dev->inbox[head % ODX__INBOX_CAP], memory_order_relaxed) ||
-	       dev->held_head;
+	return odx__inbox_ring_pending(dev) || dev->held_head ||
+	       atomic_load_explicit(&dev->over_n, memory_order_relaxed) > 0;
 }
 
 void odx__sched_push(odx_context *ctx, odx__task *t)
@@ -447,6 +576,7 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 		if (dev->sleeping && !dev->inline_running && !dev->stop && dev->ready.n == 0 &&
 		    !dev->held_head && dev->staged_n == 0 && !dev->memwait_head) {
 			dev->inline_running = true;
+			odx__lq_added(dev);
 			atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
 			pthread_mutex_unlock(&dev->lock);
 			odx__run_inline(dev, t);
@@ -462,6 +592,7 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 		rc = queue_push(&dev->ready, t);
 		bool busy = false;
 		if (rc == 0) {
+			odx__lq_added(dev);
 			atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
 			if (dev->sleeping)
 				pthread_cond_signal(&dev->cond);
@@ -478,18 +609,26 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 	}
 	/* Counted before it is seen: a polling worker watches the load. */
 	atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
-	if (!inbox_push(dev, t)) {
-		/* The ring is full (the worker is far behind): into `ready` under the lock, after
-		 * what the ring holds. */
+	/* While tasks wait in the overflow, behind them: a thread's tasks keep their order. */
+	if (atomic_load_explicit(&dev->over_n, memory_order_acquire) > 0 || !inbox_push(dev, t)) {
+		/* The ring is full (the worker is far behind): into the overflow under the lock,
+		 * after what the ring holds; the worker moves it into the ring once that empties.
+		 * Not counted in lq_adds: it comes after the ring, which the worker empties first. */
 		pthread_mutex_lock(&dev->lock);
-		odx__inbox_drain(dev);
-		if (dev->held_head || queue_push(&dev->ready, t) != 0) {
-			t->pool_next = NULL;
-			if (dev->held_tail)
-				dev->held_tail->pool_next = t;
-			else
-				dev->held_head = t;
-			dev->held_tail = t;
+		if ((atomic_load_explicit(&dev->over_n, memory_order_relaxed) > 0 ||
+		     !inbox_push(dev, t)) &&
+		    !over_push(dev, t)) {
+			/* no memory for it: everything into `ready` (or held), then it, in order */
+			odx__inbox_drain(dev);
+			if (dev->held_head || queue_push(&dev->ready, t) != 0) {
+				t->pool_next = NULL;
+				if (dev->held_tail)
+					dev->held_tail->pool_next = t;
+				else
+					dev->held_head = t;
+				dev->held_tail = t;
+			}
+			odx__lq_added(dev);
 		}
 		pthread_mutex_unlock(&dev->lock);
 	}
@@ -564,13 +703,31 @@ odx__task *odx__sched_steal(odx_context *ctx, odx__device *dev)
 		    atomic_load_explicit(&v->load, memory_order_relaxed) < 2)
 			continue;
 		pthread_mutex_lock(&v->lock);
-		odx__inbox_drain(v);
 		/* the victim's worker runs its own next task (an idle one, sleeping or polling,
 		 * takes the head itself); take the most urgent of those waiting behind it that dev
 		 * may run (not one forced there) */
 		int first = v->sleeping || v->polling ? 1 : 0;
 
-		if (v->ready.n > first) {
+		/* Its worker busy and only its inbox holding tasks: the inbox's head, taken as its
+		 * worker would take it (no drain into the queue, which would send the worker to its
+		 * lock for every task after). One it may not run goes first in line in the queue,
+		 * where the look below passes it (held, if the queue has no memory for it). */
+		if (!first && v->ready.n == 0 && !v->held_head) {
+			odx__task *h = inbox_take(v);
+
+			if (h && !h->device_mask_only && odx__device_can_run(ctx, dev, h)) {
+				t = h;
+			} else if (h) {
+				if (queue_push(&v->ready, h) != 0) {
+					h->pool_next = NULL;
+					v->held_head = v->held_tail = h;
+				}
+				odx__lq_added(v);
+			}
+		}
+		if (!t)
+			odx__inbox_drain(v);
+		if (!t && v->ready.n > first) {
 			odx__task *head[STEAL_LOOK];
 			int k, n = odx__queue_peek_n(&v->ready, head, STEAL_LOOK);
 
@@ -603,7 +760,8 @@ void odx__sched_wake_thief(odx_context *ctx, odx__device *dev)
 		odx__device *v = &ctx->devices[d];
 		bool woke = false;
 
-		if (!steal_peer(ctx, dev, v))
+		/* one that does not sleep now would not be woken (no lock taken to see it) */
+		if (!steal_peer(ctx, dev, v) || !atomic_load(&v->sleeping))
 			continue;
 		pthread_mutex_lock(&v->lock);
 		if (v->sleeping) {
@@ -646,6 +804,13 @@ odx__task *odx__sched_next(odx_context *ctx, odx__device *dev)
 	}
 	if ((t = inbox_take(dev)) != NULL)
 		return t;
+	/* the ring is empty: the overflow's oldest move into it (the worker takes the rest of
+	 * them without its lock) */
+	if (atomic_load_explicit(&dev->over_n, memory_order_relaxed) > 0) {
+		over_refill(dev);
+		if ((t = inbox_take(dev)) != NULL)
+			return t;
+	}
 	if (dev->ready.n > 0)
 		return queue_pop(&dev->ready);
 	if (ctx->use_shared) {
@@ -684,6 +849,7 @@ void odx__device_push_staged(odx__device *dev, odx__task *t)
 	}
 	dev->staged[(dev->staged_head + dev->staged_n) % dev->staged_cap] = t;
 	dev->staged_n++;
+	odx__lq_added(dev);
 	if (dev->sleeping)
 		pthread_cond_signal(&dev->cond);
 	pthread_mutex_unlock(&dev->lock);

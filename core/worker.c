@@ -279,6 +279,7 @@ static void wait_for_room(odx__device *dev, odx__task **ts, int n, uint64_t seen
 			dev->memwait_tail = t;
 	}
 	atomic_fetch_add(&dev->memwait_n, n);
+	odx__lq_added(dev);
 	if (atomic_load(&ctx->progress) != seen)
 		dev->mem_changed = true;
 	pthread_mutex_unlock(&dev->lock);
@@ -665,6 +666,14 @@ static bool poll_for_work(odx_context *ctx, odx__device *dev)
 
 #define WORKER_BATCH 16
 
+/* The worker took a task from its inbox without its lock: tasks left behind it there may go to
+ * an idle peer sharing its memory (as when it takes one under the lock). */
+static void took_unlocked(odx_context *ctx, odx__device *dev)
+{
+	if (dev->steal_peers && odx__inbox_ring_pending(dev) && atomic_load(&ctx->nsleeping) > 0)
+		odx__sched_wake_thief(ctx, dev);
+}
+
 static void *worker_loop(void *p)
 {
 	worker_arg wa = *(worker_arg *)p;
@@ -672,7 +681,7 @@ static void *worker_loop(void *p)
 	odx__device *dev = wa.dev;
 	odx__task *t, *batch[WORKER_BATCH];
 	int i, nbatch;
-	bool fetching;
+	bool fetching, polled = false;
 	char name[16];
 
 	free(p);
@@ -688,14 +697,23 @@ static void *worker_loop(void *p)
 		/* out of work: what it freed goes back to the pool for the submitters */
 		if (!t)
 			odx__task_return_flush(dev);
-		if (!t && !dev->stop && !dev->memwait_head) {
+		if (!t && !polled && !dev->stop && !dev->memwait_head) {
 			dev->polling = true;
+			odx__inbox_note_empty(dev);
 			pthread_mutex_unlock(&dev->lock);
 			poll_for_work(ctx, dev);
+			/* what the poll saw arrive in its inbox: taken without the lock */
+			if ((batch[0] = odx__inbox_take_unlocked(dev)) != NULL) {
+				dev->polling = false;
+				nbatch = 1;
+				took_unlocked(ctx, dev);
+				goto run_batch;
+			}
 			pthread_mutex_lock(&dev->lock);
 			dev->polling = false;
 			t = next_task(ctx, dev, true);
 		}
+		polled = false;
 		if (!t) {
 			if (dev->stop)
 				break;
@@ -725,6 +743,7 @@ static void *worker_loop(void *p)
 		       (t = next_task(ctx, dev, false)) != NULL)
 			batch[nbatch++] = t;
 		bool behind = dev->steal_peers && (dev->ready.n > 0 || odx__inbox_pending(dev));
+		odx__inbox_note_empty(dev);
 		pthread_mutex_unlock(&dev->lock);
 		/* tasks wait behind the one it took: an idle peer sharing its memory may take them */
 		if (behind && atomic_load(&ctx->nsleeping) > 0)
@@ -763,6 +782,34 @@ run_batch:
 			atomic_fetch_add_explicit(&dev->direct_runs, 1, memory_order_relaxed);
 			nbatch = 1;
 			goto run_batch;
+		}
+		/* nothing queued under the lock since it last looked: the next task from its inbox,
+		 * without the lock (a thief draining it under the lock is decided by the head's
+		 * compare-and-swap) */
+		if ((batch[0] = odx__inbox_take_unlocked(dev)) != NULL) {
+			nbatch = 1;
+			took_unlocked(ctx, dev);
+			goto run_batch;
+		}
+		/* Nothing queued here at all, nor at a peer it could take from: it polls for work
+		 * before taking its lock (which it would only drop again to poll). */
+		if (ctx->idle_spin_ns && !ctx->use_shared && odx__inbox_locked_empty(dev) &&
+		    atomic_load_explicit(&dev->over_n, memory_order_relaxed) == 0 &&
+		    !(dev->steal_peers && odx__sched_stealable(ctx, dev, false))) {
+			odx__task_return_flush(dev);
+			dev->polling = true;
+			poll_for_work(ctx, dev);
+			if ((batch[0] = odx__inbox_take_unlocked(dev)) != NULL) {
+				dev->polling = false;
+				nbatch = 1;
+				took_unlocked(ctx, dev);
+				goto run_batch;
+			}
+			/* under the lock: one look, then sleep (it polled already) */
+			polled = true;
+			pthread_mutex_lock(&dev->lock);
+			dev->polling = false;
+			continue;
 		}
 		pthread_mutex_lock(&dev->lock);
 	}

@@ -30,10 +30,14 @@ int odx__task_memnode(const odx__task *t)
 
 /* ---- staging --------------------------------------------------------------------------------- */
 
+static bool stage_fetches(const odx__task *t, const odx__task *producer, const odx_buffer *b);
+
 /* Node m's lock held. Allocates (reserved room) and pins b's replica on m for t, and queues a
- * fetch if t reads it and it is not valid there. */
-static int stage_one(odx__task *t, odx_buffer *b, int m, bool reads, odx__copy_job **job,
-		     uint64_t clock)
+ * fetch if t reads it and it is not valid there. `stale`: alloc_missing's pass was skipped
+ * (odx__stage: every replica already allocated, no pool), so its one job for an allocated
+ * replica is done here, under the same buffer lock as the pin. */
+static int stage_one(odx__task *t, const odx__task *producer, odx_buffer *b, int m, bool reads,
+		     bool stale, odx__copy_job **job, uint64_t clock)
 {
 	odx_context *ctx = t->ctx;
 	odx__replica *r = &b->replicas[m];
@@ -41,7 +45,14 @@ static int stage_one(odx__task *t, odx_buffer *b, int m, bool reads, odx__copy_j
 	int rc = 0, src;
 
 	*job = NULL;
+	/* as alloc_missing would: the buffer's home is chosen (an atomic load once it is) */
+	if (stale && odx__is_host_node(ctx, m))
+		odx__buffer_home(ctx, b, m);
 	pthread_mutex_lock(&b->lock);
+	/* a never-written buffer's replica holding bytes of a failed writer: reallocated below */
+	if (stale && b->zero && r->allocated && !r->fetching &&
+	    atomic_load(&r->state) == ODX__INVALID && stage_fetches(t, producer, b))
+		odx__replica_free(ctx, b, m);
 	/* alloc_missing allocated it under the node lock we still hold; defensive. */
 	if (!r->allocated && (rc = odx__replica_alloc(ctx, b, m, b->zero)) != 0)
 		goto out_unlock;
@@ -299,7 +310,7 @@ int odx__stage(odx__task *t, const odx__task *producer)
 	odx_buffer *failed = NULL;
 	uint64_t missing, clock;
 	working_set ws;
-	bool direct;
+	bool direct, skip_alloc;
 	char why[ODX__MSG_MAX];
 
 	if (t->nargs == 0) {
@@ -369,7 +380,14 @@ int odx__stage(odx__task *t, const odx__task *producer)
 			return ODX__STAGE_READY;
 		}
 	}
-	for (i = 0; (rc = alloc_missing(t, producer, m, direct, &jobs, &failed)) != 0 && node->pool &&
+	/* Every replica already allocated here and no pool (a chain's buffers, after its first
+	 * task): alloc_missing would only lock each buffer to find that out; stage_one does the
+	 * rest. Two lock round trips fewer per 2-buffer task. */
+	skip_alloc = ws.missing == 0 && !node->pool;
+	if (skip_alloc)
+		atomic_fetch_add_explicit(&node->alloc_skips, 1, memory_order_relaxed);
+	for (i = 0; !skip_alloc &&
+		    (rc = alloc_missing(t, producer, m, direct, &jobs, &failed)) != 0 && node->pool &&
 		    i < 4;
 	     i++) {
 		/* The driver refused memory that our accounting says is free (chunks too fragmented
@@ -416,9 +434,9 @@ int odx__stage(odx__task *t, const odx__task *producer)
 			continue;
 		/* What the producer ahead on the same in-order lane writes will be there when t
 		 * runs: no fetch (its replica's state changes when the producer completes). */
-		rc = stage_one(t, b, m,
+		rc = stage_one(t, producer, b, m,
 			       odx__task_stage_reads(t, i) && !(producer && task_writes(producer, b)),
-			       &job, clock);
+			       skip_alloc && first_use(t, i), &job, clock);
 		if (rc) {
 			char detail[ODX__MSG_MAX];
 

@@ -8,7 +8,11 @@
  *  - the tasks a worker frees go back to the pool in batches, not one compare-and-swap each;
  *  - a Lua policy that never reads run times (lua:eager) has its tasks run with no clock read
  *    for it; one that reads them (lua:heft, batch.estimate) turns the timing on;
- *  - the policy's lock-free pending list loses no task pushed from several threads at once.
+ *  - the policy's lock-free pending list loses no task pushed from several threads at once;
+ *  - a worker with nothing queued under its lock takes from its inbox without the lock, and
+ *    a task queued under the lock meanwhile (another priority) still comes first;
+ *  - staging a task whose buffers are all allocated on a host node skips the allocation pass
+ *    (one buffer lock fewer per buffer), and the chain's bytes are still right.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -142,8 +146,8 @@ static int k_seq(const odx_host_launch *l)
 }
 
 /* More tasks than the ring holds, pushed while the worker is busy: the ring fills, the rest goes
- * to the queue under the lock after what the ring held (one drain), and every task runs in
- * submission order. */
+ * to its overflow under the lock (no drain into the queue), the worker refills the ring from it
+ * once it emptied the ring, and every task runs in submission order, all through the ring. */
 static void test_inbox_full(void **state)
 {
 	static const char *const kv[] = {"host.devices", "1", "host.bind", "false", NULL};
@@ -154,7 +158,7 @@ static void test_inbox_full(void **state)
 	odx_kernel *k = test_host_kernel(ctx, "seq", pi, 1, k_seq);
 	odx_task_opts o = {.grid = {1, 1, 1}, .block = {1, 1, 1}};
 	odx__device *dev = &ctx->devices[0];
-	uint64_t drains, tasks;
+	uint64_t drains, tasks, refills;
 	odx_buffer *b;
 
 	(void)state;
@@ -168,17 +172,119 @@ static void test_inbox_full(void **state)
 	tasks = atomic_load(&dev->inbox_tasks);
 	for (int i = 0; i < OVERFLOW; i++)
 		assert_ok(odx_submit(ctx, k, (odx_arg[]){ODX_I32(i)}, 1, &o, NULL));
-	/* the push past the ring's capacity moved the ring into the queue, once */
-	assert_int_equal(atomic_load(&dev->inbox_drains) - drains, 1);
-	assert_int_equal(atomic_load(&dev->inbox_tasks) - tasks, ODX__INBOX_CAP);
+	/* the pushes past the ring's capacity wait in the overflow; nothing was drained */
+	assert_int_equal(atomic_load(&dev->over_n), OVERFLOW - ODX__INBOX_CAP);
+	assert_int_equal(atomic_load(&dev->inbox_drains) - drains, 0);
+	assert_int_equal(atomic_load(&dev->inbox_tasks) - tasks, 0);
+	refills = atomic_load(&dev->over_refills);
 	atomic_store(test_gate(), 1);
 	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
 	assert_int_equal(atomic_load(&nseq), OVERFLOW);
 	for (int i = 0; i < OVERFLOW; i++)
 		if (seq[i] != i)
 			fail_msg("task %d ran in place %d", seq[i], i);
-	/* the ones pushed after the drain went through the ring again */
-	assert_int_equal(atomic_load(&dev->inbox_tasks) - tasks, OVERFLOW - 1);
+	/* every one through the ring: the overflow's 44 in one refill */
+	assert_int_equal(atomic_load(&dev->inbox_tasks) - tasks, OVERFLOW);
+	assert_int_equal(atomic_load(&dev->over_refills) - refills, 1);
+	assert_int_equal(atomic_load(&dev->inbox_drains) - drains, 0);
+	odx_buffer_destroy(b);
+	assert_ok(odx_close(ctx));
+}
+
+/* The worker took the gate with nothing else queued: the NTASKS pushed behind it, all through
+ * the ring, are taken without its lock (counted: unlocked_takes), in order. Then a task of
+ * priority 1, queued under the lock while the worker is busy, ahead of NTASKS more in the ring:
+ * the worker looks under its lock first and runs it first; the rest still run in order. */
+static void test_inbox_unlocked(void **state)
+{
+	static const char *const kv[] = {"host.devices", "1", "host.bind", "false", NULL};
+	static const odx_param p[] = {{ODX_ARG_BUFFER, ODX_RW, "x"}};
+	static const odx_param pi[] = {{ODX_ARG_I32, 0, "i"}};
+	odx_context *ctx = test_open_ctx(kv);
+	odx_kernel *gate = test_host_kernel(ctx, "gate", p, 1, k_gate);
+	odx_kernel *k = test_host_kernel(ctx, "seq", pi, 1, k_seq);
+	odx_task_opts o = {.grid = {1, 1, 1}, .block = {1, 1, 1}};
+	odx_task_opts hi = {.grid = {1, 1, 1}, .block = {1, 1, 1}, .priority = 1};
+	odx__device *dev = &ctx->devices[0];
+	uint64_t unlocked;
+	odx_buffer *b;
+
+	(void)state;
+	assert_ok(odx_buffer_create(ctx, 64, 0, &b));
+	for (int round = 0; round < 2; round++) {
+		atomic_store(test_gate(), 0);
+		atomic_store(&entered, 0);
+		atomic_store(&nseq, 0);
+		assert_ok(odx_submit(ctx, gate, (odx_arg[]){ODX_BUF(b, ODX_RW)}, 1, &o, NULL));
+		wait_flag(&entered);
+		unlocked = atomic_load(&dev->unlocked_takes);
+		if (round == 1)
+			assert_ok(odx_submit(ctx, k, (odx_arg[]){ODX_I32(-1)}, 1, &hi, NULL));
+		for (int i = 0; i < NTASKS; i++)
+			assert_ok(odx_submit(ctx, k, (odx_arg[]){ODX_I32(i)}, 1, &o, NULL));
+		/* none taken while the worker is in the gate */
+		assert_int_equal(atomic_load(&dev->unlocked_takes), unlocked);
+		atomic_store(test_gate(), 1);
+		assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+		unlocked = atomic_load(&dev->unlocked_takes) - unlocked;
+		printf("round %d: %llu of %d tasks taken from the inbox without the lock\n", round,
+		       (unsigned long long)unlocked, NTASKS);
+		assert_int_equal(atomic_load(&nseq), NTASKS + round);
+		if (round == 0) {
+			assert_int_equal(unlocked, NTASKS);
+		} else {
+			assert_int_equal(seq[0], -1);
+			/* the look under the lock took a batch with it; the rest without the lock */
+			assert_true(unlocked >= 1 && unlocked < NTASKS);
+		}
+		for (int i = 0; i < NTASKS; i++)
+			if (seq[i + round] != i)
+				fail_msg("task %d ran in place %d", seq[i + round], i + round);
+	}
+	odx_buffer_destroy(b);
+	assert_ok(odx_close(ctx));
+}
+
+static int k_add1(const odx_host_launch *l)
+{
+	int32_t *a = l->buffers[0], *b = l->buffers[1];
+
+	a[0] += 1;
+	b[0] += 2;
+	return 0;
+}
+
+/* A chain of NTASKS tasks over two buffers on one host device: the first staging allocates
+ * them, every later one finds both allocated and skips alloc_missing (counted per node); the
+ * sums show every task saw its predecessor's bytes. */
+static void test_stage_skips_alloc(void **state)
+{
+	static const char *const kv[] = {"host.devices", "1", "host.bind", "false", NULL};
+	static const odx_param p[] = {{ODX_ARG_BUFFER, ODX_RW, "a"}, {ODX_ARG_BUFFER, ODX_RW, "b"}};
+	odx_context *ctx = test_open_ctx(kv);
+	odx_kernel *k = test_host_kernel(ctx, "add1", p, 2, k_add1);
+	odx_task_opts o = {.grid = {1, 1, 1}, .block = {1, 1, 1}};
+	int m = ctx->devices[0].memnode;
+	uint64_t skips = atomic_load(&ctx->memnodes[m].alloc_skips);
+	int32_t va = 0, vb = 0;
+	odx_buffer *a, *b;
+
+	(void)state;
+	assert_ok(odx_buffer_create(ctx, 64, 0, &a));
+	assert_ok(odx_buffer_create(ctx, 64, 0, &b));
+	for (int i = 0; i < NTASKS; i++)
+		assert_ok(odx_submit(ctx, k, (odx_arg[]){ODX_BUF(a, ODX_RW), ODX_BUF(b, ODX_RW)}, 2,
+				     &o, NULL));
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	skips = atomic_load(&ctx->memnodes[m].alloc_skips) - skips;
+	printf("%llu of %d stagings skipped the allocation pass\n", (unsigned long long)skips,
+	       NTASKS);
+	assert_true(skips >= NTASKS - 1 && skips <= NTASKS);
+	assert_ok(odx_buffer_read(a, 0, &va, sizeof(va), TEST_TIMEOUT_MS));
+	assert_ok(odx_buffer_read(b, 0, &vb, sizeof(vb), TEST_TIMEOUT_MS));
+	assert_int_equal(va, NTASKS);
+	assert_int_equal(vb, 2 * NTASKS);
+	odx_buffer_destroy(a);
 	odx_buffer_destroy(b);
 	assert_ok(odx_close(ctx));
 }
@@ -256,6 +362,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_inbox_batch),
 		cmocka_unit_test(test_inbox_full),
+		cmocka_unit_test(test_inbox_unlocked),
+		cmocka_unit_test(test_stage_skips_alloc),
 		cmocka_unit_test(test_policy_times_only_when_read),
 		cmocka_unit_test(test_policy_pending_threads),
 	};
