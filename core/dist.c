@@ -1063,14 +1063,15 @@ void odx__dist_stats_print(odx_context *ctx, void (*emit)(odx_context *, const c
 	odx_fab_get_stats(ctx->fab, &st);
 	snprintf(line, sizeof(line),
 		 "  rank %d of %d (%s): %llu transfers, %.1f MiB sent, %.1f MiB received; fabric: "
-		 "%llu messages, %llu bad messages dropped, %llu retries; progress thread slept "
-		 "%llu times (%llu with data posted, %.3f s)",
+		 "%llu messages, %llu bad messages dropped, %llu retries, %llu throttled; progress "
+		 "thread slept %llu times (%llu with data posted, %.3f s)",
 		 ctx->rank, ctx->size, odx_fab_provider(ctx->fab),
 		 (unsigned long long)atomic_load(&ctx->xfers),
 		 (double)atomic_load(&ctx->sent_bytes) / (1 << 20),
 		 (double)atomic_load(&ctx->recv_bytes) / (1 << 20),
 		 (unsigned long long)(st.msgs_sent + st.msgs_recv), (unsigned long long)st.bad_msgs,
-		 (unsigned long long)st.retries, (unsigned long long)st.sleeps,
+		 (unsigned long long)st.retries, (unsigned long long)st.throttled,
+		 (unsigned long long)st.sleeps,
 		 (unsigned long long)st.sleeps_posted, (double)st.sleep_ns / 1e9);
 	emit(ctx, line);
 	snprintf(line, sizeof(line),

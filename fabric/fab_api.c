@@ -320,6 +320,7 @@ void odx_fab_get_stats(const odx_fab *f, odx_fab_stats *s)
 	s->bad_msgs = atomic_load(&m->bad_msgs);
 	s->retries = atomic_load(&m->retries);
 	s->eagain = atomic_load(&m->eagain);
+	s->throttled = atomic_load(&m->throttled);
 	s->transfers = atomic_load(&m->transfers);
 	s->lane_bytes = atomic_load(&m->lane_bytes);
 	s->sleeps = atomic_load(&m->sleeps);

@@ -5,8 +5,9 @@
  *
  * Faults are injected in our own layer, so that tests need no tc netem (root and a kernel module):
  * delays and reordering hold operations back before they reach the provider, forced EAGAIN makes
- * the posting loop behave as if the provider pushed back, and forced completion errors run the
- * retry path as a real provider error would.
+ * the posting loop behave as if the provider pushed back, forced completion errors run the
+ * retry path as a real provider error would (cqerr short of the bound, cqfail up to it), and
+ * forced FI_ENOMEM completions run the throttle path of a provider out of resources.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -147,6 +148,10 @@ int fab_fault_parse(struct fab_fault *ft, const char *spec, char *err, size_t er
 			ret = parse_probability(key, val, &ft->eagain, err, errlen);
 		} else if (!strcmp(key, "cqerr")) {
 			ret = parse_probability(key, val, &ft->cqerr, err, errlen);
+		} else if (!strcmp(key, "cqfail")) {
+			ret = parse_probability(key, val, &ft->cqfail, err, errlen);
+		} else if (!strcmp(key, "enomem")) {
+			ret = parse_probability(key, val, &ft->enomem, err, errlen);
 		} else if (!strcmp(key, "seed")) {
 			unsigned long long seed;
 
@@ -162,7 +167,8 @@ int fab_fault_parse(struct fab_fault *ft, const char *spec, char *err, size_t er
 		} else {
 			snprintf(
 				err, errlen,
-				"fabric.fault: unknown key '%s' (delay_us, reorder, eagain, cqerr, seed)",
+				"fabric.fault: unknown key '%s' (delay_us, reorder, eagain, cqerr, cqfail, "
+				"enomem, seed)",
 				key);
 			ret = ODX_EINVAL;
 		}
@@ -170,7 +176,8 @@ int fab_fault_parse(struct fab_fault *ft, const char *spec, char *err, size_t er
 			break;
 	}
 	free(copy);
-	ft->on = !ret && (ft->delay_max_us || ft->reorder > 0 || ft->eagain > 0 || ft->cqerr > 0);
+	ft->on = !ret && (ft->delay_max_us || ft->reorder > 0 || ft->eagain > 0 || ft->cqerr > 0 ||
+			  ft->cqfail > 0 || ft->enomem > 0);
 	return ret;
 }
 

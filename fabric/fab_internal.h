@@ -241,11 +241,14 @@ void fab_wireup_finish(struct fab_wireup *w);
 struct fab_fault {
 	bool on;
 	unsigned delay_min_us, delay_max_us;
-	double reorder, eagain, cqerr;
+	/* cqerr: completion errors that stop one short of the retry bound; cqfail: ones that do not
+	 * (a peer fails after max_retries); enomem: FI_ENOMEM completions, the provider out of
+	 * resources for a while (back-pressure: retried without counting, fab_post.c) */
+	double reorder, eagain, cqerr, cqfail, enomem;
 	uint64_t rng;
 };
 
-/* Parses "delay_us=A-B,reorder=P,eagain=P,cqerr=P,seed=S"; NULL or "" = off. */
+/* Parses "delay_us=A-B,reorder=P,eagain=P,cqerr=P,cqfail=P,enomem=P,seed=S"; NULL or "" = off. */
 int fab_fault_parse(struct fab_fault *ft, const char *spec, char *err, size_t errlen);
 uint64_t fab_rand(uint64_t *state);
 /* true with probability p */

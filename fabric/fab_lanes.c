@@ -64,7 +64,9 @@ static int lane_post(struct fab_lane *ln)
 			op->c_err = FI_ECANCELED;
 		} else {
 			ssize_t ret = fab_post_data(ln->f, &ln->rl, ln->addr[op->peer], op);
-			if (ret == -FI_EAGAIN)
+			/* the lane's endpoint is full (shm: -FI_ENOMEM past its rx_attr->size posted
+			 * receives): the rest waits until some of those posted complete */
+			if (ret == -FI_EAGAIN || ret == -FI_ENOMEM)
 				break;
 			op->c_err = ret ? (int)-ret : 0;
 		}

@@ -114,6 +114,7 @@ int fab_open_endpoint(odx_fab *f, struct fab_rail *rl, bool source_broken, const
 	rl->has_rma = (info->caps & FI_RMA) != 0;
 	rl->has_source = (info->caps & FI_SOURCE) != 0 && !source_broken;
 	rl->rx_iov2 = info->rx_attr->iov_limit >= 2;
+	fab_throttle_caps(f, rl);
 	return 0;
 }
 
@@ -441,6 +442,9 @@ void odx_fab_close(odx_fab *f)
 	}
 	free_op_list(f->ready_head);
 	free_op_list(f->delayed);
+	for (int i = 0; i < FAB_RAILS_MAX; i++)
+		for (int c = 0; c < 2; c++)
+			free_op_list(f->rail[i].thr_head[c]);
 	for (int r = 0; f->peers && r < f->size; r++) {
 		free_op_list(f->peers[r].wait_head);
 		free_op_list(f->peers[r].held_head);

@@ -4,6 +4,7 @@
  * fault injection) and the rail completion queues read back. Separate: the only code that
  * posts to the rails' endpoints and reads their completion queues (the progress role's).
  */
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -44,7 +45,107 @@ ssize_t fab_post_data(odx_fab *f, struct fab_rail *rl, fi_addr_t addr, struct fa
 	return fi_trecv(rl->ep, op->buf, op->len, op->desc, addr, op->tag, 0, op);
 }
 
-/* Returns 0 when the op left the queue (posted, dropped or failed), -FI_EAGAIN to keep it. */
+/* ---- Throttling ---------------------------------------------------------------------------
+ * A provider has room for so many operations: shm in libfabric 1.17 takes rx_attr->size (1024)
+ * posted receives per endpoint and refuses the next with -FI_ENOMEM, and a program with very many
+ * small transfers in flight (a Cholesky of 12x12 tiles) posts more than that. Running out is
+ * back-pressure, never a fault of the peer:
+ * - each rail caps the data operations posted on its endpoint, receives and sends (reads count
+ *   as sends) apart, from the provider's rx_attr->size and tx_attr->size less what the control
+ *   messages take (fab_throttle_caps); an operation beyond its cap waits in the rail's throttle
+ *   queue, in order, and is posted as soon as one of the posted completes;
+ * - a post refused with -FI_ENOMEM (the cap above what the provider really holds) waits there
+ *   too and lowers the cap to what is posted; a completion error FI_ENOMEM or FI_EAGAIN is retried
+ *   after a short growing pause (50 us doubling to 12.8 ms); neither counts toward max_retries,
+ *   which is for real faults;
+ * - the bound: an operation the provider keeps refusing for longer than the peer timeout after
+ *   its first refusal counts as failed from then on (max_retries, then the peer fails). A peer
+ *   that stops taking anything fails by the peer timeout as before.
+ * f->throttled counts every operation held back so (ODX_STATS "throttled"). */
+
+#define FAB_THROTTLED 1
+
+static void throttle_caps_env(unsigned *cap, const char *name)
+{
+	const char *env = getenv(name);
+	unsigned long long v = env ? strtoull(env, NULL, 0) : 0;
+	if (v > 0)
+		*cap = v < UINT_MAX ? (unsigned)v : UINT_MAX;
+}
+
+void fab_throttle_caps(odx_fab *f, struct fab_rail *rl)
+{
+	size_t rx = rl->info->rx_attr ? rl->info->rx_attr->size : 0;
+	size_t tx = rl->info->tx_attr ? rl->info->tx_attr->size : 0;
+	/* the control receives are posted on the same endpoint; control sends are bounded by the
+	 * peers' credits, of which one peer's worth is kept free */
+	size_t rx_keep = f->prof.ctrl_rx, tx_keep = f->prof.credits;
+	size_t rxc = !rx ? UINT_MAX : rx > 2 * rx_keep ? rx - rx_keep : rx / 2 ? rx / 2 : 1;
+	size_t txc = !tx ? UINT_MAX : tx > 2 * tx_keep ? tx - tx_keep : tx / 2 ? tx / 2 : 1;
+	rl->thr_cap[0] = rxc < UINT_MAX ? (unsigned)rxc : UINT_MAX;
+	rl->thr_cap[1] = txc < UINT_MAX ? (unsigned)txc : UINT_MAX;
+	/* for tests and diagnostics: a lower cap makes the queues work at small counts */
+	throttle_caps_env(&rl->thr_cap[0], "ODX_FAB_RX_CAP");
+	throttle_caps_env(&rl->thr_cap[1], "ODX_FAB_TX_CAP");
+}
+
+/* The provider refused op for lack of resources: true once that has lasted longer than the peer
+ * timeout since its first refusal (then it counts as a real failure). */
+static bool throttle_expired(odx_fab *f, struct fab_op *op)
+{
+	int64_t now = fab_now_ns();
+	if (!op->throttled_at) {
+		op->throttled_at = now;
+		return false;
+	}
+	return now - op->throttled_at > (int64_t)f->peer_timeout_ms * 1000000;
+}
+
+/* Appends op to its rail's throttle queue of class c (counted in f->throttled when `count`). */
+static void thr_push(odx_fab *f, struct fab_rail *rl, int c, struct fab_op *op, bool count)
+{
+	op_append(&rl->thr_head[c], &rl->thr_tail[c], op);
+	f->thr_waiting++;
+	if (count)
+		stat_add(&f->throttled, 1);
+}
+
+static int op_post(odx_fab *f, struct fab_op *op);
+static void hold(odx_fab *f, struct fab_peer *p, struct fab_op *op);
+
+/* Posts what waits in rl's throttle queue of class c while the cap has room. */
+static int post_throttled(odx_fab *f, struct fab_rail *rl, int c)
+{
+	int posted = 0;
+	while (rl->thr_head[c] && rl->thr_posted[c] < rl->thr_cap[c]) {
+		struct fab_op *op = rl->thr_head[c];
+		rl->thr_head[c] = op->next;
+		if (!rl->thr_head[c])
+			rl->thr_tail[c] = NULL;
+		op->next = NULL;
+		f->thr_waiting--;
+		int r = op_post(f, op);
+		if (r == FAB_THROTTLED) {
+			/* back at the head: the order of the queue is kept */
+			op->next = rl->thr_head[c];
+			rl->thr_head[c] = op;
+			if (!rl->thr_tail[c])
+				rl->thr_tail[c] = op;
+			f->thr_waiting++;
+			break;
+		}
+		if (r == -FI_EAGAIN) {
+			stat_add(&f->eagain, 1);
+			hold(f, &f->peers[op->peer], op);
+			continue;
+		}
+		posted++;
+	}
+	return posted;
+}
+
+/* Returns 0 when the op left the queue (posted, dropped or failed), -FI_EAGAIN to keep it,
+ * FAB_THROTTLED when it waits for room on its rail (the caller queues it there). */
 static int op_post(odx_fab *f, struct fab_op *op)
 {
 	struct fab_peer *p = op->peer >= 0 ? &f->peers[op->peer] : NULL;
@@ -67,6 +168,14 @@ static int op_post(odx_fab *f, struct fab_op *op)
 		    fab_chance(&f->fault.rng, f->fault.cqerr)) {
 			op->injected++;
 			fab_op_complete_error(f, op, FI_EIO, "injected completion error");
+			return 0;
+		}
+		if (fab_chance(&f->fault.rng, f->fault.cqfail)) {
+			fab_op_complete_error(f, op, FI_EIO, "injected hard completion error");
+			return 0;
+		}
+		if (fab_chance(&f->fault.rng, f->fault.enomem)) {
+			fab_op_complete_error(f, op, FI_ENOMEM, "injected out-of-resources completion");
 			return 0;
 		}
 	}
@@ -113,6 +222,9 @@ static int op_post(odx_fab *f, struct fab_op *op)
 		posted_add(f, op);
 		return 0;
 	}
+	int cls = thr_class(op);
+	if (cls >= 0 && rl->thr_posted[cls] >= rl->thr_cap[cls])
+		return FAB_THROTTLED;
 	ssize_t ret;
 	/* a chunk for a copy lane goes from this endpoint to the peer's lane: only the receiver's
 	 * lane threads work (the copy is the receiver's) */
@@ -139,7 +251,13 @@ static int op_post(odx_fab *f, struct fab_op *op)
 	default:
 		ret = -FI_EINVAL;
 	}
-	if (ret == -FI_EAGAIN)
+	if (ret == -FI_ENOMEM && cls >= 0 && !throttle_expired(f, op)) {
+		/* the provider holds fewer than the cap: from now on, what it held */
+		if (rl->thr_posted[cls] && rl->thr_posted[cls] < rl->thr_cap[cls])
+			rl->thr_cap[cls] = rl->thr_posted[cls];
+		return FAB_THROTTLED;
+	}
+	if (ret == -FI_EAGAIN || (ret == -FI_ENOMEM && !throttle_expired(f, op)))
 		return -FI_EAGAIN;
 	if (ret) {
 		fab_op_complete_error(f, op, (int)-ret, "post failed");
@@ -176,7 +294,13 @@ static int post_held(odx_fab *f, struct fab_peer *p)
 		if (!p->held_head)
 			p->held_tail = NULL;
 		op->next = NULL;
-		if (op_post(f, op) == -FI_EAGAIN) {
+		int r = op_post(f, op);
+		if (r == FAB_THROTTLED) {
+			int c = thr_class(op);
+			thr_push(f, peer_rail(f, op->peer), c, op, true);
+			continue;
+		}
+		if (r == -FI_EAGAIN) {
 			op->next = p->held_head;
 			p->held_head = op;
 			if (!p->held_tail)
@@ -213,6 +337,10 @@ int fab_post_ready(odx_fab *f)
 	for (int r = 0; f->held_peers && r < f->size && posted < 64; r++)
 		if (f->peers[r].held_head)
 			posted += post_held(f, &f->peers[r]);
+	/* then what waits for room on a rail, before anything newer */
+	for (int r = 0; f->thr_waiting && r < f->nrails; r++)
+		for (int c = 0; c < 2; c++)
+			posted += post_throttled(f, &f->rail[r], c);
 	while (f->ready_head && posted < 64) {
 		/* unlink first: op_post may free the op or queue it again (retry) */
 		struct fab_op *op = f->ready_head;
@@ -225,7 +353,18 @@ int fab_post_ready(odx_fab *f)
 			hold(f, p, op); /* behind its peer's held ones: one peer's order is kept */
 			continue;
 		}
-		if (op_post(f, op) == -FI_EAGAIN) {
+		int c = thr_class(op);
+		if (c >= 0 && peer_rail(f, op->peer)->thr_head[c]) {
+			/* behind those already waiting for room on its rail */
+			thr_push(f, peer_rail(f, op->peer), c, op, true);
+			continue;
+		}
+		int r = op_post(f, op);
+		if (r == FAB_THROTTLED) {
+			thr_push(f, peer_rail(f, op->peer), c, op, true);
+			continue;
+		}
+		if (r == -FI_EAGAIN) {
 			stat_add(&f->eagain, 1);
 			if (p) {
 				/* the provider (or the fault layer) pushed back for this peer: the
@@ -292,6 +431,15 @@ void fab_op_complete_error(odx_fab *f, struct fab_op *op, int fi_err, const char
 	if (op->kind == OP_CTRL_RX) {
 		/* e.g. FI_ETRUNC: something larger than any control message of ours */
 		fab_bad(f, "control receive failed: %s (%s)", fi_strerror(fi_err), detail);
+		push_ready(f, op);
+		return;
+	}
+	if ((fi_err == FI_ENOMEM || fi_err == FI_EAGAIN) && !throttle_expired(f, op)) {
+		/* the provider ran out of something for a while: back-pressure, not a fault */
+		stat_add(&f->throttled, 1);
+		int k = op->throttles < 8 ? (int)op->throttles : 8;
+		op->throttles++;
+		op->not_before = fab_now_ns() + (50000ll << k);
 		push_ready(f, op);
 		return;
 	}

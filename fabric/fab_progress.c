@@ -167,7 +167,7 @@ static enum fab_idle idle_kind(odx_fab *f, int rounds)
  * control receives not), or a caller is blocked in odx_fab_wait (it waits for a message). */
 static bool in_motion(odx_fab *f)
 {
-	return f->busy_posted || f->ready_head || f->held_peers || f->delayed ||
+	return f->busy_posted || f->ready_head || f->held_peers || f->thr_waiting || f->delayed ||
 	       has_submissions(f) || atomic_load(&f->blocked) > 0;
 }
 
@@ -234,7 +234,7 @@ static void block_wait(odx_fab *f, const struct fab_block *b)
 
 static bool user_work_pending(odx_fab *f)
 {
-	if (f->ready_head || f->held_peers || f->delayed || has_submissions(f))
+	if (f->ready_head || f->held_peers || f->thr_waiting || f->delayed || has_submissions(f))
 		return true;
 	for (struct fab_xfer *x = f->active; x; x = x->anext)
 		if (!x->finished && !x->is_record)
@@ -382,12 +382,13 @@ void *fab_progress_main(void *arg)
 			if (r != f->rank && f->peers[r].state == PEER_ALIVE)
 				fab_ctrl_send(f, r, FAB_MSG_BYE, NULL, 0);
 		int64_t bye = fab_now_ns() + 500000000ll;
-		while ((f->ready_head || f->held_peers || f->delayed || f->posted) &&
+		while ((f->ready_head || f->held_peers || f->thr_waiting || f->delayed || f->posted) &&
 		       fab_now_ns() < bye) {
 			bool only_rx = true;
 			for (struct fab_op *op = f->posted; op && only_rx; op = op->lnext)
 				only_rx = op->kind == OP_CTRL_RX;
-			if (only_rx && !f->ready_head && !f->held_peers && !f->delayed)
+			if (only_rx && !f->ready_head && !f->held_peers && !f->thr_waiting &&
+			    !f->delayed)
 				break;
 			pthread_mutex_unlock(&f->plock);
 			progress_step(f, f->spin);

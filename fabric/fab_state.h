@@ -103,6 +103,10 @@ struct fab_op {
 	int retries, injected;
 	int slot; /* index in xfer->ops */
 	int64_t not_before;
+	/* when the provider first pushed it back for lack of resources (a post's or a
+	 * completion's FI_ENOMEM / FI_EAGAIN, see fab_post.c "Throttling"); 0: never, or since */
+	int64_t throttled_at;
+	unsigned throttles; /* back-pressure completion errors in a row (their backoff grows) */
 	struct fab_xfer *xfer;
 	uint32_t chunk;
 	uint16_t msg_type;
@@ -217,6 +221,12 @@ struct fab_rail {
 	struct fid_mr *sink_mr;
 	void *sink_desc;
 	int cq_fd;
+	/* Throttling (progress role; fab_post.c): data operations posted on this endpoint, receives
+	 * (rx) and sends and reads (tx), against caps derived from the provider's rx_attr->size and
+	 * tx_attr->size; those beyond a cap wait here in order until some of the posted complete.
+	 * Receives handed to copy lanes are the lanes' own (their endpoints' queues). */
+	unsigned thr_posted[2], thr_cap[2];
+	struct fab_op *thr_head[2], *thr_tail[2];
 	/* copy lanes: more endpoints of this provider, each driven by a thread of its own, so
 	 * that the chunks of one transfer are copied in parallel (lane 0 is this endpoint) */
 	int nlanes;
@@ -296,6 +306,7 @@ struct odx_fab {
 	/* progress role only (plock) */
 	struct fab_op *ready_head, *ready_tail, *delayed, *posted;
 	unsigned held_peers;  /* peers with operations held (fab_peer.held_head) */
+	unsigned thr_waiting; /* operations waiting in the rails' throttle queues (thr_head) */
 	unsigned data_posted; /* data ops (sends, receives, reads) posted to the provider */
 	unsigned busy_posted; /* ops posted to the provider other than control receives */
 	int64_t last_data;    /* when a data op was last posted or completed */
@@ -326,6 +337,9 @@ struct odx_fab {
 
 	_Atomic uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv, bad_msgs, retries, eagain,
 		transfers, lane_bytes;
+	/* operations held back for lack of provider resources: a cap reached, or a post or a
+	 * completion that reported FI_ENOMEM / FI_EAGAIN as a completion error (fab_post.c) */
+	_Atomic uint64_t throttled;
 	/* the progress thread's blocks (block_wait), those with a data op posted, their time */
 	_Atomic uint64_t sleeps, sleeps_posted, sleep_ns;
 	/* rounds run by assisting threads (odx_fab_assist_poll, odx_fab_kick in assist mode), those
@@ -481,11 +495,23 @@ static inline void fault_delay(odx_fab *f, struct fab_op *op)
 		op->not_before = fab_now_ns() + us * 1000;
 }
 
+/* The throttle class of a data op posted on its rail's endpoint: 0 receives, 1 sends and reads;
+ * -1 for control operations and for receives handed to a copy lane (its own endpoint). */
+static inline int thr_class(const struct fab_op *op)
+{
+	if (op->kind == OP_DATA_RX)
+		return op->lane ? -1 : 0;
+	return op->kind == OP_DATA_TX || op->kind == OP_READ ? 1 : -1;
+}
+
 static inline void posted_add(odx_fab *f, struct fab_op *op)
 {
 	if (op->kind == OP_DATA_TX || op->kind == OP_DATA_RX || op->kind == OP_READ) {
 		f->data_posted++;
 		f->last_data = f->now;
+		int c = thr_class(op);
+		if (c >= 0)
+			f->rail[f->peers[op->peer].rail].thr_posted[c]++;
 	}
 	if (op->kind != OP_CTRL_RX)
 		f->busy_posted++;
@@ -504,6 +530,9 @@ static inline void posted_remove(odx_fab *f, struct fab_op *op)
 	if (op->kind == OP_DATA_TX || op->kind == OP_DATA_RX || op->kind == OP_READ) {
 		f->data_posted--;
 		f->last_data = f->now;
+		int c = thr_class(op);
+		if (c >= 0)
+			f->rail[f->peers[op->peer].rail].thr_posted[c]--;
 	}
 	if (op->kind != OP_CTRL_RX)
 		f->busy_posted--;
@@ -611,6 +640,8 @@ bool fab_rx_checked(odx_fab *f, struct fab_op *op, size_t len, uint64_t data, bo
 /* ---- fab_post.c: posting and completions ----------------------------------------------------- */
 
 ssize_t fab_post_data(odx_fab *f, struct fab_rail *rl, fi_addr_t addr, struct fab_op *op);
+/* Sets rl's throttle caps from its provider's queue sizes (or ODX_FAB_RX_CAP / ODX_FAB_TX_CAP). */
+void fab_throttle_caps(odx_fab *f, struct fab_rail *rl);
 int fab_post_ready(odx_fab *f);
 void fab_op_complete(odx_fab *f, int rail, struct fab_op *op, size_t len, uint64_t data,
 		     fi_addr_t from);

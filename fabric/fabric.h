@@ -48,7 +48,9 @@ typedef struct odx_fab_params {
 	int peer_timeout_ms;
 	/* NULL, or a fault-injection spec, e.g. "delay_us=0-2000,reorder=0.2,eagain=0.3,cqerr=0.01,seed=7":
 	 * comma-separated key=value items, delay_us=A or A-B (microseconds, B <= 10 s), reorder,
-	 * eagain, cqerr = a probability in [0, 1], seed = a decimal integer. */
+	 * eagain, cqerr, cqfail, enomem = a probability in [0, 1], seed = a decimal integer.
+	 * cqerr: completion errors short of max_retries; cqfail: up to it (the peer fails);
+	 * enomem: FI_ENOMEM completions (the provider out of resources: throttled, no retry). */
 	const char *fault;
 	/* Bounded retries of a failed transfer before the peer is declared failed (0 = 3). */
 	int max_retries;
@@ -210,6 +212,10 @@ int odx_fab_wait(odx_fab *f, bool (*done)(void *arg), void *arg, int timeout_ms)
 typedef struct odx_fab_stats {
 	uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv, bad_msgs, retries, eagain, transfers;
 	uint64_t lane_bytes; /* of bytes_recv, those received through copy lanes */
+	/* Operations held back because the provider had no room for them: a rail's cap on posted
+	 * data operations reached (derived from the provider's tx/rx queue sizes), or the provider
+	 * refusing one with FI_ENOMEM / FI_EAGAIN. Back-pressure, never counted as retries. */
+	uint64_t throttled;
 	/* The progress thread's sleeps when idle (not its parks), those taken while a data
 	 * operation of ours (a send, a receive) was posted, and their summed length in ns. */
 	uint64_t sleeps, sleeps_posted, sleep_ns;
