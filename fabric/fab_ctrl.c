@@ -35,7 +35,8 @@ struct fab_op *fab_ctrl_new(odx_fab *f, int dst, uint16_t type, uint32_t user_ty
 		memcpy(op->buf + sizeof(*h) + alen, b, blen);
 	op->len = sizeof(*h) + alen + blen;
 	op->msg_type = type;
-	op->exempt = type == FAB_MSG_HEARTBEAT || type == FAB_MSG_CREDIT || type == FAB_MSG_BYE;
+	op->exempt = type == FAB_MSG_HEARTBEAT || type == FAB_MSG_CREDIT || type == FAB_MSG_BYE ||
+		     type == FAB_MSG_DATA_ACK;
 	return op;
 }
 
@@ -344,7 +345,8 @@ void fab_handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t len,
 			p->credits = f->prof.credits; /* a confused peer cannot inflate them */
 		credits_release_waiters(f, p);
 	}
-	if (h.type != FAB_MSG_HEARTBEAT && h.type != FAB_MSG_CREDIT && h.type != FAB_MSG_BYE) {
+	if (h.type != FAB_MSG_HEARTBEAT && h.type != FAB_MSG_CREDIT && h.type != FAB_MSG_BYE &&
+	    h.type != FAB_MSG_DATA_ACK) {
 		p->to_return++;
 		if (p->to_return >= f->prof.credits / 2 && !p->credit_pending) {
 			p->credit_pending = true;
@@ -469,6 +471,16 @@ void fab_handle_ctrl(odx_fab *f, int rail, const unsigned char *buf, size_t len,
 		}
 		handle_abort(f, src, payload, h.payload_len);
 		break;
+	case FAB_MSG_DATA_ACK: {
+		struct fab_data_ack a;
+		if (h.payload_len != sizeof(a)) {
+			fab_bad(f, "bad data acknowledgement from rank %d", src);
+			break;
+		}
+		memcpy(&a, payload, sizeof(a));
+		fab_data_acked(f, src, a.total);
+		break;
+	}
 	case FAB_MSG_BYE:
 		pthread_mutex_lock(&f->lock); /* API threads read the state */
 		p->state = PEER_GONE;

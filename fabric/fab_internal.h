@@ -20,7 +20,8 @@
  * Every control message starts with fab_hdr. Hosts are assumed to share endianness (checked by
  * the magic: a byte-swapped peer fails the magic test and is dropped). */
 #define FAB_MAGIC 0x4f445846u /* "ODXF" */
-#define FAB_VERSION 5 /* 3: barriers carry a status, ABORT; 4: SIZE; 5: one-message sized sends */
+/* 3: barriers carry a status, ABORT; 4: SIZE; 5: one-message sized sends; 6: DATA_ACK */
+#define FAB_VERSION 6
 
 enum fab_msg_type {
 	FAB_MSG_USER = 1,    /* odx_fab_send_msg payload */
@@ -34,6 +35,7 @@ enum fab_msg_type {
 	FAB_MSG_BYE,	     /* the sender is closing (credit-exempt) */
 	FAB_MSG_ABORT,	     /* a send that will never come: its receive fails (fab_abort) */
 	FAB_MSG_SIZE,	     /* the length of a sized send of several chunks (fab_size) */
+	FAB_MSG_DATA_ACK,    /* data messages received from the peer so far (fab_data_ack; exempt) */
 	FAB_MSG_TYPE_END
 };
 
@@ -70,6 +72,12 @@ struct fab_rts {
 struct fab_size {
 	uint64_t key;
 	uint64_t len;
+};
+
+/* DATA_ACK: how many data messages (chunks) the sender of the ack has received from the rank it
+ * goes to, in all: that rank keeps at most a window of them unacknowledged (fab_xfer.c). */
+struct fab_data_ack {
+	uint64_t total;
 };
 
 /* FIN (pull done) and NACK (refused: status, and the length the receive expects). */

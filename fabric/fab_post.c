@@ -80,13 +80,34 @@ void fab_throttle_caps(odx_fab *f, struct fab_rail *rl)
 	/* the control receives are posted on the same endpoint; control sends are bounded by the
 	 * peers' credits, of which one peer's worth is kept free */
 	size_t rx_keep = f->prof.ctrl_rx, tx_keep = f->prof.credits;
-	size_t rxc = !rx ? UINT_MAX : rx > 2 * rx_keep ? rx - rx_keep : rx / 2 ? rx / 2 : 1;
+	size_t pool = rx > 2 * rx_keep ? rx - rx_keep : rx / 2;
+	/* shm (1.17) keeps the messages that come before their receive in the same entries as
+	 * the posted receives: half for each. What comes unexpected is bounded by the data
+	 * window each sender keeps per peer: their share of three quarters of that half (16 at
+	 * least), the rest left for control messages that come before their receive is posted
+	 * again */
+	size_t rxc = !rx ? UINT_MAX : pool / 2 ? pool / 2 : 1;
 	size_t txc = !tx ? UINT_MAX : tx > 2 * tx_keep ? tx - tx_keep : tx / 2 ? tx / 2 : 1;
+	size_t peers = f->size > 1 ? (size_t)f->size - 1 : 1;
+	size_t window = !rx ? 0 : pool * 3 / 8 / peers > 16 ? pool * 3 / 8 / peers : 16;
+	rl->data_window = window < UINT_MAX ? (unsigned)window : UINT_MAX;
+	rl->ack_every = window / 4 ? (unsigned)(window / 4) : 1;
 	rl->thr_cap[0] = rxc < UINT_MAX ? (unsigned)rxc : UINT_MAX;
 	rl->thr_cap[1] = txc < UINT_MAX ? (unsigned)txc : UINT_MAX;
 	/* for tests and diagnostics: a lower cap makes the queues work at small counts */
 	throttle_caps_env(&rl->thr_cap[0], "ODX_FAB_RX_CAP");
 	throttle_caps_env(&rl->thr_cap[1], "ODX_FAB_TX_CAP");
+	rl->thr_max[0] = rl->thr_cap[0];
+	rl->thr_max[1] = rl->thr_cap[1];
+}
+
+/* The provider refused an operation of class c on rl for lack of room: the cap drops to what is
+ * posted (1 at least) and grows back by one per completion (posted_remove). */
+static void thr_refused(struct fab_rail *rl, int c)
+{
+	unsigned now = rl->thr_posted[c] ? rl->thr_posted[c] : 1;
+	if (rl->thr_cap[c] > now)
+		rl->thr_cap[c] = now;
 }
 
 /* The provider refused op for lack of resources: true once that has lasted longer than the peer
@@ -110,14 +131,29 @@ static void thr_push(odx_fab *f, struct fab_rail *rl, int c, struct fab_op *op, 
 		stat_add(&f->throttled, 1);
 }
 
+/* Puts op back at the head of its rail's throttle queue of class c: it goes first when there is
+ * room again, so that a refusal does not reorder operations (a receive sent to the back of a long
+ * queue while its message waits in the provider, and the receives posted meanwhile waiting for
+ * messages the sender's data window holds back, would wait for each other). */
+static void thr_push_head(odx_fab *f, struct fab_rail *rl, int c, struct fab_op *op)
+{
+	op->next = rl->thr_head[c];
+	rl->thr_head[c] = op;
+	if (!rl->thr_tail[c])
+		rl->thr_tail[c] = op;
+	f->thr_waiting++;
+}
+
 static int op_post(odx_fab *f, struct fab_op *op);
 static void hold(odx_fab *f, struct fab_peer *p, struct fab_op *op);
 
-/* Posts what waits in rl's throttle queue of class c while the cap has room. */
+/* Posts what waits in rl's throttle queue of class c while the cap has room (64 tries a round: a
+ * refused head goes back to the head). */
 static int post_throttled(odx_fab *f, struct fab_rail *rl, int c)
 {
 	int posted = 0;
-	while (rl->thr_head[c] && rl->thr_posted[c] < rl->thr_cap[c]) {
+	for (int tries = 0; rl->thr_head[c] && rl->thr_posted[c] < rl->thr_cap[c] && tries < 64;
+	     tries++) {
 		struct fab_op *op = rl->thr_head[c];
 		rl->thr_head[c] = op->next;
 		if (!rl->thr_head[c])
@@ -126,12 +162,7 @@ static int post_throttled(odx_fab *f, struct fab_rail *rl, int c)
 		f->thr_waiting--;
 		int r = op_post(f, op);
 		if (r == FAB_THROTTLED) {
-			/* back at the head: the order of the queue is kept */
-			op->next = rl->thr_head[c];
-			rl->thr_head[c] = op;
-			if (!rl->thr_tail[c])
-				rl->thr_tail[c] = op;
-			f->thr_waiting++;
+			thr_push_head(f, rl, c, op); /* the order of the queue is kept */
 			break;
 		}
 		if (r == -FI_EAGAIN) {
@@ -252,9 +283,7 @@ static int op_post(odx_fab *f, struct fab_op *op)
 		ret = -FI_EINVAL;
 	}
 	if (ret == -FI_ENOMEM && cls >= 0 && !throttle_expired(f, op)) {
-		/* the provider holds fewer than the cap: from now on, what it held */
-		if (rl->thr_posted[cls] && rl->thr_posted[cls] < rl->thr_cap[cls])
-			rl->thr_cap[cls] = rl->thr_posted[cls];
+		thr_refused(rl, cls); /* the provider holds fewer than the cap */
 		return FAB_THROTTLED;
 	}
 	if (ret == -FI_EAGAIN || (ret == -FI_ENOMEM && !throttle_expired(f, op)))
@@ -264,6 +293,8 @@ static int op_post(odx_fab *f, struct fab_op *op)
 		return 0;
 	}
 	posted_add(f, op);
+	if (op->kind == OP_DATA_TX)
+		op->went = true;
 	/* Only control messages count as "heard from us": data chunks and one-sided reads may take
 	 * longer than the peer timeout on a slow link, or never reach the peer's layer at all. */
 	if (p && op->kind == OP_CTRL_TX)
@@ -401,6 +432,7 @@ void fab_op_complete(odx_fab *f, int rail, struct fab_op *op, size_t len, uint64
 		op_free(op);
 		break;
 	case OP_DATA_RX:
+		fab_data_arrived(f, op->peer);
 		if (op->eager) {
 			fab_rx_eager(f, op, len, data, false);
 			break;
@@ -437,6 +469,14 @@ void fab_op_complete_error(odx_fab *f, struct fab_op *op, int fi_err, const char
 	if ((fi_err == FI_ENOMEM || fi_err == FI_EAGAIN) && !throttle_expired(f, op)) {
 		/* the provider ran out of something for a while: back-pressure, not a fault */
 		stat_add(&f->throttled, 1);
+		int c = thr_class(op);
+		if (c >= 0) {
+			/* a data op waits for room on its rail, first in line */
+			struct fab_rail *rl = peer_rail(f, op->peer);
+			thr_refused(rl, c);
+			thr_push_head(f, rl, c, op);
+			return;
+		}
 		int k = op->throttles < 8 ? (int)op->throttles : 8;
 		op->throttles++;
 		op->not_before = fab_now_ns() + (50000ll << k);
@@ -465,6 +505,7 @@ void fab_op_complete_error(odx_fab *f, struct fab_op *op, int fi_err, const char
 void fab_rx_truncated(odx_fab *f, struct fab_op *op, size_t len, uint64_t data)
 {
 	posted_remove(f, op);
+	fab_data_arrived(f, op->peer);
 	if (!fab_rx_checked(f, op, len, data, true))
 		fab_data_op_done(f, op);
 }
@@ -490,6 +531,7 @@ int fab_poll_rail(odx_fab *f, int rail)
 			if (op->kind == OP_DATA_RX && abs(ee.err) == FI_ETRUNC && op->eager) {
 				/* a one-message sized send longer than the receive and the sink */
 				posted_remove(f, op);
+				fab_data_arrived(f, op->peer);
 				fab_rx_eager(f, op, ee.len + ee.olen, ee.data, true);
 				return 1;
 			}

@@ -57,6 +57,9 @@ static void run_timers(odx_fab *f)
 			fab_peer_fail(f, r, why);
 			continue;
 		}
+		/* data received and not acknowledged for a timer period: a sender whose data
+		 * window is larger than ours waits for it (fab_data_ack_send) */
+		fab_data_ack_send(f, r, true);
 		if (now - p->last_sent > hb && !p->hb_inflight)
 			fab_ctrl_send(f, r, FAB_MSG_HEARTBEAT, NULL, 0);
 	}

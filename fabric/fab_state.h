@@ -119,6 +119,7 @@ struct fab_op {
 	uint64_t cq_data; /* raw OP_CTRL_TX with a data tag (the tests' forged chunks) */
 	int rail;	  /* OP_CTRL_RX: the endpoint it is posted on */
 	bool detached;	  /* a data op its transfer gave up on: only released when it comes back */
+	bool went;	  /* OP_DATA_TX: posted once (counted in its peer's data window) */
 	bool sink;	  /* OP_DATA_RX: a second iov into the sink takes bytes beyond the chunk */
 	bool eager;	  /* on fab_eager_tag: a one-chunk sized send, or the receive an
 			   * odx_fab_recv_upto posts for one before it knows the length */
@@ -199,6 +200,10 @@ struct fab_peer {
 	 * not the heartbeats and messages to the others (progress role). */
 	struct fab_op *held_head, *held_tail;
 	unsigned tx_inflight; /* data chunks posted to it (profile tx_limit) */
+	/* The data window (fab_xfer.c): data messages sent to it in all and how many of them it
+	 * acknowledged (DATA_ACK); data messages received from it in all and how many of those
+	 * this rank acknowledged. */
+	uint64_t data_sent, data_acked, data_rcvd, data_rcvd_acked;
 	struct fab_xfer *tx_wait_head, *tx_wait_tail;
 };
 
@@ -225,7 +230,12 @@ struct fab_rail {
 	 * (rx) and sends and reads (tx), against caps derived from the provider's rx_attr->size and
 	 * tx_attr->size; those beyond a cap wait here in order until some of the posted complete.
 	 * Receives handed to copy lanes are the lanes' own (their endpoints' queues). */
-	unsigned thr_posted[2], thr_cap[2];
+	unsigned thr_posted[2], thr_cap[2], thr_max[2];
+	/* data messages sent to one peer and not yet acknowledged by it (its DATA_ACK), at most:
+	 * a receiver keeps what comes before its receive as an unexpected message, and shm takes
+	 * those from the same rx_attr->size entries as the posted receives; a receiver
+	 * acknowledges every ack_every of them (0 window: no limit) */
+	unsigned data_window, ack_every;
 	struct fab_op *thr_head[2], *thr_tail[2];
 	/* copy lanes: more endpoints of this provider, each driven by a thread of its own, so
 	 * that the chunks of one transfer are copied in parallel (lane 0 is this endpoint) */
@@ -531,8 +541,13 @@ static inline void posted_remove(odx_fab *f, struct fab_op *op)
 		f->data_posted--;
 		f->last_data = f->now;
 		int c = thr_class(op);
-		if (c >= 0)
-			f->rail[f->peers[op->peer].rail].thr_posted[c]--;
+		if (c >= 0) {
+			struct fab_rail *rl = &f->rail[f->peers[op->peer].rail];
+			rl->thr_posted[c]--;
+			/* a cap lowered by a refusal grows back by one per completion */
+			if (rl->thr_cap[c] < rl->thr_max[c])
+				rl->thr_cap[c]++;
+		}
 	}
 	if (op->kind != OP_CTRL_RX)
 		f->busy_posted--;
@@ -635,6 +650,13 @@ void fab_rx_eager(odx_fab *f, struct fab_op *op, size_t len, uint64_t data, bool
 void fab_xfer_start(odx_fab *f, struct fab_xfer *x);
 void fab_data_op_release(odx_fab *f, struct fab_op *op);
 void fab_data_op_done(odx_fab *f, struct fab_op *op);
+/* A data message from `peer` came out of the provider (into a receive or the sink): counted, and
+ * acknowledged every ack_every (fab_xfer.c). */
+void fab_data_arrived(odx_fab *f, int peer);
+/* With `force`, acknowledges what came from `peer` and is not yet (the timer's fallback). */
+void fab_data_ack_send(odx_fab *f, int peer, bool force);
+/* A DATA_ACK from `peer`: sends waiting for its window go on. */
+void fab_data_acked(odx_fab *f, int peer, uint64_t total);
 bool fab_rx_checked(odx_fab *f, struct fab_op *op, size_t len, uint64_t data, bool truncated);
 
 /* ---- fab_post.c: posting and completions ----------------------------------------------------- */

@@ -82,14 +82,27 @@ void fab_xfer_fail_peer(odx_fab *f, struct fab_xfer *x, const char *why)
 	fab_xfer_finish(f, x, ODX_EPEER, msg);
 }
 
+/* Room for one more data message to peer p: the profile's chunks in flight (tx_limit), and the
+ * data window (messages it has not acknowledged yet, see fab_data_ack_send). */
+static bool tx_room(odx_fab *f, struct fab_peer *p)
+{
+	unsigned window = f->rail[p->rail].data_window;
+	uint64_t unacked = p->data_sent - (p->data_acked < p->data_sent ? p->data_acked
+								      : p->data_sent);
+	return (!f->prof.tx_limit || p->tx_inflight < f->prof.tx_limit) &&
+	       (!window || unacked < window);
+}
+
 /* Posts the next chunks of a transfer, up to the profile's window. */
 static void xfer_feed(odx_fab *f, struct fab_xfer *x)
 {
 	unsigned window = f->prof.window < FAB_WINDOW_MAX ? f->prof.window : FAB_WINDOW_MAX;
 	struct fab_peer *p = &f->peers[x->peer];
 	while (!x->finished && x->inflight < window && x->next_chunk < x->nchunks) {
-		if (x->is_send && f->prof.tx_limit && p->tx_inflight >= f->prof.tx_limit) {
-			/* per-peer data credits: wait for a chunk to this peer to complete */
+		if (x->is_send && !tx_room(f, p)) {
+			/* per-peer data credits: wait for a chunk to this peer to complete, or for
+			 * the peer to acknowledge some (the data window); counted as throttled */
+			stat_add(&f->throttled, 1);
 			if (!x->tx_queued) {
 				x->tx_queued = true;
 				x->tx_next = NULL;
@@ -102,15 +115,19 @@ static void xfer_feed(odx_fab *f, struct fab_xfer *x)
 			}
 			return;
 		}
-		if (x->is_send)
+		if (x->is_send) {
 			p->tx_inflight++;
+			p->data_sent++;
+		}
 		enum op_kind kind = x->is_send		       ? OP_DATA_TX
 				    : x->mode == FAB_MODE_PULL ? OP_READ
 							       : OP_DATA_RX;
 		struct fab_op *op = op_new(kind, x->peer, 0);
 		if (!op) {
-			if (x->is_send)
+			if (x->is_send) {
 				p->tx_inflight--;
+				p->data_sent--;
+			}
 			fab_xfer_finish(f, x, ODX_ENOMEM, "out of memory for a transfer chunk");
 			return;
 		}
@@ -431,6 +448,8 @@ static void tx_credit_return(odx_fab *f, int peer);
 void fab_data_op_release(odx_fab *f, struct fab_op *op)
 {
 	struct fab_xfer *x = op->xfer;
+	if (op->kind == OP_DATA_TX && !op->went)
+		f->peers[op->peer].data_sent--; /* never sent: the window does not wait for it */
 	if (op->kind == OP_DATA_TX)
 		tx_credit_return(f, op->peer);
 	if (!op->detached) {
@@ -444,14 +463,11 @@ void fab_data_op_release(odx_fab *f, struct fab_op *op)
 		fab_xfer_release(f, x);
 }
 
-/* A data chunk to `peer` finished: let sends waiting for its data credits go on. */
-static void tx_credit_return(odx_fab *f, int peer)
+/* Sends to `peer` waiting for room (tx_room) go on while there is. */
+static void tx_wake(odx_fab *f, int peer)
 {
 	struct fab_peer *p = &f->peers[peer];
-	if (!f->prof.tx_limit)
-		return;
-	p->tx_inflight--;
-	while (p->tx_wait_head && p->tx_inflight < f->prof.tx_limit) {
+	while (p->tx_wait_head && tx_room(f, p)) {
 		struct fab_xfer *x = p->tx_wait_head;
 		p->tx_wait_head = x->tx_next;
 		if (!p->tx_wait_head)
@@ -465,6 +481,41 @@ static void tx_credit_return(odx_fab *f, int peer)
 		}
 		xfer_feed(f, x);
 	}
+}
+
+/* A data chunk to `peer` finished: let sends waiting for its data credits go on. */
+static void tx_credit_return(odx_fab *f, int peer)
+{
+	struct fab_peer *p = &f->peers[peer];
+	p->tx_inflight--;
+	if (f->prof.tx_limit)
+		tx_wake(f, peer);
+}
+
+void fab_data_ack_send(odx_fab *f, int peer, bool force)
+{
+	struct fab_peer *p = &f->peers[peer];
+	uint64_t n = p->data_rcvd - p->data_rcvd_acked;
+	if (!n || (!force && n < f->rail[p->rail].ack_every) || p->state != PEER_ALIVE)
+		return;
+	struct fab_data_ack a = {.total = p->data_rcvd};
+	p->data_rcvd_acked = p->data_rcvd;
+	fab_ctrl_send(f, peer, FAB_MSG_DATA_ACK, &a, sizeof(a));
+}
+
+void fab_data_arrived(odx_fab *f, int peer)
+{
+	f->peers[peer].data_rcvd++;
+	fab_data_ack_send(f, peer, false);
+}
+
+void fab_data_acked(odx_fab *f, int peer, uint64_t total)
+{
+	struct fab_peer *p = &f->peers[peer];
+	if (total <= p->data_acked)
+		return; /* an old one (acks may overtake each other) */
+	p->data_acked = total;
+	tx_wake(f, peer);
 }
 
 void fab_data_op_done(odx_fab *f, struct fab_op *op)
