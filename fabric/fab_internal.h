@@ -35,7 +35,7 @@ enum fab_msg_type {
 	FAB_MSG_BYE,	     /* the sender is closing (credit-exempt) */
 	FAB_MSG_ABORT,	     /* a send that will never come: its receive fails (fab_abort) */
 	FAB_MSG_SIZE,	     /* the length of a sized send of several chunks (fab_size) */
-	FAB_MSG_DATA_ACK,    /* data messages received from the peer so far (fab_data_ack; exempt) */
+	FAB_MSG_DATA_ACK, /* data messages received from the peer so far (fab_data_ack; exempt) */
 	FAB_MSG_TYPE_END
 };
 

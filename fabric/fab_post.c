@@ -206,7 +206,8 @@ static int op_post(odx_fab *f, struct fab_op *op)
 			return 0;
 		}
 		if (fab_chance(&f->fault.rng, f->fault.enomem)) {
-			fab_op_complete_error(f, op, FI_ENOMEM, "injected out-of-resources completion");
+			fab_op_complete_error(f, op, FI_ENOMEM,
+					      "injected out-of-resources completion");
 			return 0;
 		}
 	}

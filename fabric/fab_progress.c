@@ -385,7 +385,8 @@ void *fab_progress_main(void *arg)
 			if (r != f->rank && f->peers[r].state == PEER_ALIVE)
 				fab_ctrl_send(f, r, FAB_MSG_BYE, NULL, 0);
 		int64_t bye = fab_now_ns() + 500000000ll;
-		while ((f->ready_head || f->held_peers || f->thr_waiting || f->delayed || f->posted) &&
+		while ((f->ready_head || f->held_peers || f->thr_waiting || f->delayed ||
+			f->posted) &&
 		       fab_now_ns() < bye) {
 			bool only_rx = true;
 			for (struct fab_op *op = f->posted; op && only_rx; op = op->lnext)

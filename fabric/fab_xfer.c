@@ -87,8 +87,8 @@ void fab_xfer_fail_peer(odx_fab *f, struct fab_xfer *x, const char *why)
 static bool tx_room(odx_fab *f, struct fab_peer *p)
 {
 	unsigned window = f->rail[p->rail].data_window;
-	uint64_t unacked = p->data_sent - (p->data_acked < p->data_sent ? p->data_acked
-								      : p->data_sent);
+	uint64_t unacked =
+		p->data_sent - (p->data_acked < p->data_sent ? p->data_acked : p->data_sent);
 	return (!f->prof.tx_limit || p->tx_inflight < f->prof.tx_limit) &&
 	       (!window || unacked < window);
 }

@@ -110,8 +110,8 @@ static void run_flood(odx_fab *f, int peer)
 	for (size_t k = 0; k < n; k++) {
 		for (size_t i = 0; i < flood_len(k + 1); i++)
 			out[k * MAX_LEN + i] = pattern(my_rank, k + 1, i);
-		int ret = odx_fab_send(f, peer, k + 1, out + k * MAX_LEN, flood_len(k + 1),
-				       on_done, NULL);
+		int ret = odx_fab_send(f, peer, k + 1, out + k * MAX_LEN, flood_len(k + 1), on_done,
+				       NULL);
 		if (ret)
 			DIE("odx_fab_send %zu: %s", k, odx_err_name(ret));
 	}
