@@ -572,7 +572,6 @@ struct odx__device {
 	pthread_t thread;
 	bool thread_started;
 	pthread_mutex_t lock;       /* queues and sleeping */
-	pthread_cond_t cond;
 	odx__queue ready;           /* placed tasks, by priority */
 	odx__task **staged;         /* tasks whose inputs arrived: FIFO ring */
 	int staged_head, staged_n, staged_cap;
@@ -590,6 +589,15 @@ struct odx__device {
 	/* Written under lock when the worker runs out of work (not per task); read without it by
 	 * every push: a line of their own. */
 	_Alignas(64) _Atomic bool sleeping;
+	/* A wake-up was sent to it while it sleeps (set under lock by the waker, cleared by the
+	 * worker when it wakes, before it looks for work): later pushes and thief wake-ups skip
+	 * the lock and the futex call (odx__device_wake). */
+	_Atomic bool wake_pending;
+	/* What its sleeping worker waits on (a futex word): bumped by every wake-up
+	 * (odx__device_signal). The worker reads it after its store to `sleeping` and before its
+	 * last look for work, and sleeps only while it is unchanged: a wake-up sent at any point
+	 * after that read is not lost, also one sent while a steal had dropped the lock. */
+	_Atomic uint32_t wake_seq;
 	_Atomic bool polling;       /* its worker found nothing and looks again before it sleeps
 				     * (poll_for_work): it takes what is queued here at once, so
 				     * neither a wake-up nor a thief is needed for it */
@@ -615,6 +623,7 @@ struct odx__device {
 	_Atomic uint64_t inbox_drains; /* looks at the inbox that found tasks */
 	_Atomic uint64_t inbox_tasks;  /* tasks taken from it */
 	_Atomic uint64_t push_wakes;   /* wake-ups sent by an inbox push to a sleeping worker */
+	_Atomic uint64_t sleeps;       /* times its worker went to sleep (waited on `cond`) */
 	/* Tasks its worker freed, handed back to the context's pool RET_BATCH at a time (one
 	 * compare-and-swap on the pool's shared line per batch) and whenever it runs out of work
 	 * (odx__task_return_flush). Its worker's thread only. */
@@ -651,7 +660,6 @@ struct odx__device {
 	odx__task *direct;
 	_Atomic uint64_t direct_runs; /* tasks run so */
 	bool steal_peers;           /* sched.steal and another device shares its memory */
-	bool kicked;                /* a wake_thief came while it was about to sleep (under lock) */
 	_Atomic uint64_t copied_behind; /* reads and writes copied behind their predecessors */
 	_Atomic uint64_t busy_ns;
 	odx__lane_trace *compute_trace;
@@ -710,6 +718,9 @@ odx__task *odx__sched_next(odx_context *ctx, odx__device *d);
 odx__task *odx__sched_steal(odx_context *ctx, odx__device *d);
 bool odx__sched_stealable(odx_context *ctx, const odx__device *d, bool any);
 void odx__sched_wake_thief(odx_context *ctx, odx__device *d);
+bool odx__device_wake(odx__device *dev);
+void odx__device_signal(odx__device *dev);
+void odx__device_sleep(odx__device *dev, uint32_t seq);
 /* Ends a placed task: updates and unpins its replicas, accounts, completes it (worker.c). */
 void odx__task_finish(odx__task *t, int status, const char *msg);
 /* Set while this thread is inside odx_submit: a task that becomes ready there may be launched

@@ -606,7 +606,7 @@ void odx__run_inline(odx__device *dev, odx__task *t)
 	dev->inline_running = false;
 	if (dev->sleeping && (dev->ready.n > 0 || odx__inbox_pending(dev) || dev->staged_n > 0 ||
 			      dev->memwait_head))
-		pthread_cond_signal(&dev->cond);
+		odx__device_signal(dev);
 	pthread_mutex_unlock(&dev->lock);
 	odx__submitting = true;
 }
@@ -719,17 +719,24 @@ static void *worker_loop(void *p)
 				break;
 			dev->sleeping = true;
 			atomic_fetch_add(&ctx->nsleeping, 1);
+			/* a wake-up from here on (also while a steal drops the lock) is not lost */
+			uint32_t seq = atomic_load(&dev->wake_seq);
 			/* fabric.progress: the progress thread polls now */
 			odx__dist_assist_sleep(ctx, atomic_load(&dev->xfers_out) > 0);
 			/* Re-check the shared queue after announcing sleep (see wake_one_sleeper). */
 			t = next_task(ctx, dev, true);
-			/* a signal that came while a steal had dropped the lock was lost: `kicked`
-			 * and `stop` say so */
-			if (!t && !dev->kicked && !dev->stop)
-				pthread_cond_wait(&dev->cond, &dev->lock);
-			dev->kicked = false;
+			if (!t && !dev->stop) {
+				atomic_store_explicit(&dev->sleeps,
+						      atomic_load_explicit(&dev->sleeps,
+									   memory_order_relaxed) + 1,
+						      memory_order_relaxed);
+				odx__device_sleep(dev, seq);
+			}
 			atomic_fetch_sub(&ctx->nsleeping, 1);
 			dev->sleeping = false;
+			/* sequentially consistent, before it looks for work again: a waker that saw
+			 * the mark set skipped its wake-up for work it had made visible already */
+			atomic_store(&dev->wake_pending, false);
 			if (!t)
 				continue;
 		}
@@ -851,7 +858,7 @@ void odx__workers_stop(odx_context *ctx)
 			continue;
 		pthread_mutex_lock(&dev->lock);
 		dev->stop = true;
-		pthread_cond_signal(&dev->cond);
+		odx__device_signal(dev);
 		pthread_mutex_unlock(&dev->lock);
 		pthread_join(dev->thread, NULL);
 		dev->thread_started = false;
