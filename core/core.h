@@ -389,6 +389,10 @@ struct odx__task {
 	_Atomic bool user_ref;
 	_Atomic bool waited;        /* a thread waits for its completion (odx__task_wait) */
 	bool has_event;
+	/* Something set its run-time length fields (below: rules, set_length records, a refusal):
+	 * only then, or for a task that is not a kernel (the transfer fields), does its return to
+	 * the pool clear them (odx__task_put). Cleared there. */
+	bool lengths_used;
 
 	_Atomic int priority;       /* atomic: a transfer's is raised while workers may read it */
 	int device_mask_only;       /* 0 any, d+1 forced to device d (odx_task_opts) */
@@ -442,7 +446,8 @@ struct odx__task {
 	odx__task *policy_next;     /* the Lua policy host's pending list (policy.c) */
 
 	/* Rare, not reset at odx__task_get: zero in a new slab, and put back to zero by
-	 * odx__lengths_task_reset when the task returns to the pool (odx__task_put).
+	 * odx__lengths_task_reset when a task that used them returns to the pool (lengths_used;
+	 * odx__task_put).
 	 * Run-time lengths (length.c). Kernels: the length rules of its submission (heap), the
 	 * lengths its host variant set (odx_host_launch.set_length: heap, under `lock`, in call
 	 * order), the first refused request (len_status, len_msg), the counts its rules read
@@ -982,6 +987,8 @@ struct odx_context {
 	_Atomic int nsleeping;        /* workers asleep, for the eager queue's wake-up */
 	_Atomic uint64_t thief_wakes; /* sleeping workers woken to take tasks queued on a busy
 				       * peer (odx__sched_wake_thief; tests count them) */
+	_Atomic uint64_t length_resets; /* tasks whose length fields were cleared on their return
+					 * to the pool (lengths_used; tests count them) */
 	_Atomic uint64_t coll_seq;    /* collectives so far (odx_allgather): their transfer key */
 	bool steal;                   /* sched.steal: idle workers take from devices sharing memory */
 	_Atomic uint64_t next_buffer_id;
