@@ -628,7 +628,8 @@ struct odx__device {
 	_Atomic uint64_t inbox_drains; /* looks at the inbox that found tasks */
 	_Atomic uint64_t inbox_tasks;  /* tasks taken from it */
 	_Atomic uint64_t push_wakes;   /* wake-ups sent by an inbox push to a sleeping worker */
-	_Atomic uint64_t sleeps;       /* times its worker went to sleep (waited on `cond`) */
+	_Atomic uint64_t sleeps;       /* times its worker announced sleep (set `sleeping`): each
+				      * is sent at most one wake-up by pushes and thieves */
 	/* Tasks its worker freed, handed back to the context's pool RET_BATCH at a time (one
 	 * compare-and-swap on the pool's shared line per batch) and whenever it runs out of work
 	 * (odx__task_return_flush). Its worker's thread only. */

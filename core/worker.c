@@ -5,6 +5,7 @@
  * (never spins: these machines have two cores), and it does not wait for copies: a task whose
  * inputs are still in flight is parked and comes back through the staged queue.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -617,7 +618,8 @@ typedef struct worker_arg {
 } worker_arg;
 
 /* Polls briefly for new work before sleeping: a wake-up through the kernel costs microseconds,
- * more than a small task. Bounded by sched.idle_spin_us, so an idle runtime still sleeps. */
+ * more than a small task. Bounded by sched.idle_spin_us, so an idle runtime still sleeps; it
+ * yields its core every 64 rounds (a few microseconds) to any thread waiting for it. */
 static bool poll_for_work(odx_context *ctx, odx__device *dev)
 {
 	uint64_t deadline, t0;
@@ -654,6 +656,12 @@ static bool poll_for_work(odx_context *ctx, odx__device *dev)
 			}
 			uint64_t now = odx__now_ns();
 
+			/* A thread waiting for this core (the submitter, on a machine with fewer
+			 * cores than threads) gets it now rather than when the poll ends: while
+			 * it waits, no work comes, and the workers go to sleep only to be woken
+			 * again (a futex call and two context switches each). With no one else
+			 * runnable here it returns at once. */
+			sched_yield();
 			if (now > deadline && (out == 0 || now > xfer_deadline)) {
 				if (assist)
 					odx__dist_assist_end(ctx, false);
@@ -718,6 +726,9 @@ static void *worker_loop(void *p)
 			if (dev->stop)
 				break;
 			dev->sleeping = true;
+			atomic_store_explicit(&dev->sleeps,
+					      atomic_load_explicit(&dev->sleeps, memory_order_relaxed) + 1,
+					      memory_order_relaxed);
 			atomic_fetch_add(&ctx->nsleeping, 1);
 			/* a wake-up from here on (also while a steal drops the lock) is not lost */
 			uint32_t seq = atomic_load(&dev->wake_seq);
@@ -725,13 +736,8 @@ static void *worker_loop(void *p)
 			odx__dist_assist_sleep(ctx, atomic_load(&dev->xfers_out) > 0);
 			/* Re-check the shared queue after announcing sleep (see wake_one_sleeper). */
 			t = next_task(ctx, dev, true);
-			if (!t && !dev->stop) {
-				atomic_store_explicit(&dev->sleeps,
-						      atomic_load_explicit(&dev->sleeps,
-									   memory_order_relaxed) + 1,
-						      memory_order_relaxed);
+			if (!t && !dev->stop)
 				odx__device_sleep(dev, seq);
-			}
 			atomic_fetch_sub(&ctx->nsleeping, 1);
 			dev->sleeping = false;
 			/* sequentially consistent, before it looks for work again: a waker that saw
