@@ -364,11 +364,13 @@ static void test_policy_pending_threads(void **state)
 
 #define BURST 100
 
-/* A push to a sleeping worker sends one wake-up and marks it pending; every push after it, until
- * the worker wakes and clears the mark, neither takes the worker's lock nor sends another. The
- * test holds the lock across the burst: a push that took it would block here (the test times
- * out), one that sent a second wake-up would be counted. The worker, woken, cannot clear the
- * mark without the lock, nor go back to sleep (it announces sleep under the lock). */
+/* A push to a sleeping worker with a wake-up pending neither takes the worker's lock nor sends
+ * another. The test holds the worker's lock while it sleeps and plays the first waker itself
+ * (marks the wake-up pending, bumps the futex word): the woken worker then waits for the lock,
+ * so it cannot clear the mark or sleep again, and each of the 100 pushes after must skip (one
+ * that took the lock would block here: the test times out; one that sent a wake-up is
+ * counted). Then, with nothing held, bursts of pushes: no more wake-ups sent than sleeps
+ * announced (one device: the worker holds its lock from announcing sleep to its wait). */
 static void test_wake_pending(void **state)
 {
 	static const char *const kv[] = {"host.devices", "1", "host.bind", "false", NULL};
@@ -376,33 +378,49 @@ static void test_wake_pending(void **state)
 	odx_kernel *empty = test_host_kernel(ctx, "empty", NULL, 0, k_empty);
 	odx_task_opts o = {.grid = {1, 1, 1}, .block = {1, 1, 1}};
 	odx__device *dev = &ctx->devices[0];
-	uint64_t wakes, w0, sleeps;
+	uint64_t wakes, sleeps;
+	bool held = false;
 
 	(void)state;
 	atomic_store(&ran, 0);
+	/* the worker asleep, its lock in this thread's hands (it sleeps without it) */
+	for (int i = 0; i < 100 && !held; i++) {
+		wait_asleep(ctx, 0);
+		pthread_mutex_lock(&dev->lock);
+		held = dev->sleeping && !atomic_load(&dev->wake_pending);
+		if (!held)
+			pthread_mutex_unlock(&dev->lock);
+	}
+	assert_true(held);
+	atomic_store(&dev->wake_pending, true);
+	odx__device_signal(dev);
+	wakes = atomic_load(&dev->push_wakes);
+	for (int i = 0; i < BURST; i++)
+		assert_ok(odx_submit(ctx, empty, NULL, 0, &o, NULL));
+	uint64_t sent = atomic_load(&dev->push_wakes) - wakes;
+	bool still = dev->sleeping;
+	pthread_mutex_unlock(&dev->lock);
+	assert_int_equal(sent, 0);
+	assert_true(still);
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	assert_int_equal(atomic_load(&ran), BURST);
+
 	for (int round = 0; round < 5; round++) {
 		wait_asleep(ctx, 0);
-		w0 = wakes = atomic_load(&dev->push_wakes);
-		sleeps = atomic_load(&dev->sleeps);
-		assert_ok(odx_submit(ctx, empty, NULL, 0, &o, NULL));
-		/* the first push found it asleep, no wake-up pending: it sent one (a spurious
-		 * return from the futex meanwhile could have cleared `sleeping` first) */
-		assert_true(atomic_load(&dev->push_wakes) - wakes <= 1);
 		wakes = atomic_load(&dev->push_wakes);
-		pthread_mutex_lock(&dev->lock);
+		sleeps = atomic_load(&dev->sleeps);
 		for (int i = 0; i < BURST; i++)
 			assert_ok(odx_submit(ctx, empty, NULL, 0, &o, NULL));
-		uint64_t sent = atomic_load(&dev->push_wakes) - wakes;
-		pthread_mutex_unlock(&dev->lock);
-		assert_int_equal(sent, 0);
 		assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
-		assert_int_equal(atomic_load(&ran), (round + 1) * (BURST + 1));
-		/* over the whole round: no more wake-ups sent than times it slept (+ the sleep it
-		 * was in at the start) */
-		assert_true(atomic_load(&dev->push_wakes) - w0 <= atomic_load(&dev->sleeps) - sleeps + 1);
+		/* the first push found it asleep: it was woken */
+		assert_true(atomic_load(&dev->push_wakes) - wakes >= 1);
+		/* + 1: the sleep it was in when the burst began */
+		assert_true(atomic_load(&dev->push_wakes) - wakes <=
+			    atomic_load(&dev->sleeps) - sleeps + 1);
 	}
-	printf("%d bursts of %d pushes to a sleeping worker: %llu wake-ups, %llu sleeps in all\n",
-	       5, BURST + 1, (unsigned long long)atomic_load(&dev->push_wakes),
+	assert_int_equal(atomic_load(&ran), 6 * BURST);
+	printf("6 bursts of %d pushes to a sleeping worker: %llu wake-ups, %llu sleeps in all\n",
+	       BURST, (unsigned long long)atomic_load(&dev->push_wakes),
 	       (unsigned long long)atomic_load(&dev->sleeps));
 	assert_ok(odx_close(ctx));
 }
