@@ -967,6 +967,9 @@ struct odx_context {
 	uint64_t completed_seen;          /* a lower bound of completions, read by submitters */
 	long max_inflight;
 	uint64_t idle_spin_ns;        /* polling before a worker sleeps */
+	bool idle_yield;              /* a polling worker yields its core now and then: its workers
+				       * and one submitting thread outnumber the CPUs it may run on
+				       * (odx__workers_start) */
 	_Atomic int shared_count;     /* tasks in the shared queue, for polling without its lock */
 	_Atomic int waiters;          /* threads in odx_event_wait / odx_wait_all / back-pressure */
 	/* Among them, those a task's completion wakes only when their condition holds: a thread

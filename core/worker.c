@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * worker.c - one worker thread per device: it stages a task's inputs, runs it on the device's
- * compute lane, and completes it. It sleeps on a condition variable when it has nothing to do
- * (never spins: these machines have two cores), and it does not wait for copies: a task whose
- * inputs are still in flight is parked and comes back through the staged queue.
+ * compute lane, and completes it. With nothing to do it polls briefly, then sleeps on a futex
+ * word (odx__device_sleep; never spins for long: these machines have two cores), and it does not
+ * wait for copies: a task whose inputs are still in flight is parked and comes back through the
+ * staged queue.
  */
 #include <sched.h>
 #include <stdio.h>
@@ -618,8 +619,9 @@ typedef struct worker_arg {
 } worker_arg;
 
 /* Polls briefly for new work before sleeping: a wake-up through the kernel costs microseconds,
- * more than a small task. Bounded by sched.idle_spin_us, so an idle runtime still sleeps; it
- * yields its core every 64 rounds (a few microseconds) to any thread waiting for it. */
+ * more than a small task. Bounded by sched.idle_spin_us, so an idle runtime still sleeps. Where
+ * the workers and a submitter outnumber the cores, it yields its core every 64 rounds (a few
+ * microseconds) to any thread waiting for it. */
 static bool poll_for_work(odx_context *ctx, odx__device *dev)
 {
 	uint64_t deadline, t0;
@@ -656,12 +658,14 @@ static bool poll_for_work(odx_context *ctx, odx__device *dev)
 			}
 			uint64_t now = odx__now_ns();
 
-			/* A thread waiting for this core (the submitter, on a machine with fewer
-			 * cores than threads) gets it now rather than when the poll ends: while
-			 * it waits, no work comes, and the workers go to sleep only to be woken
-			 * again (a futex call and two context switches each). With no one else
-			 * runnable here it returns at once. */
-			sched_yield();
+			/* More threads of ours than cores: the submitter may be waiting for this
+			 * core, and gets it now rather than when the poll ends (while it waits no
+			 * work comes, and the workers go to sleep only to be woken again: a futex
+			 * call and two context switches each). With no one else runnable here it
+			 * returns at once. Not with a core to spare: there it would only hand the
+			 * core to other programs' threads on a loaded machine. */
+			if (ctx->idle_yield)
+				sched_yield();
 			if (now > deadline && (out == 0 || now > xfer_deadline)) {
 				if (assist)
 					odx__dist_assist_end(ctx, false);
@@ -837,6 +841,11 @@ int odx__workers_start(odx_context *ctx)
 
 	for (d = 0; d < ctx->ndevices; d++)
 		ctx->devices[d].steal_peers = odx__sched_stealable(ctx, &ctx->devices[d], true);
+	/* one worker per device and the application's submitting thread, against the CPUs this
+	 * process may run on */
+	cpu_set_t cpus;
+	int ncpus = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+	ctx->idle_yield = ncpus > 0 && ctx->ndevices + 1 > ncpus;
 	for (d = 0; d < ctx->ndevices; d++) {
 		odx__device *dev = &ctx->devices[d];
 		worker_arg *wa = malloc(sizeof(*wa));
