@@ -259,14 +259,12 @@ static int open_devices(odx_context *ctx, char *err, size_t errlen)
 			dev->ops = slot->ops;
 			backend_kind(slot->module.desc, &dev->kind, &dev->kind_name);
 			queue_lock_init(&dev->lock);
-			pthread_cond_init(&dev->cond, NULL);
 			rc = slot->ops->device_open(slot->state, i, dev->index, &dev->props,
 						    &dev->bdev);
 			if (rc) {
 				char detail[ODX__MSG_MAX];
 
 				pthread_mutex_destroy(&dev->lock);
-				pthread_cond_destroy(&dev->cond);
 				odx__backend_detail_take(detail, sizeof(detail));
 				snprintf(err, errlen, "backend %s: device %d failed to open: %s%s%s",
 					 slot->name, i, odx_strerror(rc), detail[0] ? ": " : "",
@@ -482,7 +480,6 @@ static void context_free(odx_context *ctx)
 		free(dev->staged);
 		free(dev->over);
 		pthread_mutex_destroy(&dev->lock);
-		pthread_cond_destroy(&dev->cond);
 	}
 	for (i = 0; i < ctx->nbackends; i++) {
 		odx__backend_slot *slot = &ctx->backends[i];

@@ -389,6 +389,10 @@ struct odx__task {
 	_Atomic bool user_ref;
 	_Atomic bool waited;        /* a thread waits for its completion (odx__task_wait) */
 	bool has_event;
+	/* Something set its run-time length fields (below: rules, set_length records, a refusal):
+	 * only then, or for a task that is not a kernel (the transfer fields), does its return to
+	 * the pool clear them (odx__task_put). Cleared there. */
+	bool lengths_used;
 
 	_Atomic int priority;       /* atomic: a transfer's is raised while workers may read it */
 	int device_mask_only;       /* 0 any, d+1 forced to device d (odx_task_opts) */
@@ -442,7 +446,8 @@ struct odx__task {
 	odx__task *policy_next;     /* the Lua policy host's pending list (policy.c) */
 
 	/* Rare, not reset at odx__task_get: zero in a new slab, and put back to zero by
-	 * odx__lengths_task_reset when the task returns to the pool (odx__task_put).
+	 * odx__lengths_task_reset when a task that used them returns to the pool (lengths_used;
+	 * odx__task_put).
 	 * Run-time lengths (length.c). Kernels: the length rules of its submission (heap), the
 	 * lengths its host variant set (odx_host_launch.set_length: heap, under `lock`, in call
 	 * order), the first refused request (len_status, len_msg), the counts its rules read
@@ -572,7 +577,6 @@ struct odx__device {
 	pthread_t thread;
 	bool thread_started;
 	pthread_mutex_t lock;       /* queues and sleeping */
-	pthread_cond_t cond;
 	odx__queue ready;           /* placed tasks, by priority */
 	odx__task **staged;         /* tasks whose inputs arrived: FIFO ring */
 	int staged_head, staged_n, staged_cap;
@@ -590,6 +594,15 @@ struct odx__device {
 	/* Written under lock when the worker runs out of work (not per task); read without it by
 	 * every push: a line of their own. */
 	_Alignas(64) _Atomic bool sleeping;
+	/* A wake-up was sent to it while it sleeps (set under lock by the waker, cleared by the
+	 * worker when it wakes, before it looks for work): later pushes and thief wake-ups skip
+	 * the lock and the futex call (odx__device_wake). */
+	_Atomic bool wake_pending;
+	/* What its sleeping worker waits on (a futex word): bumped by every wake-up
+	 * (odx__device_signal). The worker reads it after its store to `sleeping` and before its
+	 * last look for work, and sleeps only while it is unchanged: a wake-up sent at any point
+	 * after that read is not lost, also one sent while a steal had dropped the lock. */
+	_Atomic uint32_t wake_seq;
 	_Atomic bool polling;       /* its worker found nothing and looks again before it sleeps
 				     * (poll_for_work): it takes what is queued here at once, so
 				     * neither a wake-up nor a thief is needed for it */
@@ -615,6 +628,8 @@ struct odx__device {
 	_Atomic uint64_t inbox_drains; /* looks at the inbox that found tasks */
 	_Atomic uint64_t inbox_tasks;  /* tasks taken from it */
 	_Atomic uint64_t push_wakes;   /* wake-ups sent by an inbox push to a sleeping worker */
+	_Atomic uint64_t sleeps;       /* times its worker announced sleep (set `sleeping`): each
+				      * is sent at most one wake-up by pushes and thieves */
 	/* Tasks its worker freed, handed back to the context's pool RET_BATCH at a time (one
 	 * compare-and-swap on the pool's shared line per batch) and whenever it runs out of work
 	 * (odx__task_return_flush). Its worker's thread only. */
@@ -651,7 +666,6 @@ struct odx__device {
 	odx__task *direct;
 	_Atomic uint64_t direct_runs; /* tasks run so */
 	bool steal_peers;           /* sched.steal and another device shares its memory */
-	bool kicked;                /* a wake_thief came while it was about to sleep (under lock) */
 	_Atomic uint64_t copied_behind; /* reads and writes copied behind their predecessors */
 	_Atomic uint64_t busy_ns;
 	odx__lane_trace *compute_trace;
@@ -710,6 +724,9 @@ odx__task *odx__sched_next(odx_context *ctx, odx__device *d);
 odx__task *odx__sched_steal(odx_context *ctx, odx__device *d);
 bool odx__sched_stealable(odx_context *ctx, const odx__device *d, bool any);
 void odx__sched_wake_thief(odx_context *ctx, odx__device *d);
+bool odx__device_wake(odx__device *dev);
+void odx__device_signal(odx__device *dev);
+void odx__device_sleep(odx__device *dev, uint32_t seq);
 /* Ends a placed task: updates and unpins its replicas, accounts, completes it (worker.c). */
 void odx__task_finish(odx__task *t, int status, const char *msg);
 /* Set while this thread is inside odx_submit: a task that becomes ready there may be launched
@@ -950,6 +967,9 @@ struct odx_context {
 	uint64_t completed_seen;          /* a lower bound of completions, read by submitters */
 	long max_inflight;
 	uint64_t idle_spin_ns;        /* polling before a worker sleeps */
+	bool idle_yield;              /* a polling worker yields its core now and then: its workers
+				       * and one submitting thread outnumber the CPUs it may run on
+				       * (odx__workers_start) */
 	_Atomic int shared_count;     /* tasks in the shared queue, for polling without its lock */
 	_Atomic int waiters;          /* threads in odx_event_wait / odx_wait_all / back-pressure */
 	/* Among them, those a task's completion wakes only when their condition holds: a thread
@@ -971,6 +991,8 @@ struct odx_context {
 	_Atomic int nsleeping;        /* workers asleep, for the eager queue's wake-up */
 	_Atomic uint64_t thief_wakes; /* sleeping workers woken to take tasks queued on a busy
 				       * peer (odx__sched_wake_thief; tests count them) */
+	_Atomic uint64_t length_resets; /* tasks whose length fields were cleared on their return
+					 * to the pool (lengths_used; tests count them) */
 	_Atomic uint64_t coll_seq;    /* collectives so far (odx_allgather): their transfer key */
 	bool steal;                   /* sched.steal: idle workers take from devices sharing memory */
 	_Atomic uint64_t next_buffer_id;

@@ -303,6 +303,7 @@ static void refuse(odx__task *t, const char *fmt, ...)
 		vsnprintf(msg, ODX__MSG_MAX, fmt, ap);
 		va_end(ap);
 	}
+	t->lengths_used = true;
 	t->len_status = ODX_EKERNEL;
 	t->len_msg = msg;
 }
@@ -357,6 +358,7 @@ void odx__lengths_set(void *task, int arg, int part, size_t bytes)
 	odx__task *t = task;
 
 	pthread_mutex_lock(&t->lock);
+	t->lengths_used = true;
 	if (arg < 0 || arg >= t->nargs || t->args[arg].kind != ODX_ARG_BUFFER ||
 	    !(t->args[arg].access & ODX_W)) {
 		refuse(t, "set_length: argument %d is not a buffer the task writes", arg);
@@ -537,6 +539,8 @@ int odx__lengths_apply(odx__task *t)
 
 void odx__lengths_task_reset(odx__task *t)
 {
+	atomic_fetch_add_explicit(&t->ctx->length_resets, 1, memory_order_relaxed);
+	t->lengths_used = false;
 	free(t->rules);
 	t->rules = NULL;
 	t->nrules = 0;

@@ -6,9 +6,12 @@
  * replaces the decision, not the mechanism. C decides what is feasible (the kernel has a
  * variant for the device, the user did not force another device); the policy decides what is best.
  */
+#include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "core.h"
 #include "policy.h"
@@ -270,6 +273,49 @@ const odx__sched_ops *odx__sched_find(const char *name)
 
 /* ---- queues --------------------------------------------------------------------------------- */
 
+/* Wakes dev's worker if it waits on its futex word (odx__device_sleep), or makes it not wait if
+ * it is about to. With dev->lock held or not: without it the woken worker does not block on the
+ * lock its waker still holds (a second futex call and context switch). */
+void odx__device_signal(odx__device *dev)
+{
+	atomic_fetch_add(&dev->wake_seq, 1);
+	syscall(SYS_futex, &dev->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* By dev's worker, with dev->lock held: drops the lock and sleeps until a wake-up after it read
+ * `seq` from wake_seq (at once if one came already), then takes the lock again. It may return
+ * early (a signal): the caller looks for work and sleeps again. */
+void odx__device_sleep(odx__device *dev, uint32_t seq)
+{
+	pthread_mutex_unlock(&dev->lock);
+	syscall(SYS_futex, &dev->wake_seq, FUTEX_WAIT_PRIVATE, seq, NULL, NULL, 0);
+	pthread_mutex_lock(&dev->lock);
+}
+
+/* Wakes dev's worker if it sleeps and no wake-up is on its way to it already; true if this
+ * call sent one. A waker that finds it sleeping under its lock reaches it: the worker read
+ * wake_seq before its last look for work, under the lock. The first such waker marks the
+ * wake-up pending; every later one, until the worker wakes and clears the mark, returns at
+ * once, without the lock: during a burst of pushes to a sleeping worker one futex call wakes
+ * it, not a lock round trip and a signal per push. The skip is safe for work made visible
+ * before the waker's sequentially consistent reads of `sleeping` and `wake_pending`: the
+ * worker clears the mark (sequentially consistent) before it looks for work again. */
+bool odx__device_wake(odx__device *dev)
+{
+	bool send;
+
+	if (!atomic_load(&dev->sleeping) || atomic_load(&dev->wake_pending))
+		return false;
+	pthread_mutex_lock(&dev->lock);
+	send = dev->sleeping && !atomic_load_explicit(&dev->wake_pending, memory_order_relaxed);
+	if (send)
+		atomic_store(&dev->wake_pending, true);
+	pthread_mutex_unlock(&dev->lock);
+	if (send)
+		odx__device_signal(dev);
+	return send;
+}
+
 /* `probe` is a copy of the fields odx__device_can_run reads, taken before the task was queued:
  * once it is in the shared queue another worker may run, complete and recycle it. */
 static void wake_one_sleeper(odx_context *ctx, const odx__task *probe)
@@ -280,17 +326,11 @@ static void wake_one_sleeper(odx_context *ctx, const odx__task *probe)
 		return;
 	for (d = 0; d < ctx->ndevices; d++) {
 		odx__device *dev = &ctx->devices[d];
-		bool woke = false;
 
-		if (!odx__device_can_run(ctx, dev, probe))
+		if (!odx__device_can_run(ctx, dev, probe) || !atomic_load(&dev->sleeping))
 			continue;
-		pthread_mutex_lock(&dev->lock);
-		if (dev->sleeping) {
-			pthread_cond_signal(&dev->cond);
-			woke = true;
-		}
-		pthread_mutex_unlock(&dev->lock);
-		if (woke)
+		/* one already being woken takes it, or looks again before it sleeps */
+		if (atomic_load(&dev->wake_pending) || odx__device_wake(dev))
 			return;
 	}
 }
@@ -595,7 +635,7 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 			odx__lq_added(dev);
 			atomic_fetch_add_explicit(&dev->load, 1, memory_order_relaxed);
 			if (dev->sleeping)
-				pthread_cond_signal(&dev->cond);
+				odx__device_signal(dev);
 			else
 				busy = !dev->polling;
 		}
@@ -634,17 +674,9 @@ void odx__sched_queue(odx_context *ctx, odx__task *t, int d)
 	}
 	bool busy = false;
 	if (atomic_load(&dev->sleeping)) {
-		bool woke = false;
-
-		/* It holds its lock from its store to `sleeping` to its wait: once we have the lock
-		 * it waits (or was woken, or is taking the inbox: then it finds t). */
-		pthread_mutex_lock(&dev->lock);
-		if (dev->sleeping) {
-			pthread_cond_signal(&dev->cond);
-			woke = true;
-		}
-		pthread_mutex_unlock(&dev->lock);
-		if (woke)
+		/* t is in the inbox (a sequentially consistent store) before this looks: either
+		 * the worker wakes for it, or one woken already finds it (odx__device_wake) */
+		if (odx__device_wake(dev))
 			atomic_fetch_add_explicit(&dev->push_wakes, 1, memory_order_relaxed);
 	} else {
 		busy = !atomic_load_explicit(&dev->polling, memory_order_relaxed);
@@ -688,13 +720,12 @@ bool odx__sched_stealable(odx_context *ctx, const odx__device *dev, bool any)
  * Called with dev->lock held, which it drops while it looks at the others (no thread ever holds
  * two device locks: two thieves never wait on each other) and takes again before it returns: the
  * caller looks at dev's own queues again then. Staged and chained tasks stay where their inputs
- * were prepared. A wake_thief meanwhile sets dev->kicked. */
+ * were prepared. A wake-up meanwhile bumps dev->wake_seq: the worker does not then sleep. */
 odx__task *odx__sched_steal(odx_context *ctx, odx__device *dev)
 {
 	odx__task *t = NULL;
 	int i;
 
-	dev->kicked = false;
 	pthread_mutex_unlock(&dev->lock);
 	for (i = 1; i < ctx->ndevices && !t; i++) {
 		odx__device *v = &ctx->devices[(dev->index + i) % ctx->ndevices];
@@ -758,22 +789,18 @@ void odx__sched_wake_thief(odx_context *ctx, odx__device *dev)
 
 	for (d = 0; d < ctx->ndevices; d++) {
 		odx__device *v = &ctx->devices[d];
-		bool woke = false;
 
 		/* one that does not sleep now would not be woken (no lock taken to see it) */
 		if (!steal_peer(ctx, dev, v) || !atomic_load(&v->sleeping))
 			continue;
-		pthread_mutex_lock(&v->lock);
-		if (v->sleeping) {
-			/* it may be between its last look and its wait, its lock dropped (steal) */
-			v->kicked = true;
-			pthread_cond_signal(&v->cond);
-			woke = true;
-			atomic_fetch_add_explicit(&ctx->thief_wakes, 1, memory_order_relaxed);
-		}
-		pthread_mutex_unlock(&v->lock);
-		if (woke)
+		/* one woken already (for its own work or as a thief) looks at its peers before it
+		 * sleeps again: no second wake-up */
+		if (atomic_load(&v->wake_pending))
 			return;
+		if (odx__device_wake(v)) {
+			atomic_fetch_add_explicit(&ctx->thief_wakes, 1, memory_order_relaxed);
+			return;
+		}
 	}
 }
 
@@ -851,7 +878,7 @@ void odx__device_push_staged(odx__device *dev, odx__task *t)
 	dev->staged_n++;
 	odx__lq_added(dev);
 	if (dev->sleeping)
-		pthread_cond_signal(&dev->cond);
+		odx__device_signal(dev);
 	pthread_mutex_unlock(&dev->lock);
 }
 

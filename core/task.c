@@ -157,7 +157,9 @@ void odx__task_put(odx__task *t)
 		odx__shuffle_free(t->shuffle);
 		t->shuffle = NULL;
 	}
-	odx__lengths_task_reset(t);
+	/* the length and transfer fields: only those of a task that set any (most have none) */
+	if (t->lengths_used || t->kind != ODX__TASK_KERNEL)
+		odx__lengths_task_reset(t);
 	bool event = t->has_event;
 
 	task_reset(t);
@@ -1090,6 +1092,7 @@ ODX_API int odx_submit(odx_context *ctx, odx_kernel *kernel, const odx_arg *args
 	if (opts->tag)
 		snprintf(t->tag, sizeof(t->tag), "%s", opts->tag);
 	if ((opts->flags & ODX_SUBMIT_LENGTHS) && opts->nlengths > 0) {
+		t->lengths_used = true;
 		t->rules = malloc((size_t)opts->nlengths * sizeof(*t->rules));
 		if (!t->rules) {
 			odx__task_put(t);

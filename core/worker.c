@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * worker.c - one worker thread per device: it stages a task's inputs, runs it on the device's
- * compute lane, and completes it. It sleeps on a condition variable when it has nothing to do
- * (never spins: these machines have two cores), and it does not wait for copies: a task whose
- * inputs are still in flight is parked and comes back through the staged queue.
+ * compute lane, and completes it. With nothing to do it polls briefly, then sleeps on a futex
+ * word (odx__device_sleep; never spins for long: these machines have two cores), and it does not
+ * wait for copies: a task whose inputs are still in flight is parked and comes back through the
+ * staged queue.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -606,7 +608,7 @@ void odx__run_inline(odx__device *dev, odx__task *t)
 	dev->inline_running = false;
 	if (dev->sleeping && (dev->ready.n > 0 || odx__inbox_pending(dev) || dev->staged_n > 0 ||
 			      dev->memwait_head))
-		pthread_cond_signal(&dev->cond);
+		odx__device_signal(dev);
 	pthread_mutex_unlock(&dev->lock);
 	odx__submitting = true;
 }
@@ -617,7 +619,9 @@ typedef struct worker_arg {
 } worker_arg;
 
 /* Polls briefly for new work before sleeping: a wake-up through the kernel costs microseconds,
- * more than a small task. Bounded by sched.idle_spin_us, so an idle runtime still sleeps. */
+ * more than a small task. Bounded by sched.idle_spin_us, so an idle runtime still sleeps. Where
+ * the workers and a submitter outnumber the cores, it yields its core every 64 rounds (a few
+ * microseconds) to any thread waiting for it. */
 static bool poll_for_work(odx_context *ctx, odx__device *dev)
 {
 	uint64_t deadline, t0;
@@ -654,6 +658,14 @@ static bool poll_for_work(odx_context *ctx, odx__device *dev)
 			}
 			uint64_t now = odx__now_ns();
 
+			/* More threads of ours than cores: the submitter may be waiting for this
+			 * core, and gets it now rather than when the poll ends (while it waits no
+			 * work comes, and the workers go to sleep only to be woken again: a futex
+			 * call and two context switches each). With no one else runnable here it
+			 * returns at once. Not with a core to spare: there it would only hand the
+			 * core to other programs' threads on a loaded machine. */
+			if (ctx->idle_yield)
+				sched_yield();
 			if (now > deadline && (out == 0 || now > xfer_deadline)) {
 				if (assist)
 					odx__dist_assist_end(ctx, false);
@@ -718,18 +730,23 @@ static void *worker_loop(void *p)
 			if (dev->stop)
 				break;
 			dev->sleeping = true;
+			atomic_store_explicit(&dev->sleeps,
+					      atomic_load_explicit(&dev->sleeps, memory_order_relaxed) + 1,
+					      memory_order_relaxed);
 			atomic_fetch_add(&ctx->nsleeping, 1);
+			/* a wake-up from here on (also while a steal drops the lock) is not lost */
+			uint32_t seq = atomic_load(&dev->wake_seq);
 			/* fabric.progress: the progress thread polls now */
 			odx__dist_assist_sleep(ctx, atomic_load(&dev->xfers_out) > 0);
 			/* Re-check the shared queue after announcing sleep (see wake_one_sleeper). */
 			t = next_task(ctx, dev, true);
-			/* a signal that came while a steal had dropped the lock was lost: `kicked`
-			 * and `stop` say so */
-			if (!t && !dev->kicked && !dev->stop)
-				pthread_cond_wait(&dev->cond, &dev->lock);
-			dev->kicked = false;
+			if (!t && !dev->stop)
+				odx__device_sleep(dev, seq);
 			atomic_fetch_sub(&ctx->nsleeping, 1);
 			dev->sleeping = false;
+			/* sequentially consistent, before it looks for work again: a waker that saw
+			 * the mark set skipped its wake-up for work it had made visible already */
+			atomic_store(&dev->wake_pending, false);
 			if (!t)
 				continue;
 		}
@@ -824,6 +841,11 @@ int odx__workers_start(odx_context *ctx)
 
 	for (d = 0; d < ctx->ndevices; d++)
 		ctx->devices[d].steal_peers = odx__sched_stealable(ctx, &ctx->devices[d], true);
+	/* one worker per device and the application's submitting thread, against the CPUs this
+	 * process may run on */
+	cpu_set_t cpus;
+	int ncpus = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+	ctx->idle_yield = ncpus > 0 && ctx->ndevices + 1 > ncpus;
 	for (d = 0; d < ctx->ndevices; d++) {
 		odx__device *dev = &ctx->devices[d];
 		worker_arg *wa = malloc(sizeof(*wa));
@@ -851,7 +873,7 @@ void odx__workers_stop(odx_context *ctx)
 			continue;
 		pthread_mutex_lock(&dev->lock);
 		dev->stop = true;
-		pthread_cond_signal(&dev->cond);
+		odx__device_signal(dev);
 		pthread_mutex_unlock(&dev->lock);
 		pthread_join(dev->thread, NULL);
 		dev->thread_started = false;

@@ -366,7 +366,7 @@ void odx__tier_changed(odx_context *ctx, int m)
 			continue;
 		pthread_mutex_lock(&dev->lock);
 		dev->mem_changed = true;
-		pthread_cond_signal(&dev->cond);
+		odx__device_signal(dev);
 		pthread_mutex_unlock(&dev->lock);
 	}
 	if (odx__is_host_node(ctx, m) && ctx->tier && atomic_load(&ctx->tier->room_waiters) > 0)

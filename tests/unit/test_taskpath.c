@@ -12,7 +12,12 @@
  *  - a worker with nothing queued under its lock takes from its inbox without the lock, and
  *    a task queued under the lock meanwhile (another priority) still comes first;
  *  - staging a task whose buffers are all allocated on a host node skips the allocation pass
- *    (one buffer lock fewer per buffer), and the chain's bytes are still right.
+ *    (one buffer lock fewer per buffer), and the chain's bytes are still right;
+ *  - a worker asleep is woken once for a burst of pushes: while a wake-up is pending, pushes
+ *    take neither its lock nor send another; a lone task pushed to a sleeping worker is run
+ *    without any later push (no lost wake-up), one device or two sharing memory;
+ *  - only a task that set run-time lengths has its length fields cleared on its return to the
+ *    pool.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -357,6 +362,152 @@ static void test_policy_pending_threads(void **state)
 	assert_ok(odx_close(ctx));
 }
 
+#define BURST 100
+
+/* A push to a sleeping worker with a wake-up pending neither takes the worker's lock nor sends
+ * another. The test holds the worker's lock while it sleeps and plays the first waker itself
+ * (marks the wake-up pending, bumps the futex word): the woken worker then waits for the lock,
+ * so it cannot clear the mark or sleep again, and each of the 100 pushes after must skip (one
+ * that took the lock would block here: the test times out; one that sent a wake-up is
+ * counted). Then, with nothing held, bursts of pushes: no more wake-ups sent than sleeps
+ * announced (one device: the worker holds its lock from announcing sleep to its wait). */
+static void test_wake_pending(void **state)
+{
+	static const char *const kv[] = {"host.devices", "1", "host.bind", "false", NULL};
+	odx_context *ctx = test_open_ctx(kv);
+	odx_kernel *empty = test_host_kernel(ctx, "empty", NULL, 0, k_empty);
+	odx_task_opts o = {.grid = {1, 1, 1}, .block = {1, 1, 1}};
+	odx__device *dev = &ctx->devices[0];
+	uint64_t wakes, sleeps;
+	bool held = false;
+
+	(void)state;
+	atomic_store(&ran, 0);
+	/* the worker asleep, its lock in this thread's hands (it sleeps without it) */
+	for (int i = 0; i < 100 && !held; i++) {
+		wait_asleep(ctx, 0);
+		pthread_mutex_lock(&dev->lock);
+		held = dev->sleeping && !atomic_load(&dev->wake_pending);
+		if (!held)
+			pthread_mutex_unlock(&dev->lock);
+	}
+	assert_true(held);
+	atomic_store(&dev->wake_pending, true);
+	odx__device_signal(dev);
+	wakes = atomic_load(&dev->push_wakes);
+	for (int i = 0; i < BURST; i++)
+		assert_ok(odx_submit(ctx, empty, NULL, 0, &o, NULL));
+	uint64_t sent = atomic_load(&dev->push_wakes) - wakes;
+	bool still = dev->sleeping;
+	pthread_mutex_unlock(&dev->lock);
+	assert_int_equal(sent, 0);
+	assert_true(still);
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	assert_int_equal(atomic_load(&ran), BURST);
+
+	for (int round = 0; round < 5; round++) {
+		wait_asleep(ctx, 0);
+		wakes = atomic_load(&dev->push_wakes);
+		sleeps = atomic_load(&dev->sleeps);
+		for (int i = 0; i < BURST; i++)
+			assert_ok(odx_submit(ctx, empty, NULL, 0, &o, NULL));
+		assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+		/* the first push found it asleep: it was woken */
+		assert_true(atomic_load(&dev->push_wakes) - wakes >= 1);
+		/* + 1: the sleep it was in when the burst began */
+		assert_true(atomic_load(&dev->push_wakes) - wakes <=
+			    atomic_load(&dev->sleeps) - sleeps + 1);
+	}
+	assert_int_equal(atomic_load(&ran), 6 * BURST);
+	printf("6 bursts of %d pushes to a sleeping worker: %llu wake-ups, %llu sleeps in all\n",
+	       BURST, (unsigned long long)atomic_load(&dev->push_wakes),
+	       (unsigned long long)atomic_load(&dev->sleeps));
+	assert_ok(odx_close(ctx));
+}
+
+#define LONE_ROUNDS 40
+
+/* A lone task pushed to a worker that sleeps (or is about to) runs with no later push to wake it:
+ * each round waits until every worker sleeps, submits one task and waits for it (bounded by the
+ * test timeout: a lost wake-up fails the wait). With two devices sharing memory the tasks also
+ * go through thief wake-ups. */
+static void test_lone_task_wakes(void **state)
+{
+	static const char *const one[] = {"host.devices", "1", "host.bind", "false", NULL};
+	static const char *const two[] = {"host.devices", "2", "host.bind", "false", NULL};
+	static const char *const *const kvs[] = {one, two};
+
+	(void)state;
+	for (int k = 0; k < 2; k++) {
+		odx_context *ctx = test_open_ctx(kvs[k]);
+		odx_kernel *empty = test_host_kernel(ctx, "empty", NULL, 0, k_empty);
+		odx_task_opts o = {.grid = {1, 1, 1}, .block = {1, 1, 1}};
+		uint64_t sleeps = 0;
+
+		atomic_store(&ran, 0);
+		for (int r = 0; r < LONE_ROUNDS; r++) {
+			for (int d = 0; d < ctx->ndevices; d++)
+				wait_asleep(ctx, d);
+			assert_ok(odx_submit(ctx, empty, NULL, 0, &o, NULL));
+			assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+			assert_int_equal(atomic_load(&ran), r + 1);
+		}
+		for (int d = 0; d < ctx->ndevices; d++)
+			sleeps += atomic_load(&ctx->devices[d].sleeps);
+		/* every round found the workers asleep */
+		assert_true(sleeps >= LONE_ROUNDS);
+		assert_ok(odx_close(ctx));
+	}
+}
+
+static int k_set_length(const odx_host_launch *l)
+{
+	l->set_length(l, 0, ODX_WHOLE_BUFFER, 16);
+	return 0;
+}
+
+/* The length and transfer fields are cleared on a task's return to the pool only when it set
+ * any (odx__lengths_task_reset, counted in length_resets): 200 empty kernels and one that
+ * writes a buffer clear none, one that sets a length clears its own. */
+static void test_length_reset_only_when_used(void **state)
+{
+	static const char *const kv[] = {"host.devices", "2", "host.bind", "false", NULL};
+	static const odx_param p[] = {{ODX_ARG_BUFFER, ODX_RW, "x"}};
+	odx_context *ctx = test_open_ctx(kv);
+	odx_kernel *empty = test_host_kernel(ctx, "empty", NULL, 0, k_empty);
+	odx_kernel *setlen = test_host_kernel(ctx, "setlen", p, 1, k_set_length);
+	odx_kernel *touch = test_host_kernel(ctx, "touch", p, 1, k_empty);
+	odx_task_opts o = {.grid = {1, 1, 1}, .block = {1, 1, 1}};
+	uint64_t base;
+	odx_buffer *b;
+	int i;
+
+	(void)state;
+	atomic_store(&ran, 0);
+	assert_ok(odx_buffer_create(ctx, 64, 0, &b));
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	base = atomic_load(&ctx->length_resets);
+	for (i = 0; i < 200; i++)
+		assert_ok(odx_submit(ctx, empty, NULL, 0, &o, NULL));
+	assert_ok(odx_submit(ctx, setlen, (odx_arg[]){ODX_BUF(b, ODX_RW)}, 1, &o, NULL));
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	assert_int_equal(atomic_load(&ran), 200);
+	size_t len = 0;
+	assert_ok(odx_buffer_length(b, &len, TEST_TIMEOUT_MS));
+	assert_int_equal(len, 16);
+	/* the buffer holds its last writer until a later one replaces it (an empty kernel, which
+	 * sets no length) */
+	assert_ok(odx_submit(ctx, touch, (odx_arg[]){ODX_BUF(b, ODX_RW)}, 1, &o, NULL));
+	assert_ok(odx_wait_all(ctx, TEST_TIMEOUT_MS));
+	assert_int_equal(atomic_load(&ran), 201);
+	/* the last reference to a task may be dropped just after its completion is seen */
+	for (i = 0; i < TEST_TIMEOUT_MS * 10 && atomic_load(&ctx->length_resets) == base; i++)
+		usleep(100);
+	assert_int_equal(atomic_load(&ctx->length_resets) - base, 1);
+	odx_buffer_destroy(b);
+	assert_ok(odx_close(ctx));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -366,6 +517,9 @@ int main(void)
 		cmocka_unit_test(test_stage_skips_alloc),
 		cmocka_unit_test(test_policy_times_only_when_read),
 		cmocka_unit_test(test_policy_pending_threads),
+		cmocka_unit_test(test_wake_pending),
+		cmocka_unit_test(test_lone_task_wakes),
+		cmocka_unit_test(test_length_reset_only_when_used),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
