@@ -5,54 +5,24 @@
  *
  * Every key is declared once, in `keys` below. A value is parsed where it is given (file line,
  * environment variable, API call), so every error can name its origin; the resolved values are
- * stored already parsed, which is why the getters cannot fail.
+ * stored already parsed, which is why the getters cannot fail. The text of a value becomes its
+ * typed value in config_parse.c (the parsers and the rules the table names in `check`).
  *
- * Longer than the house's ~1,200 lines on purpose: about 340 of them are the key table, one entry
- * per key with its range and help text, which `odx info --config` and docs/configuration.md show;
- * split from its parser it would only be read in two places instead of one.
+ * About 340 lines are the key table, one entry per key with its range and help text, which
+ * `odx info --config` and docs/configuration.md show.
  */
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
-#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include <ini.h>
 
 #include "config.h"
-#include "fabric.h"
-#include "mem/spill.h"
-
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-
-enum key_type {
-	KEY_STRING,
-	KEY_BOOL,
-	KEY_INT,
-	KEY_SIZE,
-	KEY_ENUM,
-	KEY_LIST,
-};
-
-struct key_def {
-	const char *name;	   /* "backends", "host.devices" */
-	enum key_type type;
-	const char *def;	   /* default, as text; must parse */
-	const char *help;
-	int64_t min, max;	   /* KEY_INT */
-	const char *const *words;  /* KEY_ENUM, KEY_LIST: allowed words, NULL-terminated */
-	/* A rule the type cannot express; gets the canonical text, fills `why` on failure. */
-	int (*check)(const char *text, char *why, size_t whylen);
-};
-
-static int check_backends(const char *text, char *why, size_t whylen);
-static int check_policy(const char *text, char *why, size_t whylen);
-static int check_disk_fault(const char *text, char *why, size_t whylen);
-static int check_fabric_fault(const char *text, char *why, size_t whylen);
+#include "config_parse.h"
 
 /* The only place keys are declared; foreach and `odx info --config` follow this order. */
 static const struct key_def keys[] = {
@@ -62,7 +32,7 @@ static const struct key_def keys[] = {
 		.def = "auto",
 		.help = "ordered list of backends to open (host, vulkan, opencl, cuda, hip, or "
 			"the name of any backend module), or auto",
-		.check = check_backends,
+		.check = odx__config_check_backends,
 	},
 	{
 		.name = "policy",
@@ -71,7 +41,7 @@ static const struct key_def keys[] = {
 		.help = "scheduling policy: eager, least_loaded, round_robin (built in, C), "
 			"lua:eager, lua:round_robin, lua:locality, lua:heft, lua:lru, "
 			"lua:lookahead (shipped Lua), or a path to a .lua file",
-		.check = check_policy,
+		.check = odx__config_check_policy,
 	},
 	{
 		.name = "policy.budget",
@@ -321,7 +291,7 @@ static const struct key_def keys[] = {
 		.def = "",
 		.help = "testing: injected spill I/O failures, e.g. write_eio=2,corrupt=1 (the "
 			"Nth write fails with EIO, the Nth stored block is corrupted)",
-		.check = check_disk_fault,
+		.check = odx__config_check_disk_fault,
 	},
 	{
 		.name = "tier.monitor.start",
@@ -428,21 +398,11 @@ static const struct key_def keys[] = {
 		.def = "",
 		.help = "testing: fault injection in ODX's fabric layer, e.g. "
 			"delay_us=0-2000,reorder=0.2,eagain=0.3,cqerr=0.01,seed=7",
-		.check = check_fabric_fault,
+		.check = odx__config_check_fabric_fault,
 	},
 };
 
 #define KEY_COUNT ARRAY_LEN(keys)
-
-/* A parsed value; which member is valid follows from the key's type. */
-union parsed {
-	bool b;
-	int64_t i;
-	struct {
-		uint64_t bytes;
-		unsigned percent; /* nonzero: the value was "NN%" */
-	} size;
-};
 
 struct value {
 	char *text;	/* canonical text (lists without spaces, numbers trimmed) */
@@ -467,21 +427,6 @@ struct odx_config {
 
 /* ---- small helpers ------------------------------------------------------------------------ */
 
-static void format_msg(char *buf, size_t len, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void format_msg(char *buf, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	/* Callers may pass no buffer (err == NULL); a message is a courtesy, never required. */
-	if (!buf || !len)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(buf, len, fmt, ap);
-	va_end(ap);
-}
-
 static char *dup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 static char *dup_printf(const char *fmt, ...)
@@ -502,40 +447,6 @@ static char *dup_printf(const char *fmt, ...)
 	vsnprintf(s, (size_t)n + 1, fmt, ap);
 	va_end(ap);
 	return s;
-}
-
-static char *dup_str(const char *s)
-{
-	size_t n = strlen(s) + 1;
-	char *d = malloc(n);
-
-	if (d)
-		memcpy(d, s, n);
-	return d;
-}
-
-static bool is_blank(char c)
-{
-	return c == ' ' || c == '\t';
-}
-
-/* Copies text[0..len) without surrounding blanks into a new string. */
-static char *dup_trimmed(const char *text, size_t len)
-{
-	char *d;
-
-	while (len && is_blank(*text)) {
-		text++;
-		len--;
-	}
-	while (len && is_blank(text[len - 1]))
-		len--;
-	d = malloc(len + 1);
-	if (d) {
-		memcpy(d, text, len);
-		d[len] = '\0';
-	}
-	return d;
 }
 
 static const struct key_def *find_key(const char *name, size_t *index)
@@ -562,403 +473,6 @@ static void env_name(const char *key, char *buf, size_t len)
 	buf[n] = '\0';
 }
 
-static int word_index(const char *const *words, const char *w, size_t len)
-{
-	for (int i = 0; words[i]; i++) {
-		if (strlen(words[i]) == len && strncmp(words[i], w, len) == 0)
-			return i;
-	}
-	return -1;
-}
-
-/* Writes "a, b, c" for messages. */
-static void join_words(const char *const *words, char *buf, size_t len)
-{
-	size_t n = 0;
-
-	buf[0] = '\0';
-	for (int i = 0; words[i] && n < len; i++) {
-		int w = snprintf(buf + n, len - n, "%s%s", i ? ", " : "", words[i]);
-
-		if (w < 0)
-			break;
-		n += (size_t)w;
-	}
-}
-
-/* ---- parsers ------------------------------------------------------------------------------ */
-
-/* Reads decimal digits; false on no digit or overflow. */
-static bool read_digits(const char **p, uint64_t *out)
-{
-	const char *s = *p;
-	uint64_t n = 0;
-
-	if (!isdigit((unsigned char)*s))
-		return false;
-	for (; isdigit((unsigned char)*s); s++) {
-		unsigned d = (unsigned)(*s - '0');
-
-		if (n > (UINT64_MAX - d) / 10)
-			return false;
-		n = n * 10 + d;
-	}
-	*p = s;
-	*out = n;
-	return true;
-}
-
-static const char *skip_blanks(const char *s)
-{
-	while (is_blank(*s))
-		s++;
-	return s;
-}
-
-int odx__parse_int(const char *text, int64_t *out)
-{
-	const char *s = skip_blanks(text);
-	bool negative = false;
-	uint64_t n;
-
-	/* Hand-rolled rather than strtoll so that "0x10", "1e3" and "12abc" are all refused. */
-	if (*s == '+' || *s == '-')
-		negative = *s++ == '-';
-	if (!read_digits(&s, &n))
-		return ODX_EINVAL;
-	if (*skip_blanks(s))
-		return ODX_EINVAL;
-	if (negative) {
-		if (n > (uint64_t)INT64_MAX + 1)
-			return ODX_EINVAL;
-		*out = n == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)n;
-	} else {
-		if (n > INT64_MAX)
-			return ODX_EINVAL;
-		*out = (int64_t)n;
-	}
-	return 0;
-}
-
-int odx__parse_bool(const char *text, bool *out)
-{
-	static const char *const yes[] = {"true", "yes", "on", "1"};
-	static const char *const no[] = {"false", "no", "off", "0"};
-	const char *s = skip_blanks(text);
-	size_t len = strlen(s);
-
-	while (len && is_blank(s[len - 1]))
-		len--;
-	for (size_t i = 0; i < ARRAY_LEN(yes); i++) {
-		if (strlen(yes[i]) == len && strncasecmp(s, yes[i], len) == 0) {
-			*out = true;
-			return 0;
-		}
-		if (strlen(no[i]) == len && strncasecmp(s, no[i], len) == 0) {
-			*out = false;
-			return 0;
-		}
-	}
-	return ODX_EINVAL;
-}
-
-int odx__parse_size(const char *text, uint64_t *bytes, unsigned *percent)
-{
-	/* K/M/G/T alone mean the binary units, as most tools (dd, free) read them. */
-	static const struct {
-		const char *name;
-		uint64_t mult;
-	} units[] = {
-		{"B", 1},
-		{"KB", 1000ull},
-		{"MB", 1000ull * 1000},
-		{"GB", 1000ull * 1000 * 1000},
-		{"TB", 1000ull * 1000 * 1000 * 1000},
-		{"KiB", 1ull << 10},
-		{"MiB", 1ull << 20},
-		{"GiB", 1ull << 30},
-		{"TiB", 1ull << 40},
-		{"K", 1ull << 10},
-		{"M", 1ull << 20},
-		{"G", 1ull << 30},
-		{"T", 1ull << 40},
-	};
-	const char *s = skip_blanks(text);
-	const char *unit;
-	size_t len;
-	uint64_t n;
-
-	if (!read_digits(&s, &n))
-		return ODX_EINVAL;
-	unit = skip_blanks(s);
-	len = strlen(unit);
-	while (len && is_blank(unit[len - 1]))
-		len--;
-	if (len == 0) {
-		*bytes = n;
-		*percent = 0;
-		return 0;
-	}
-	if (len == 1 && *unit == '%') {
-		if (n == 0 || n > 100)
-			return ODX_EINVAL;
-		*bytes = 0;
-		*percent = (unsigned)n;
-		return 0;
-	}
-	for (size_t i = 0; i < ARRAY_LEN(units); i++) {
-		if (strlen(units[i].name) != len || strncasecmp(unit, units[i].name, len) != 0)
-			continue;
-		if (n > UINT64_MAX / units[i].mult)
-			return ODX_EINVAL;
-		*bytes = n * units[i].mult;
-		*percent = 0;
-		return 0;
-	}
-	return ODX_EINVAL;
-}
-
-/* Splits a comma list, checks each item against the allowed words, writes "a,b" to canon. */
-static bool is_identifier(const char *s, size_t len)
-{
-	for (size_t i = 0; i < len; i++)
-		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_' ||
-		      s[i] == '-'))
-			return false;
-	return len > 0;
-}
-
-/* Is `item` one of the comma-separated words of `list`? */
-static bool list_contains(const char *list, const char *item, size_t len)
-{
-	const char *p = list;
-
-	while (*p) {
-		size_t n = strcspn(p, ",");
-
-		if (n == len && strncmp(p, item, len) == 0)
-			return true;
-		p += n;
-		p += *p == ',';
-	}
-	return false;
-}
-
-static int parse_list(const struct key_def *k, const char *text, char *canon, char *why,
-		      size_t whylen)
-{
-	uint64_t seen = 0;
-	const char *item = text;
-	size_t n = 0;
-	char allowed[256];
-
-	/* `seen` has one bit per allowed word. */
-	for (int w = 0; k->words && k->words[w]; w++)
-		assert(w < 64);
-	canon[0] = '\0';
-	for (;;) {
-		const char *end = strchr(item, ',');
-		size_t len = end ? (size_t)(end - item) : strlen(item);
-		int w;
-
-		while (len && is_blank(*item)) {
-			item++;
-			len--;
-		}
-		while (len && is_blank(item[len - 1]))
-			len--;
-		if (len == 0) {
-			format_msg(why, whylen, "'%s' has an empty item", text);
-			return ODX_ECONFIG;
-		}
-		if (!k->words) {
-			/* Open lists (backend names, including out-of-tree modules): identifiers. */
-			if (!is_identifier(item, len)) {
-				format_msg(why, whylen,
-					   "'%.*s' is not a name (lower-case letters, digits, '_', "
-					   "'-')",
-					   (int)len, item);
-				return ODX_ECONFIG;
-			}
-			if (list_contains(canon, item, len)) {
-				format_msg(why, whylen, "'%.*s' is listed twice", (int)len, item);
-				return ODX_ECONFIG;
-			}
-		} else {
-			w = word_index(k->words, item, len);
-			if (w < 0) {
-				join_words(k->words, allowed, sizeof(allowed));
-				format_msg(why, whylen, "'%.*s' is not one of %s", (int)len, item,
-					   allowed);
-				return ODX_ECONFIG;
-			}
-			/* A repeated backend would be opened twice; refuse instead of guessing. */
-			if (seen & (1ull << w)) {
-				format_msg(why, whylen, "'%.*s' is listed twice", (int)len, item);
-				return ODX_ECONFIG;
-			}
-			seen |= 1ull << w;
-		}
-		if (n)
-			canon[n++] = ',';
-		memcpy(canon + n, item, len);
-		n += len;
-		canon[n] = '\0';
-		if (!end)
-			return 0;
-		item = end + 1;
-	}
-}
-
-/*
- * Parses `text` for key `k`. On success fills *out and sets *canon to a new string to keep as
- * the value's text. Returns 0, ODX_ECONFIG with `why` set ("'0' is out of range 1..64"), or
- * ODX_ENOMEM.
- */
-static int parse_value(const struct key_def *k, const char *text, union parsed *out, char **canon,
-		       char *why, size_t whylen)
-{
-	union parsed v = {0};
-	char allowed[256];
-	char *c;
-	int rc = 0;
-
-	/* Strings are kept verbatim (a path may end in a blank); everything else is trimmed. */
-	c = k->type == KEY_STRING ? dup_str(text) : dup_trimmed(text, strlen(text));
-	if (!c)
-		return ODX_ENOMEM;
-	switch (k->type) {
-	case KEY_STRING:
-		break;
-	case KEY_BOOL:
-		if (odx__parse_bool(c, &v.b)) {
-			format_msg(why, whylen,
-				   "'%s' is not a boolean (true/false, yes/no, on/off, 1/0)", text);
-			rc = ODX_ECONFIG;
-		}
-		break;
-	case KEY_INT:
-		if (odx__parse_int(c, &v.i)) {
-			format_msg(why, whylen, "'%s' is not a decimal integer", text);
-			rc = ODX_ECONFIG;
-		} else if (v.i < k->min || v.i > k->max) {
-			format_msg(why, whylen, "'%s' is out of range %" PRId64 "..%" PRId64, text,
-				   k->min, k->max);
-			rc = ODX_ECONFIG;
-		}
-		break;
-	case KEY_SIZE:
-		if (odx__parse_size(c, &v.size.bytes, &v.size.percent)) {
-			format_msg(why, whylen,
-				   "'%s' is not a size (bytes with an optional unit B, KB, MB, GB, "
-				   "TB, KiB, MiB, GiB, TiB, K, M, G, T, or a percentage 1..100%%)",
-				   text);
-			rc = ODX_ECONFIG;
-		}
-		break;
-	case KEY_ENUM:
-		if (word_index(k->words, c, strlen(c)) < 0) {
-			join_words(k->words, allowed, sizeof(allowed));
-			format_msg(why, whylen, "'%s' is not one of %s", text, allowed);
-			rc = ODX_ECONFIG;
-		}
-		break;
-	case KEY_LIST:
-		/* The canonical list is never longer than the trimmed text, so parse in place. */
-		{
-			char *copy = dup_str(c);
-
-			if (!copy) {
-				rc = ODX_ENOMEM;
-				break;
-			}
-			rc = parse_list(k, copy, c, why, whylen);
-			free(copy);
-		}
-		break;
-	}
-	if (rc == 0 && k->check)
-		rc = k->check(c, why, whylen);
-	if (rc) {
-		free(c);
-		return rc;
-	}
-	*out = v;
-	*canon = c;
-	return 0;
-}
-
-/* "auto" asks ODX to pick; combining it with a named backend has no single meaning. */
-static int check_backends(const char *text, char *why, size_t whylen)
-{
-	const char *p = text;
-
-	if (strcmp(text, "auto") == 0)
-		return 0;
-	for (;;) {
-		const char *end = strchr(p, ',');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-
-		if (len == 4 && strncmp(p, "auto", 4) == 0) {
-			format_msg(why, whylen, "'auto' cannot be combined with other backends");
-			return ODX_ECONFIG;
-		}
-		if (!end)
-			return 0;
-		p = end + 1;
-	}
-}
-
-/* Lua policies are accepted here; whether they can run is the context's decision. */
-static int check_policy(const char *text, char *why, size_t whylen)
-{
-	static const char *const builtin[] = {"eager", "least_loaded", "round_robin", NULL};
-	static const char *const shipped[] = {"eager",	   "round_robin", "locality", "heft",
-					      "lru", "lookahead",   NULL};
-	size_t len = strlen(text);
-
-	if (word_index(builtin, text, len) >= 0)
-		return 0;
-	if (strncmp(text, "lua:", 4) == 0 && word_index(shipped, text + 4, len - 4) >= 0)
-		return 0;
-	if (len > 4 && strcmp(text + len - 4, ".lua") == 0)
-		return 0;
-	format_msg(why, whylen,
-		   "'%s' is not a policy (eager, least_loaded, round_robin, lua:eager, "
-		   "lua:round_robin, lua:locality, lua:heft, or a path to a .lua file)",
-		   text);
-	return ODX_ECONFIG;
-}
-
-/*
- * Fault-injection specs are checked where they are given, whether their component is enabled or
- * not, by the parser the component itself uses: a typo in a test's setup is an ODX_ECONFIG at
- * odx_open, never a silently different test (or an ODX_EINVAL from deep inside the component).
- */
-static int check_fault(int (*parse)(const char *, char *, size_t), const char *text, char *why,
-		       size_t whylen)
-{
-	char msg[400] = "";
-	int rc = parse(text, msg, sizeof(msg));
-
-	if (rc == ODX_ENOMEM)
-		return rc;
-	if (rc) {
-		format_msg(why, whylen, "%s", msg);
-		return ODX_ECONFIG;
-	}
-	return 0;
-}
-
-static int check_disk_fault(const char *text, char *why, size_t whylen)
-{
-	return check_fault(odx__spill_fault_check, text, why, whylen);
-}
-
-static int check_fabric_fault(const char *text, char *why, size_t whylen)
-{
-	return check_fault(odx_fab_fault_check, text, why, whylen);
-}
 
 /* ---- the public override set -------------------------------------------------------------- */
 
@@ -1007,7 +521,7 @@ ODX_API int odx_config_set(odx_config *cfg, const char *key, const char *value)
 		return ODX_ECONFIG;
 	}
 	/* Validate now so the caller learns about a bad value at the line that set it. */
-	rc = parse_value(k, value, &v, &canon, why, sizeof(why));
+	rc = odx__config_parse_value(k, value, &v, &canon, why, sizeof(why));
 	if (rc == ODX_ENOMEM)
 		goto out_nomem;
 	if (rc) {
@@ -1093,7 +607,7 @@ static int assign(odx__config *cfg, size_t index, const char *text, char *origin
 
 	if (!origin)
 		return ODX_ENOMEM;
-	rc = parse_value(&keys[index], text, &v, &canon, why, whylen);
+	rc = odx__config_parse_value(&keys[index], text, &v, &canon, why, whylen);
 	if (rc) {
 		free(origin);
 		return rc;

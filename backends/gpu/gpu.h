@@ -201,6 +201,20 @@ typedef struct gpu_block {
 typedef struct gpu_xfer gpu_xfer;
 typedef struct gpu_pending gpu_pending;
 
+/* One unit of work the completion thread waits for, in stream order. */
+struct gpu_pending {
+	odx__lane_link link;     /* in the completion thread's queue */
+	gpu_pending *next;       /* in the spare list */
+	gpu_handle event;        /* created once, reused with the record */
+	bool armed;              /* the event was recorded: wait for it */
+	odx_backend_done_fn done; /* compute lane: the launch's completion */
+	void *arg;
+	gpu_xfer *xfer;          /* copy lanes: the job and this chunk */
+	bool last;
+	gpu_block *blk;
+	size_t off, len;
+};
+
 typedef struct gpu_lane {
 	gpu_dev *dev;
 	const char *name;        /* "compute", "h2d", "d2h" */
@@ -292,5 +306,27 @@ int gpu_fail(const gpu_state *st, gpu_dev *d, gpu_call call, int native, char *m
 /* Logs through the context's sink. */
 void gpu_log(const gpu_state *st, odx_log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* ---- between gpu.c (devices, memory, launches) and gpu_lane.c (lanes and copies) ------------ */
+
+/* ODX_EDEVLOST with the first error in msg if the device is lost, else 0. */
+int gpu_check_lost(gpu_dev *d, char *msg, size_t n);
+/* Makes the device's context current on the calling thread (gpu_fail's code on failure). */
+int gpu_make_current(gpu_dev *d, char *msg, size_t n);
+/* Do the `n` bytes at `p` lie in memory the driver keeps page-locked for our copies? */
+bool gpu_pinned_covers(const void *p, size_t n);
+
+/* A pending record with an event, recycled or new. Needs the device's context current. */
+int gpu_pending_get(gpu_lane *lane, gpu_pending **out, char *msg, size_t n);
+/* Puts a record (its event kept) back on the lane's spare list. */
+void gpu_pending_recycle(gpu_lane *lane, gpu_pending *p);
+/* Hands a record to the lane's completion thread, in stream order. */
+void gpu_pending_push(gpu_lane *lane, gpu_pending *p);
+/* Creates the lane's stream (and staging blocks for a copy lane) and starts its threads. The
+ * device's context is current. On failure gpu_lane_fini undoes what was done. */
+int gpu_lane_init(gpu_dev *d, gpu_lane *lane, const char *name, bool copy, char *msg,
+		  size_t n);
+/* Stops the lane's threads (the issue thread first) and frees its records, blocks and streams. */
+void gpu_lane_fini(gpu_lane *lane);
 
 #endif /* ODX_BACKENDS_GPU_H */

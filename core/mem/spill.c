@@ -19,9 +19,10 @@
  * in flight. Under O_DIRECT, chunks whose memory or length is not 4 KiB aligned go through
  * aligned bounce buffers (one per chunk, allocated on first use).
  *
- * One file of ~1,500 lines on purpose: the allocator, the I/O thread, checksums, fault injection
- * and the file-size limit all work on one spill space's private state, and spill.h is the whole
- * contract the rest of ODX sees (the leaf allocators are kept whole, like pool.c).
+ * This file holds the allocator, the slots, fault injection, the file-size limit, opening and
+ * closing a space and the calls of spill.h; the engines and the I/O thread are spill_engine.c.
+ * Both work on one spill space's private state (spill_internal.h); spill.h is the whole contract
+ * the rest of ODX sees.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -40,147 +41,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <zlib.h>
-#ifdef ODX_HAVE_LIBURING
-#include <liburing.h>
-#endif
+#include "spill_internal.h"
 
-#include "odx/odx.h"
-#include "spill.h"
-
-#define ALIGN 4096u
-#define DEFAULT_BLOCK (1u << 20)
-#define URING_CHUNK (1u << 20) /* many in flight: small enough to overlap checksums with I/O */
-#define SYNC_CHUNK (4u << 20)  /* one at a time: large, as one device request at queue depth 1 */
-#define WINDOW 64u	       /* chunks of one request in flight at most (a bitmask) */
-#define CRC_STEP (256u << 10)  /* checksum work between two looks at the ring */
-#define MSG_MAX 512
-#define MAX_FAULTS 16
 /* A spill directory whose lock is free but whose pid runs (pid reuse, or its owner between mkdtemp
  * and flock) is left alone this many seconds after its last change. */
 #define STALE_GRACE_S 60
 
 static _Thread_local char last_error[MSG_MAX];
 
-enum fault_kind {
-	F_WRITE_EIO,
-	F_WRITE_ENOSPC,
-	F_READ_EIO,
-	F_CORRUPT,
-	F_URING_INIT,
-	F_DIRECT_PROBE
-};
 static const char *const fault_names[] = {"write_eio", "write_enospc", "read_eio",
 					  "corrupt",   "uring_init",   "direct_probe"};
-
-struct fault {
-	enum fault_kind kind;
-	uint64_t nth;
-};
-
-struct extent {
-	uint64_t off, len;
-};
-
-enum slot_state {
-	SLOT_UNUSED,
-	SLOT_WRITING,
-	SLOT_STORED,
-	SLOT_RELEASING
-};
-
-struct slot {
-	uint64_t off;	/* in the file */
-	uint64_t alloc; /* extent length: len rounded up to ALIGN */
-	size_t len;
-	uint32_t *crc;	   /* one per block; immutable once stored */
-	uint32_t gen;	   /* part of the handle, bumped on free so stale handles miss */
-	uint8_t state;	   /* enum slot_state */
-	bool free_pending; /* freed while requests were in flight: release after the last */
-	unsigned busy;	   /* requests in flight on this slot */
-	uint32_t next_unused;
-};
-
-enum req_kind {
-	REQ_WRITE,
-	REQ_READ
-};
-
-struct req {
-	struct req *next;
-	enum req_kind kind;
-	uint32_t index; /* slot index; the slot array may move, so never a pointer */
-	uint64_t handle;
-	uint8_t *user;
-	size_t len;
-	uint64_t off, alloc;
-	uint32_t *crc;
-	odx__spill_done_fn done;
-	void *arg;
-	int fault_errno; /* injected: the last chunk fails with it */
-	bool fault_corrupt;
-	bool reserved; /* a write's blocks were fallocated */
-	/* progress, I/O thread only */
-	size_t issued;	 /* bytes covered by issued chunks */
-	size_t prefix;	 /* bytes covered by contiguously completed chunks */
-	uint64_t window; /* bit k: chunk prefix/chunk + k completed */
-	unsigned inflight;
-	size_t crc_pos;	  /* write: checksummed up to; read: verified up to */
-	uint32_t crc_run; /* crc32 of the block at crc_pos so far */
-	int status;
-	char msg[MSG_MAX];
-};
-
-struct chunk {
-	struct req *r;
-	size_t pos, len; /* user bytes [pos, pos + len) of the request */
-	size_t io_len;	 /* bytes on disk: len, or len rounded up to ALIGN when bounced */
-	size_t done;	 /* bytes transferred so far (short transfers are reissued) */
-	uint8_t *buf;	 /* user memory or bounce */
-	uint8_t *bounce; /* allocated on first need, kept until close */
-	struct chunk *next_free;
-};
-
-struct odx__spill {
-	char dir[256];
-	char file[280];
-	int fd;
-	int dirfd; /* the directory, flock'ed while this process lives (see remove_stale) */
-	bool direct, uring;
-	size_t block, chunk;
-	unsigned depth;
-	int close_timeout_ms;
-	struct fault faults[MAX_FAULTS];
-	unsigned nfaults;
-#ifdef ODX_HAVE_LIBURING
-	struct io_uring ring;
-#endif
-	atomic_bool punch; /* the filesystem takes FALLOC_FL_PUNCH_HOLE (any thread may find out) */
-	bool falloc;	   /* it takes fallocate (I/O thread only) */
-
-	pthread_t thread;
-	pthread_mutex_t lock;
-	pthread_cond_t wake;   /* requests queued or closing */
-	pthread_cond_t exited; /* the I/O thread left its loop (CLOCK_MONOTONIC) */
-
-	/* under lock */
-	struct req *queue_head, *queue_tail;
-	bool closing, thread_done, orphaned;
-	uint64_t capacity, used;
-	uint64_t nwrites_submitted, nreads_submitted;
-	odx__spill_stats stats; /* fsize_limit, fsize_refusals, stale_removed included */
-	struct slot *slots;
-	uint32_t nslots, slots_cap, unused_head; /* unused_head: UINT32_MAX when empty */
-	struct extent *ext;
-	size_t next, ext_cap;
-	uint64_t file_end;
-
-	/* I/O thread only */
-	struct chunk *chunks;
-	struct chunk *free_chunks;
-	struct req *active_head, *active_tail;
-	unsigned kernel_inflight, to_submit;
-};
 
 static void set_error(char *err, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -211,27 +81,6 @@ const char *odx__spill_last_error(void)
 	return last_error;
 }
 
-static int odx_code(int e)
-{
-	switch (e) {
-	case ENOSPC:
-	case EDQUOT:
-	case EFBIG:
-		return ODX_ENOSPC;
-	case ENOMEM:
-		return ODX_ENOMEM;
-	case EACCES:
-		return ODX_EACCES;
-	case EPERM:
-		return ODX_EPERM;
-	case ENOENT:
-		return ODX_ENOENT;
-	case EINVAL:
-		return ODX_EINVAL;
-	default:
-		return ODX_EIO;
-	}
-}
 
 /* ---- the file-size limit (RLIMIT_FSIZE, `ulimit -f`) ---------------------------------------- */
 
@@ -289,10 +138,6 @@ uint64_t odx__fsize_limit(void)
 	return (uint64_t)rl.rlim_cur;
 }
 
-static size_t round_up(size_t n, size_t a)
-{
-	return (n + a - 1) / a * a;
-}
 
 /* ---- fault injection ------------------------------------------------------------------------ */
 
@@ -511,7 +356,7 @@ static void punch(odx__spill *s, uint64_t off, uint64_t len)
 }
 
 /* Called with lock held, returns with it held; drops it around the punch. */
-static void slot_release(odx__spill *s, uint32_t index)
+void odx__spill_slot_release(odx__spill *s, uint32_t index)
 {
 	uint64_t off = s->slots[index].off, alloc = s->slots[index].alloc;
 
@@ -520,429 +365,6 @@ static void slot_release(odx__spill *s, uint32_t index)
 	punch(s, off, alloc);
 	pthread_mutex_lock(&s->lock);
 	slot_release_locked(s, index);
-}
-
-/* ---- engines ------------------------------------------------------------------------------ */
-
-static void chunk_complete(odx__spill *s, struct chunk *c, ssize_t res);
-
-static ssize_t sync_io(odx__spill *s, bool write, uint8_t *buf, size_t n, uint64_t off)
-{
-	size_t done = 0;
-
-	while (done < n) {
-		ssize_t r = write ? pwrite(s->fd, buf + done, n - done, (off_t)(off + done))
-				  : pread(s->fd, buf + done, n - done, (off_t)(off + done));
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			break; /* end of file: chunk_complete reports it */
-		done += (size_t)r;
-	}
-	return (ssize_t)done;
-}
-
-#ifdef ODX_HAVE_LIBURING
-static int uring_setup(odx__spill *s)
-{
-	return io_uring_queue_init(s->depth, &s->ring, 0);
-}
-
-static void uring_teardown(odx__spill *s)
-{
-	if (s->uring)
-		io_uring_queue_exit(&s->ring);
-}
-
-/* Queues the rest of a chunk; the ring has an entry for every chunk, so get_sqe cannot fail
- * unless the ring is in a state we never leave it in. */
-static void uring_prep(odx__spill *s, struct chunk *c, bool write, uint64_t off)
-{
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
-
-	if (!sqe) {
-		chunk_complete(s, c, -EBUSY);
-		return;
-	}
-	if (write)
-		io_uring_prep_write(sqe, s->fd, c->buf + c->done, (unsigned)(c->io_len - c->done),
-				    off);
-	else
-		io_uring_prep_read(sqe, s->fd, c->buf + c->done, (unsigned)(c->io_len - c->done),
-				   off);
-	io_uring_sqe_set_data(sqe, c);
-	if (!s->direct)
-		/* Buffered I/O that misses the page cache would be retried by the ring after a
-		 * readahead callback; going straight to the kernel's workers keeps each chunk one
-		 * plain blocking read or write with normal readahead, and several in parallel. */
-		io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
-	s->kernel_inflight++;
-	s->to_submit++;
-}
-
-static void uring_submit(odx__spill *s)
-{
-	if (s->to_submit) {
-		int r;
-
-		do
-			r = io_uring_submit(&s->ring);
-		while (r == -EINTR);
-		s->to_submit = 0;
-	}
-}
-
-/* Waits for one completion (when wait), then takes all that are there. */
-static void uring_reap(odx__spill *s, bool wait)
-{
-	struct io_uring_cqe *cqe;
-	int r;
-
-	if (wait) {
-		do
-			r = io_uring_wait_cqe(&s->ring, &cqe);
-		while (r == -EINTR);
-		if (r < 0)
-			return;
-	}
-	while (io_uring_peek_cqe(&s->ring, &cqe) == 0) {
-		struct chunk *c = io_uring_cqe_get_data(cqe);
-		ssize_t res = cqe->res;
-
-		io_uring_cqe_seen(&s->ring, cqe);
-		s->kernel_inflight--;
-		chunk_complete(s, c, res);
-	}
-}
-#else
-static int uring_setup(odx__spill *s)
-{
-	return -ENOSYS;
-}
-
-static void uring_teardown(odx__spill *s)
-{
-}
-
-static void uring_prep(odx__spill *s, struct chunk *c, bool write, uint64_t off)
-{
-	chunk_complete(s, c, -ENOSYS);
-}
-
-static void uring_submit(odx__spill *s)
-{
-}
-
-static void uring_reap(odx__spill *s, bool wait)
-{
-}
-#endif
-
-/* (Re)issues the untransferred rest of a chunk. */
-static void chunk_issue(odx__spill *s, struct chunk *c)
-{
-	struct req *r = c->r;
-	bool write = r->kind == REQ_WRITE;
-	uint64_t off = r->off + c->pos + c->done;
-
-	if (r->fault_errno && c->pos + c->len == r->len) {
-		chunk_complete(s, c, -r->fault_errno);
-		return;
-	}
-	if (s->uring)
-		uring_prep(s, c, write, off);
-	else
-		chunk_complete(s, c, sync_io(s, write, c->buf + c->done, c->io_len - c->done, off));
-}
-
-/* ---- requests (I/O thread) ---------------------------------------------------------------- */
-
-static void req_fail(odx__spill *s, struct req *r, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static void req_fail(odx__spill *s, struct req *r, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (r->status)
-		return; /* the first error is the one reported */
-	r->status = code;
-	va_start(ap, fmt);
-	vsnprintf(r->msg, sizeof(r->msg), fmt, ap);
-	va_end(ap);
-}
-
-/*
- * One step of checksum work on a request: up to CRC_STEP bytes of the block at crc_pos, within
- * what is available (a read: the completed prefix; a write: all of it, src is the caller's).
- * Small steps let the I/O thread reap and reissue chunks between them, so the device never waits
- * for a whole block's checksum. A read compares at the end of each block; a write stores it.
- * Returns false when there is nothing to do now.
- */
-static bool crc_step(odx__spill *s, struct req *r)
-{
-	size_t avail = r->kind == REQ_READ ? r->prefix : r->len;
-	size_t bstart = r->crc_pos / s->block * s->block;
-	size_t bend = bstart + s->block < r->len ? bstart + s->block : r->len;
-	size_t n = (bend < avail ? bend : avail) - r->crc_pos;
-	size_t b = bstart / s->block;
-
-	if (r->status || r->crc_pos >= avail)
-		return false;
-	if (n > CRC_STEP)
-		n = CRC_STEP;
-	r->crc_run =
-		(uint32_t)crc32_z(r->crc_pos == bstart ? 0 : r->crc_run, r->user + r->crc_pos, n);
-	r->crc_pos += n;
-	if (r->crc_pos < bend)
-		return true;
-	if (r->kind == REQ_WRITE)
-		r->crc[b] = r->crc_run;
-	else if (r->crc_run != r->crc[b])
-		req_fail(s, r, ODX_ECORRUPT,
-			 "spill file %s: slot %#" PRIx64 " block %zu (slot offset %zu, file offset "
-			 "%" PRIu64
-			 ", %zu bytes) failed its checksum: stored crc32 %08x, read back "
-			 "%08x",
-			 s->file, r->handle, b, bstart, r->off + bstart, bend - bstart, r->crc[b],
-			 r->crc_run);
-	return true;
-}
-
-static void chunk_complete(odx__spill *s, struct chunk *c, ssize_t res)
-{
-	struct req *r = c->r;
-	const char *what = r->kind == REQ_WRITE ? "write" : "read";
-
-	if (res < 0) {
-		req_fail(s, r, odx_code((int)-res),
-			 "spill file %s: %s of %zu bytes at offset %" PRIu64 " failed: %s", s->file,
-			 what, c->io_len - c->done, r->off + c->pos + c->done, strerror((int)-res));
-	} else if (res == 0 && c->done < c->io_len) {
-		req_fail(s, r, ODX_EIO,
-			 "spill file %s: %s of %zu bytes at offset %" PRIu64
-			 " stopped at the end of the file",
-			 s->file, what, c->io_len - c->done, r->off + c->pos + c->done);
-	} else {
-		c->done += (size_t)res;
-		if (c->done < c->io_len && !r->status) {
-			chunk_issue(s, c); /* short transfer: the rest */
-			return;
-		}
-		if (r->kind == REQ_READ && c->buf == c->bounce && !r->status)
-			memcpy(r->user + c->pos, c->bounce, c->len);
-		r->window |= 1ull << ((c->pos - r->prefix) / s->chunk);
-		while (r->window & 1) {
-			r->window >>= 1;
-			r->prefix = r->prefix + s->chunk < r->len ? r->prefix + s->chunk : r->len;
-		}
-	}
-	r->inflight--;
-	c->r = NULL;
-	c->next_free = s->free_chunks;
-	s->free_chunks = c;
-}
-
-/* Starts as many chunks as there are free ones, oldest request first. */
-static void issue(odx__spill *s)
-{
-	for (struct req *r = s->active_head; r && s->free_chunks; r = r->next) {
-		if (r->kind == REQ_WRITE && !r->reserved && r->len && !r->status && s->falloc &&
-		    (r->reserved = true) && fallocate(s->fd, 0, (off_t)r->off, (off_t)r->alloc)) {
-			/* Reserving the blocks first turns a full disk into one clean error before
-			 * any byte is written, and spares O_DIRECT the extending-write path. */
-			if (errno == EOPNOTSUPP)
-				s->falloc = false;
-			else
-				req_fail(s, r, odx_code(errno),
-					 "spill file %s: reserving %" PRIu64
-					 " bytes at offset %" PRIu64 " failed: %s",
-					 s->file, r->alloc, r->off, strerror(errno));
-		}
-		while (!r->status && r->issued < r->len && s->free_chunks &&
-		       (r->issued - r->prefix) / s->chunk < WINDOW) {
-			struct chunk *c = s->free_chunks;
-			uint8_t *mem;
-
-			s->free_chunks = c->next_free;
-			c->r = r;
-			c->pos = r->issued;
-			c->len = r->len - r->issued < s->chunk ? r->len - r->issued : s->chunk;
-			c->done = 0;
-			c->io_len = c->len;
-			mem = r->user + c->pos;
-			c->buf = mem;
-			if (s->direct && ((uintptr_t)mem % ALIGN || c->len % ALIGN)) {
-				if (!c->bounce &&
-				    posix_memalign((void **)&c->bounce, ALIGN, s->chunk)) {
-					c->bounce = NULL;
-					c->r = NULL;
-					c->next_free = s->free_chunks;
-					s->free_chunks = c;
-					req_fail(
-						s, r, ODX_ENOMEM,
-						"spill file %s: no memory for a %zu-byte bounce buffer",
-						s->file, s->chunk);
-					break;
-				}
-				c->io_len = round_up(c->len, ALIGN);
-				c->buf = c->bounce;
-				if (r->kind == REQ_WRITE) {
-					memcpy(c->bounce, mem, c->len);
-					memset(c->bounce + c->len, 0, c->io_len - c->len);
-				}
-			}
-			r->issued += c->len;
-			r->inflight++;
-			chunk_issue(s, c);
-			if (!s->uring)
-				return; /* one blocking chunk, then its checksum (see io_thread) */
-		}
-	}
-	if (s->uring)
-		uring_submit(s);
-}
-
-static void flip_byte(odx__spill *s, uint64_t pos, char *err, size_t errlen, int *code);
-
-static void finish(odx__spill *s, struct req *r)
-{
-	struct slot *sl;
-	bool release;
-
-	if (r->kind == REQ_WRITE && !r->status) {
-		if (r->fault_corrupt && r->len) {
-			int code = 0;
-
-			flip_byte(s, r->off + r->len / 2, r->msg, sizeof(r->msg), &code);
-			if (code)
-				r->status = code;
-		}
-	}
-	pthread_mutex_lock(&s->lock);
-	sl = &s->slots[r->index];
-	sl->busy--;
-	if (r->status) {
-		s->stats.errors += r->status != ODX_ECANCELED;
-		s->stats.corrupt += r->status == ODX_ECORRUPT;
-	} else if (r->kind == REQ_WRITE) {
-		s->stats.writes++;
-		s->stats.bytes_written += r->len;
-	} else {
-		s->stats.reads++;
-		s->stats.bytes_read += r->len;
-	}
-	if (r->kind == REQ_WRITE) {
-		sl->state = r->status ? SLOT_RELEASING : SLOT_STORED;
-		if (r->status)
-			sl->gen++; /* the handle dies with the write */
-	}
-	release = !sl->busy && (sl->free_pending || sl->state == SLOT_RELEASING);
-	if (release)
-		slot_release(s, r->index);
-	pthread_mutex_unlock(&s->lock);
-	r->done(r->arg, r->status, r->status ? r->msg : NULL);
-	free(r);
-}
-
-/* Completes finished requests, in order of completion rather than of arrival. */
-static void sweep(odx__spill *s)
-{
-	struct req **pp = &s->active_head, *prev = NULL;
-
-	while (*pp) {
-		struct req *r = *pp;
-
-		if (!r->inflight && (r->status || (r->issued == r->len && r->crc_pos == r->len))) {
-			*pp = r->next;
-			if (s->active_tail == r)
-				s->active_tail = prev;
-			finish(s, r);
-			continue;
-		}
-		prev = r;
-		pp = &r->next;
-	}
-}
-
-static void destroy_orphan(odx__spill *s);
-
-/* One checksum step on the oldest request that has work; false if none has. */
-static bool crc_work(odx__spill *s)
-{
-	for (struct req *r = s->active_head; r; r = r->next)
-		if (crc_step(s, r))
-			return true;
-	return false;
-}
-
-static void *io_thread(void *arg)
-{
-	odx__spill *s = arg;
-	bool orphaned;
-
-	pthread_setname_np(pthread_self(), "odx-spill");
-	/* Writes past RLIMIT_FSIZE fail with EFBIG here (reported as ODX_ENOSPC), never kill. */
-	odx__fsize_block_thread();
-	for (;;) {
-		struct req *cancel = NULL, *taken;
-
-		pthread_mutex_lock(&s->lock);
-		while (!s->queue_head && !s->closing && !s->active_head)
-			pthread_cond_wait(&s->wake, &s->lock);
-		taken = s->queue_head;
-		s->queue_head = s->queue_tail = NULL;
-		if (s->closing) {
-			cancel = taken;
-			taken = NULL;
-		}
-		pthread_mutex_unlock(&s->lock);
-		if (taken) {
-			if (s->active_tail)
-				s->active_tail->next = taken;
-			else
-				s->active_head = taken;
-			while (taken->next)
-				taken = taken->next;
-			s->active_tail = taken;
-		}
-		while (cancel) {
-			struct req *r = cancel;
-
-			cancel = r->next;
-			req_fail(s, r, ODX_ECANCELED, "spill file %s: %s canceled by close",
-				 s->file, r->kind == REQ_WRITE ? "write" : "read");
-			finish(s, r);
-		}
-		if (!s->active_head) {
-			if (s->closing)
-				break;
-			continue;
-		}
-		/* Keep the device busy first, then checksum in small steps, and sleep only when
-		 * there is nothing to compute. */
-		if (s->uring) {
-			issue(s);
-			if (s->kernel_inflight)
-				uring_reap(s, false);
-			if (!crc_work(s) && s->kernel_inflight)
-				uring_reap(s, true);
-		} else if (!crc_work(s)) {
-			/* pread/pwrite block: alternate one chunk and its checksum. */
-			issue(s);
-		}
-		sweep(s);
-	}
-	pthread_mutex_lock(&s->lock);
-	s->thread_done = true;
-	orphaned = s->orphaned;
-	pthread_cond_signal(&s->exited);
-	pthread_mutex_unlock(&s->lock);
-	if (orphaned)
-		destroy_orphan(s);
-	return NULL;
 }
 
 /* ---- open / close ------------------------------------------------------------------------- */
@@ -1003,9 +425,9 @@ static void destroy(odx__spill *s)
 	free(s);
 }
 
-static void destroy_orphan(odx__spill *s)
+void odx__spill_destroy_orphan(odx__spill *s)
 {
-	uring_teardown(s);
+	odx__spill_uring_teardown(s);
 	close(s->fd);
 	destroy(s);
 }
@@ -1158,7 +580,7 @@ int odx__spill_open(const odx__spill_params *p, odx__spill **out, char *err, siz
 
 	s->depth = p->queue_depth ? p->queue_depth : 16;
 	if (p->engine) {
-		rc = fault_hits(s, F_URING_INIT, 1) ? -EPERM : uring_setup(s);
+		rc = fault_hits(s, F_URING_INIT, 1) ? -EPERM : odx__spill_uring_setup(s);
 		if (!rc) {
 			s->uring = true;
 		} else if (p->engine == 1) {
@@ -1197,7 +619,7 @@ int odx__spill_open(const odx__spill_params *p, odx__spill **out, char *err, siz
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&s->exited, &ca);
 	pthread_condattr_destroy(&ca);
-	rc = pthread_create(&s->thread, NULL, io_thread, s);
+	rc = pthread_create(&s->thread, NULL, odx__spill_io_thread, s);
 	if (rc) {
 		set_error(err, errlen, "spill: cannot start the I/O thread: %s", strerror(rc));
 		rc = ODX_ENOMEM;
@@ -1212,7 +634,7 @@ int odx__spill_open(const odx__spill_params *p, odx__spill **out, char *err, siz
 out_chunks:
 	free(s->chunks);
 out_ring:
-	uring_teardown(s);
+	odx__spill_uring_teardown(s);
 out_unlink:
 	close(s->fd);
 	unlink(s->file);
@@ -1274,7 +696,7 @@ void odx__spill_close(odx__spill *s)
 		return;
 	}
 	pthread_join(s->thread, NULL);
-	uring_teardown(s);
+	odx__spill_uring_teardown(s);
 	close(s->fd);
 	destroy(s);
 }
@@ -1474,7 +896,7 @@ void odx__spill_free(odx__spill *s, uint64_t slot)
 			sl->free_pending = true;
 			sl->gen++;
 		} else {
-			slot_release(s, index);
+			odx__spill_slot_release(s, index);
 		}
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -1494,7 +916,7 @@ const char *odx__spill_file_path(const odx__spill *s)
 }
 
 /* Flips one byte on disk through an aligned page, as O_DIRECT needs. */
-static void flip_byte(odx__spill *s, uint64_t pos, char *err, size_t errlen, int *code)
+void odx__spill_flip_byte(odx__spill *s, uint64_t pos, char *err, size_t errlen, int *code)
 {
 	uint64_t page = pos / ALIGN * ALIGN;
 	uint8_t *buf;
@@ -1547,7 +969,7 @@ int odx__spill_corrupt_for_test(odx__spill *s, uint64_t slot, size_t offset)
 	}
 	pos = sl->off + offset;
 	pthread_mutex_unlock(&s->lock);
-	flip_byte(s, pos, last_error, sizeof(last_error), &code);
+	odx__spill_flip_byte(s, pos, last_error, sizeof(last_error), &code);
 	return code;
 }
 #endif
