@@ -6,13 +6,11 @@
  * over the group-by benchmark's rows (bench/shuffle_common.h), alternated, thread CPU time per
  * row. Both files are compiled in here as they are into libodx. Not a test.
  *
- *	usage: combine [-n ROWS] [-k KEYS] [-z ZIPF_S] [-g GROUPS] [-p PARTS] [-s SLOTS] [-f FAR]
- *	               [-r ROUNDS]
+ *	usage: combine [-n ROWS] [-k KEYS] [-z ZIPF_S] [-g GROUPS] [-p PARTS] [-r ROUNDS]
  *
  * -g is the kernel body's groups (its tables of 256 slots; examples/groupby's grid before
  * 2026-11-26 was 4), -s the host table's slots (default 8192: what 32 groups on one thread
- * give), -f the slots of the far table behind it (default 0: none; what the records left give
- * past 64K, e.g. 2097152 for 1M keys). Prints per round the ns per row of both, the share of rows combined, and a pass that
+ * give). Prints per round the ns per row of both, the share of rows combined, and a pass that
  * only hashes each row to its partition (the floor); then one JSON line with the medians.
  */
 #include <stdio.h>
@@ -42,11 +40,10 @@ static int cmp_d(const void *a, const void *b)
 int main(int argc, char **argv)
 {
 	uint32_t n = 16000000, nkeys = 1000000, groups = 4, parts = 2, slots = 8192, rounds = 5;
-	uint32_t far_slots = 0, *idx = malloc(CB_BLOCK * sizeof(*idx));
 	double zipf = 1.1;
 	int opt;
 
-	while ((opt = getopt(argc, argv, "n:k:z:g:p:s:f:r:")) != -1) {
+	while ((opt = getopt(argc, argv, "n:k:z:g:p:s:r:")) != -1) {
 		switch (opt) {
 		case 'n': n = (uint32_t)strtoul(optarg, NULL, 0); break;
 		case 'k': nkeys = (uint32_t)strtoul(optarg, NULL, 0); break;
@@ -54,18 +51,16 @@ int main(int argc, char **argv)
 		case 'g': groups = (uint32_t)strtoul(optarg, NULL, 0); break;
 		case 'p': parts = (uint32_t)strtoul(optarg, NULL, 0); break;
 		case 's': slots = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'f': far_slots = (uint32_t)strtoul(optarg, NULL, 0); break;
 		case 'r': rounds = (uint32_t)strtoul(optarg, NULL, 0); break;
 		default:
 			fprintf(stderr, "usage: combine [-n ROWS] [-k KEYS] [-z ZIPF_S] [-g GROUPS] "
-					"[-p PARTS] [-s SLOTS] [-f FAR] [-r ROUNDS]\n");
+					"[-p PARTS] [-s SLOTS] [-r ROUNDS]\n");
 			return 2;
 		}
 	}
 	if (n == 0 || n > INT32_MAX || groups < 1 || parts < 1 || rounds < 1 || slots < CB_WAYS ||
-	    (slots & (slots - 1)) != 0 || (far_slots & (far_slots - 1)) != 0 ||
-	    (far_slots && far_slots < CB_WAYS)) {
-		fprintf(stderr, "combine: bad sizes (SLOTS, FAR: powers of two >= %d)\n", CB_WAYS);
+	    (slots & (slots - 1)) != 0) {
+		fprintf(stderr, "combine: bad sizes (SLOTS: a power of two >= %d)\n", CB_WAYS);
 		return 2;
 	}
 
@@ -77,11 +72,10 @@ int main(int argc, char **argv)
 	uint32_t *rp = calloc((size_t)groups * ODX_COMBINE_SLOTS, 4);
 	double *tb = calloc(rounds, 8), *th = calloc(rounds, 8), *tp = calloc(rounds, 8);
 	double share_b = 0, share_h = 0;
-	cb_table t, far = {0};
+	cb_table t;
 
 	if (sc_keys_init(&ks, nkeys, zipf) || !keys || !pids || !vals || !rk || !rv || !rp ||
-	    !tb || !th || !tp || !idx || cb_table_alloc(&t, slots) ||
-	    (far_slots && cb_table_alloc(&far, far_slots))) {
+	    !tb || !th || !tp || cb_table_alloc(&t, slots)) {
 		fprintf(stderr, "combine: out of memory\n");
 		return 1;
 	}
@@ -102,7 +96,7 @@ int main(int argc, char **argv)
 		share_b = 1.0 - (double)passed / n;
 
 		t0 = cpu_s();
-		cb_stream(&t, &far, idx, keys, vals, pids, 0, n, parts);
+		cb_stream(&t, slots, keys, vals, pids, 0, n, parts);
 		th[r] = (cpu_s() - t0) * 1e9 / n;
 		passed = 0;
 		for (uint32_t i = 0; i < n; i++)
@@ -120,12 +114,10 @@ int main(int argc, char **argv)
 	qsort(th, rounds, 8, cmp_d);
 	qsort(tp, rounds, 8, cmp_d);
 	printf("{\"bench\":\"combine\",\"rows\":%u,\"keys\":%u,\"zipf_s\":%g,\"groups\":%u,"
-	       "\"slots\":%u,\"far_slots\":%u,\"body_ns\":%.2f,\"host_ns\":%.2f,\"hash_ns\":%.2f,"
+	       "\"slots\":%u,\"body_ns\":%.2f,\"host_ns\":%.2f,\"hash_ns\":%.2f,"
 	       "\"body_combined\":%.3f,\"host_combined\":%.3f}\n", n, nkeys, zipf, groups, slots,
-	       far_slots, tb[rounds / 2], th[rounds / 2], tp[rounds / 2], share_b, share_h);
+	       tb[rounds / 2], th[rounds / 2], tp[rounds / 2], share_b, share_h);
 	cb_table_free(&t);
-	cb_table_free(&far);
-	free(idx);
 	sc_keys_free(&ks);
 	free(keys);
 	free(pids);

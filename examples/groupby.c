@@ -33,13 +33,10 @@
  *	       scripts/odx-run -n 4 build/examples/groupby -n 1000000 -z 1.1
  *
  * -z 0 draws keys uniformly (the default), -z 1.1 from Zipf 1.1. -g is the work-groups of the
- * combiner: its records, 256 a group, are the slots of its tables. The host variant keeps one
- * table per call (the groups a thread runs) of up to 8192 slots, a table that holds the hot keys
- * of Zipf 1.1 over 1M keys (about 3/4 of the rows) and still fits the caches, and puts the
- * records beyond those into a far table behind it, past the caches (docs/kernels.md). By default
- * a rank with 8 rows or more a key (16M rows over 1M keys) gets records for twice the keys, so
- * that it sends about one record a key instead of one row a row; otherwise (or with -D) 32
- * groups, 8192 records, the near table alone. -r repeats the timed
+ * combiner (default 32): its records, 256 a group, are the slots of its tables; the host variant
+ * keeps one table per call (the groups a thread runs) of up to 8192 slots, so 32 groups give a
+ * thread with all of them 8192 slots, a table that holds the hot keys of Zipf 1.1 over 1M keys
+ * (about 3/4 of the rows) and still fits the caches (docs/kernels.md); -r repeats the timed
  * part (tables reset in between) and reports the median. -D runs the standard kernels on device
  * DEVICE (an odx device index: with ODX_BACKENDS=host,vulkan and one host device, 1 is the Vulkan
  * device); the generator and the digest stay on the host. --no-check skips
@@ -485,25 +482,11 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* The combiner's default grid (-g): 32 groups (8192 records, the near table), and where a rank
- * has 8 rows or more a key and the combiner runs on the host, records for twice the keys
- * besides (the far table's slots, a power of two), capped at the grid -g accepts. */
-static int combine_groups(uint64_t rows, uint64_t nkeys, int device)
-{
-	uint64_t far = 1;
-
-	if (device >= 0 || rows < 8 * nkeys)
-		return 32;
-	while (far < 2 * nkeys && far < (1u << 23))
-		far <<= 1;
-	return (int)(32 + far / COMBINE_SLOTS);
-}
-
 int main(int argc, char **argv)
 {
 	uint64_t rows = 1u << 20, nkeys = 1000000, seed = 42;
 	double zipf_s = 0;
-	int reps = 1, groups = 0, verify = 1, device = -1, opt;
+	int reps = 1, groups = 32, verify = 1, device = -1, opt;
 	static const struct option longopts[] = {
 		{"no-check", no_argument, NULL, 'C'},
 		{"check", no_argument, NULL, 'c'},
@@ -527,12 +510,10 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (groups == 0)
-		groups = combine_groups(rows, nkeys, device);
 	if (rows == 0 || rows > INT32_MAX / 8 || nkeys == 0 || nkeys > UINT32_MAX ||
-	    groups < 1 || groups > 65536 || reps < 1) {
+	    groups < 1 || groups > 4096 || reps < 1) {
 		fprintf(stderr, "%s: bad sizes: 1 <= rows < 2^28, 1 <= keys < 2^32, groups in "
-				"[1, 65536], reps >= 1\n", PROGRAM);
+				"[1, 4096], reps >= 1\n", PROGRAM);
 		return 2;
 	}
 	gen_seed = seed;

@@ -34,13 +34,6 @@
  * past the table; the only branch taken on data is the insertion of a new key into a bucket with
  * room, at most once per slot.
  *
- * A call with records for many more keys than that (the grid a program sizes for the keys it
- * expects: 16M rows over 1M keys) has a second, far table behind the first, sized from the
- * records left, past the caches: the rows the first table lets through (or all the rows of a
- * block the first table passes straight through) go to it, fetched CB_AHEAD rows ahead (one
- * cache miss a row, overlapped, instead of three in turn), so that a rank sends one record a
- * key instead of one row a row. A key can then have a record in each table; the merge adds them.
- *
  * Results are the kernel body's, but per call instead of per group: the same pids for the rows
  * that pass (their partition), records (count, sum in row order, min, max with NaN never
  * replacing a value) of the keys it kept, in slot order from the call's first record, the rest
@@ -50,8 +43,6 @@
 #define CB_WAYS 8
 #define CB_MAX_SLOTS 8192
 #define CB_DUMMIES 8
-#define CB_FAR_MIN 65536 /* the least slots of a far table (L2 and past) */
-#define CB_AHEAD 8        /* rows between a far table's prefetch and its use */
 #define CB_BLOCK 65536 /* rows between two looks at how much the table takes */
 #define CB_SKIP 15     /* blocks passed straight through after one where it took too little */
 
@@ -64,7 +55,6 @@ typedef struct cb_slot {
 } cb_slot;
 
 typedef struct cb_table {
-	uint32_t slots;   /* a power of two >= CB_WAYS; 0: no table */
 	uint32_t *key;    /* [slots], in buckets of CB_WAYS, 16-byte aligned */
 	uint8_t *fill;    /* [slots / CB_WAYS]: used slots of each bucket */
 	cb_slot *agg;     /* [slots + CB_DUMMIES] */
@@ -118,12 +108,10 @@ static void cb_table_free(cb_table *t)
 	free(t->key);
 	free(t->fill);
 	free(t->agg);
-	*t = (cb_table){0};
 }
 
 static int cb_table_alloc(cb_table *t, uint32_t slots)
 {
-	t->slots = slots;
 	t->key = aligned_alloc(64, 4 * (size_t)slots);
 	t->fill = calloc(slots / CB_WAYS, 1);
 	t->agg = calloc((size_t)slots + CB_DUMMIES, sizeof(*t->agg));
@@ -135,11 +123,11 @@ static int cb_table_alloc(cb_table *t, uint32_t slots)
 
 /* Rows [first, end) into the table: each row's outcome is in pids (ODX_NO_PART: combined) and
  * in the table; returns the rows combined. */
-__attribute__((noinline)) static int64_t cb_rows(const cb_table *t, const uint32_t *keys,
-						 const float *vals, uint32_t *pids, int64_t first,
-						 int64_t end, uint32_t parts)
+__attribute__((noinline)) static int64_t cb_rows(const cb_table *t, uint32_t slots,
+						 const uint32_t *keys, const float *vals,
+						 uint32_t *pids, int64_t first, int64_t end,
+						 uint32_t parts)
 {
-	uint32_t slots = t->slots;
 	/* the table's arrays in locals: the stores below cannot change them */
 	uint32_t *restrict tkey = t->key;
 	uint8_t *restrict fill = t->fill;
@@ -189,130 +177,45 @@ static void cb_pass(const uint32_t *keys, uint32_t *pids, int64_t first, int64_t
 		pids[i] = cb_mod(cb_fmix32(keys[i]), m, parts);
 }
 
-/* A new slot of bucket b for key k and first value f: its index. */
-static inline uint32_t cb_insert(const cb_table *t, uint32_t b, uint32_t k, float f)
+/* Rows [first, end) in blocks of CB_BLOCK: a block where the table took fewer than half the rows
+ * (keys spread over many more than the slots: uniform keys over 1M) is followed by CB_SKIP
+ * blocks that pass straight through, at the cost of a hash a row, then the table is tried
+ * again. */
+static void cb_stream(cb_table *t, uint32_t slots, const uint32_t *keys, const float *vals,
+		      uint32_t *pids, int64_t first, int64_t end, uint32_t parts)
 {
-	uint32_t s = b * CB_WAYS + t->fill[b]++;
-
-	t->key[s] = k;
-	/* x + -0.0 is x: a first value's sum is itself */
-	t->agg[s] = (cb_slot){.sum = -0.0, .lo = INFINITY, .hi = -INFINITY, .first = f};
-	return s;
-}
-
-/* The rows idx[0..n) into the far table t, each fetched CB_AHEAD rows before its turn (its
- * bucket's keys and fill two turns ahead, its slot one turn ahead): a row whose key is there or
- * finds room is combined (pid ODX_NO_PART), the others get their partition. Returns the rows
- * combined. Branches here are cheap beside the cache miss each row costs. */
-__attribute__((noinline)) static int64_t cb_far_rows(const cb_table *t, const uint32_t *keys,
-						     const float *vals, uint32_t *pids,
-						     const uint32_t *idx, uint32_t n,
-						     uint32_t parts)
-{
-	uint32_t nb = t->slots / CB_WAYS;
-	uint64_t m = UINT64_MAX / parts + 1;
-	int64_t combined = 0;
-
-	for (uint32_t j = 0; j < n; j++) {
-		if (j + 2 * CB_AHEAD < n) {
-			uint32_t b2 = cb_bucket(cb_fmix32(keys[idx[j + 2 * CB_AHEAD]]), nb);
-			uint32_t k1 = keys[idx[j + CB_AHEAD]], b1 = cb_bucket(cb_fmix32(k1), nb);
-			uint32_t h1 = cb_match(t->key + (size_t)b1 * CB_WAYS, k1);
-
-			__builtin_prefetch(t->key + (size_t)b2 * CB_WAYS, 1);
-			__builtin_prefetch(t->fill + b2, 1);
-			/* the slot of the key, or the next free one (wrong only if the bucket is
-			 * full: a prefetch, not a load) */
-			__builtin_prefetch(&t->agg[b1 * CB_WAYS +
-						   (h1 ? (uint32_t)__builtin_ctz(h1)
-						       : t->fill[b1] & (CB_WAYS - 1))],
-					   1);
-		}
-		uint32_t i = idx[j], k = keys[i], h = cb_fmix32(k), b = cb_bucket(h, nb);
-		uint32_t hit = cb_match(t->key + (size_t)b * CB_WAYS, k), s;
-		float f = vals[i];
-
-		if (hit)
-			s = b * CB_WAYS + (uint32_t)__builtin_ctz(hit);
-		else if (t->fill[b] < CB_WAYS)
-			s = cb_insert(t, b, k, f);
-		else {
-			pids[i] = cb_mod(h, m, parts);
-			continue;
-		}
-		cb_slot *a = &t->agg[s];
-
-		pids[i] = ODX_NO_PART;
-		combined++;
-		a->cnt++;
-		a->sum += (double)f;
-		a->lo = f < a->lo ? f : a->lo;
-		a->hi = f > a->hi ? f : a->hi;
-	}
-	return combined;
-}
-
-/* Every slot of t unused: each bucket's keys a key that lives in another bucket. */
-static void cb_table_clear(cb_table *t)
-{
-	uint32_t nb = t->slots / CB_WAYS;
+	uint32_t nb = slots / CB_WAYS;
+	int skip = 0;
 
 	for (uint32_t b = 0; b < nb; b++) {
 		uint32_t e = 0;
 
-		while (cb_bucket(cb_fmix32(e), nb) == b)
+		while (cb_bucket(cb_fmix32(e), nb) == b) /* a key that lives elsewhere */
 			e++;
 		for (int j = 0; j < CB_WAYS; j++)
 			t->key[b * CB_WAYS + j] = e;
 		t->fill[b] = 0;
 	}
-}
-
-/* Rows [first, end) in blocks of CB_BLOCK: a block where the near table took fewer than half
- * the rows (keys spread over many more than its slots: uniform keys over 1M) is followed by
- * CB_SKIP blocks that pass it by, then it is tried again. The rows the near table lets through
- * go to the far table where there is one (idx: CB_BLOCK row numbers), else straight through at
- * the cost of a hash a row. */
-static void cb_stream(cb_table *near, cb_table *far, uint32_t *idx, const uint32_t *keys,
-		      const float *vals, uint32_t *pids, int64_t first, int64_t end,
-		      uint32_t parts)
-{
-	int skip = 0;
-
-	cb_table_clear(near);
-	if (far->slots)
-		cb_table_clear(far);
 	for (int64_t i = first; i < end; i += CB_BLOCK) {
 		int64_t stop = end - i < CB_BLOCK ? end : i + CB_BLOCK;
-		uint32_t n = 0;
 
 		if (skip > 0) {
+			cb_pass(keys, pids, i, stop, parts);
 			skip--;
-			if (!far->slots) {
-				cb_pass(keys, pids, i, stop, parts);
-				continue;
-			}
-			for (int64_t r = i; r < stop; r++)
-				idx[n++] = (uint32_t)r;
-		} else {
-			if (2 * cb_rows(near, keys, vals, pids, i, stop, parts) < stop - i)
-				skip = CB_SKIP;
-			if (!far->slots)
-				continue;
-			for (int64_t r = i; r < stop; r++)
-				idx[n] = (uint32_t)r, n += pids[r] != ODX_NO_PART;
+		} else if (2 * cb_rows(t, slots, keys, vals, pids, i, stop, parts) < stop - i) {
+			skip = CB_SKIP;
 		}
-		cb_far_rows(far, keys, vals, pids, idx, n, parts);
 	}
 }
 
-/* The used slots of t as records from r on, in slot order: the record after them. */
-static int64_t cb_records(const cb_table *t, uint32_t *rec_keys, uint32_t *rec_vals,
-			  uint32_t *rec_pids, int64_t r, uint32_t parts)
+/* The table's keys as the records [r0, r1) of the launch, in slot order, the rest empty. */
+static void cb_records(const cb_table *t, uint32_t slots, uint32_t *rec_keys, uint32_t *rec_vals,
+		       uint32_t *rec_pids, int64_t r0, int64_t r1, uint32_t parts)
 {
 	uint64_t m = UINT64_MAX / parts + 1;
+	int64_t r = r0;
 
-	for (uint32_t b = 0; b < t->slots / CB_WAYS; b++) {
+	for (uint32_t b = 0; b < slots / CB_WAYS; b++) {
 		for (uint32_t s = b * CB_WAYS; s < b * CB_WAYS + t->fill[b]; s++, r++) {
 			const cb_slot *a = &t->agg[s];
 			bool none = a->lo > a->hi; /* every value NaN: the first one */
@@ -328,23 +231,14 @@ static int64_t cb_records(const cb_table *t, uint32_t *rec_keys, uint32_t *rec_v
 			rec_pids[r] = cb_mod(cb_fmix32(t->key[s]), m, parts);
 		}
 	}
-	return r;
+	for (; r < r1; r++) {
+		rec_keys[r] = 0;
+		memset(rec_vals + r * 8, 0, 32);
+		rec_pids[r] = ODX_NO_PART;
+	}
 }
 
-/* The slots of the near and far tables of a call with `records` records (0: no far table). */
-static void cb_sizes(int64_t records, uint32_t *near, uint32_t *far)
-{
-	uint32_t s = CB_WAYS, f = CB_FAR_MIN;
-
-	while (s * 2 <= CB_MAX_SLOTS && (int64_t)s * 2 <= records)
-		s *= 2;
-	while ((int64_t)f * 2 <= records - s && f * 2 <= (1u << 30))
-		f *= 2;
-	*near = s;
-	*far = (int64_t)f <= records - s ? f : 0;
-}
-
-/* The call's rows through its tables; -1 (nothing done) if it cannot have them. */
+/* The call's rows through one table; -1 (nothing done) if it cannot have one. */
 int odx__host_combine_u32_f32(const odx_host_launch *l, int32_t n, int32_t parts)
 {
 	uint64_t groups = l->grid[0] ? l->grid[0] : 1;
@@ -352,35 +246,22 @@ int odx__host_combine_u32_f32(const odx_host_launch *l, int32_t n, int32_t parts
 	int64_t first = (int64_t)l->group_first * chunk;
 	int64_t end = first + (int64_t)l->group_count * chunk;
 	int64_t r0 = (int64_t)l->group_first * ODX_COMBINE_SLOTS;
-	int64_t r1 = r0 + (int64_t)l->group_count * ODX_COMBINE_SLOTS, r;
-	uint32_t near_slots, far_slots, *idx = NULL;
-	cb_table near, far = {0};
+	int64_t r1 = r0 + (int64_t)l->group_count * ODX_COMBINE_SLOTS;
+	uint32_t slots = CB_WAYS;
+	cb_table t;
 
-	cb_sizes(r1 - r0, &near_slots, &far_slots);
-	if (cb_table_alloc(&near, near_slots))
+	while (slots * 2 <= CB_MAX_SLOTS && (int64_t)slots * 2 <= r1 - r0)
+		slots *= 2;
+	if (cb_table_alloc(&t, slots))
 		return -1;
-	if (far_slots && (cb_table_alloc(&far, far_slots) ||
-			  !(idx = malloc(CB_BLOCK * sizeof(*idx))))) {
-		cb_table_free(&near);
-		cb_table_free(&far);
-		return -1;
-	}
 	if (end > n)
 		end = n;
 	if (first < end)
-		cb_stream(&near, &far, idx, l->buffers[0], l->buffers[1], l->buffers[2], first,
-			  end, (uint32_t)parts);
-	r = cb_records(&near, l->buffers[3], l->buffers[4], l->buffers[5], r0, (uint32_t)parts);
-	if (far_slots)
-		r = cb_records(&far, l->buffers[3], l->buffers[4], l->buffers[5], r,
-			       (uint32_t)parts);
-	for (uint32_t *rk = l->buffers[3], *rv = l->buffers[4], *rp = l->buffers[5]; r < r1; r++) {
-		rk[r] = 0;
-		memset(rv + r * 8, 0, 32);
-		rp[r] = ODX_NO_PART;
-	}
-	cb_table_free(&near);
-	cb_table_free(&far);
-	free(idx);
+		cb_stream(&t, slots, l->buffers[0], l->buffers[1], l->buffers[2], first, end,
+			  (uint32_t)parts);
+	cb_records(&t, slots, l->buffers[3], l->buffers[4], l->buffers[5], r0, r1,
+		   (uint32_t)parts);
+	cb_table_free(&t);
 	return 0;
 }
+
