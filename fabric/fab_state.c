@@ -15,7 +15,8 @@
 #include "odx/odx.h"
 
 /* One line on stderr: the rank, then prefix and the caller's text. */
-static void vlog(const odx_fab *f, const char *prefix, const char *fmt, va_list ap)
+__attribute__((format(printf, 3, 0))) static void vlog(const odx_fab *f, const char *prefix,
+							const char *fmt, va_list ap)
 {
 	char line[512];
 	vsnprintf(line, sizeof(line), fmt, ap);

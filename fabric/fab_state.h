@@ -613,8 +613,8 @@ static inline bool lanes_have_out(odx_fab *f)
 
 /* ---- fab_state.c: logging, registration ------------------------------------------------------ */
 
-void fab_log(const odx_fab *f, const char *fmt, ...);
-void fab_bad(odx_fab *f, const char *fmt, ...);
+__attribute__((format(printf, 2, 3))) void fab_log(const odx_fab *f, const char *fmt, ...);
+__attribute__((format(printf, 2, 3))) void fab_bad(odx_fab *f, const char *fmt, ...);
 void fab_cond_init_monotonic(pthread_cond_t *cond);
 int fab_mr_register(odx_fab *f, struct fab_rail *rl, const void *buf, size_t len, uint64_t access,
 		    struct fid_mr **mr);

@@ -453,8 +453,10 @@ static void test_inputs_follow_changes(void **state)
 		"\tend\n"
 		"end\n"
 		"return P\n";
-	static const char *const names[] = {"alpha", "b", "a-much-longer-kernel-name-than-the-"
-					    "sixty-three-characters-a-shadow-keeps-0123456789"};
+	/* the third name in parentheses: one literal on two lines, not a missing comma */
+	static const char *const names[] = {"alpha", "b",
+					    ("a-much-longer-kernel-name-than-the-"
+					     "sixty-three-characters-a-shadow-keeps-0123456789")};
 	char path[512];
 	odx_context *ctx;
 	int round, i;
