@@ -397,7 +397,7 @@ static int context_open(odx_context **out, const odx_config *cfg)
 	ctx->benv = (odx_backend_host){
 		.size = sizeof(odx_backend_host),
 		.abi_version = ODX_BACKEND_ABI_VERSION,
-		.host_cores = odx__topo_pus(ctx->topo),
+		.host_cores = ctx->share_pus ? ctx->share_pus : odx__topo_pus(ctx->topo),
 		.host_memory = odx__topo_memory(ctx->topo),
 		.core = ctx,
 		.config_str = env_config_str,

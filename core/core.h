@@ -1042,6 +1042,7 @@ struct odx_context {
 	_Atomic int fab_assisting;
 	uint64_t assist_spin_ns;      /* fabric.assist_spin_us */
 	int local_size;               /* ranks on this host (odx__dist_share_host), 1 if unknown */
+	unsigned share_pus;           /* more ranks here than PUs: this rank's share (1), else 0 */
 	int rank, size;
 	_Atomic uint64_t sent_bytes, recv_bytes, xfers;
 	struct odx__peer_stats *peers; /* ODX_STATS: per rank, under peers_lock; NULL without */

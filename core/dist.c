@@ -230,12 +230,16 @@ void odx__dist_share_host(odx_context *ctx)
 			 "PUs %s", lrank, lsize, who, pus);
 	} else if (rc == ODX__TOPO_TOO_FEW_PUS) {
 		/* Binding two ranks' threads to one core would serialise them for good; unbound,
-		 * the kernel's scheduler shares the cores among them. */
+		 * the kernel's scheduler shares the cores among them. Each rank counts one PU as
+		 * its own when host devices size their threads (host.threads = 0): 4 ranks on 2
+		 * cores run 4 compute threads, not 8 that take turns. */
 		ctx->bind = false;
+		ctx->share_pus = 1;
 		if (!atomic_exchange(&told, true))
 			odx__log(ctx, ODX_LOG_WARN,
 				 "%d ranks on this host (%s) but %u PUs (%s): ranks share the "
-				 "PUs, threads are not bound (host.bind ignored)",
+				 "PUs, threads are not bound (host.bind ignored), host devices "
+				 "size their threads for one PU a rank",
 				 lsize, who, odx__topo_pus(ctx->topo), pus);
 	}
 }
