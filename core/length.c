@@ -537,8 +537,12 @@ int odx__lengths_apply(odx__task *t)
 	return 0;
 }
 
+/* A task's length and transfer fields back to zero as it returns to the pool; nothing to do for
+ * a kernel task that set none (most tasks: the check keeps them off the per-task path). */
 void odx__lengths_task_reset(odx__task *t)
 {
+	if (!t->lengths_used && t->kind == ODX__TASK_KERNEL)
+		return;
 	atomic_fetch_add_explicit(&t->ctx->length_resets, 1, memory_order_relaxed);
 	t->lengths_used = false;
 	free(t->rules);

@@ -157,9 +157,7 @@ void odx__task_put(odx__task *t)
 		odx__shuffle_free(t->shuffle);
 		t->shuffle = NULL;
 	}
-	/* the length and transfer fields: only those of a task that set any (most have none) */
-	if (t->lengths_used || t->kind != ODX__TASK_KERNEL)
-		odx__lengths_task_reset(t);
+	odx__lengths_task_reset(t);
 	bool event = t->has_event;
 
 	task_reset(t);

@@ -61,6 +61,18 @@ static void wait_flag(atomic_int *f)
 		fail_msg("the gate kernel never started");
 }
 
+/* Closes the gate and runs the gate kernel on b: returns once device 0's worker is inside it
+ * (busy: not asleep, not polling) until the test opens the gate. */
+static void hold_worker(odx_context *ctx, odx_kernel *gate, odx_buffer *b)
+{
+	odx_task_opts o = {.grid = {1, 1, 1}, .block = {1, 1, 1}};
+
+	atomic_store(test_gate(), 0);
+	atomic_store(&entered, 0);
+	assert_ok(odx_submit(ctx, gate, (odx_arg[]){ODX_BUF(b, ODX_RW)}, 1, &o, NULL));
+	wait_flag(&entered);
+}
+
 /* Waits (up to the test timeout) until device d's worker sleeps. */
 static void wait_asleep(odx_context *ctx, int d)
 {
@@ -91,12 +103,9 @@ static void test_inbox_batch(void **state)
 	odx_buffer *b;
 
 	(void)state;
-	atomic_store(test_gate(), 0);
-	atomic_store(&entered, 0);
 	atomic_store(&ran, 0);
 	assert_ok(odx_buffer_create(ctx, 64, 0, &b));
-	assert_ok(odx_submit(ctx, gate, (odx_arg[]){ODX_BUF(b, ODX_RW)}, 1, &o, NULL));
-	wait_flag(&entered);
+	hold_worker(ctx, gate, b);
 	flushes = atomic_load(&dev->ret_flushes);
 	drains = atomic_load(&dev->inbox_drains);
 	tasks = atomic_load(&dev->inbox_tasks);
@@ -167,12 +176,9 @@ static void test_inbox_full(void **state)
 	odx_buffer *b;
 
 	(void)state;
-	atomic_store(test_gate(), 0);
-	atomic_store(&entered, 0);
 	atomic_store(&nseq, 0);
 	assert_ok(odx_buffer_create(ctx, 64, 0, &b));
-	assert_ok(odx_submit(ctx, gate, (odx_arg[]){ODX_BUF(b, ODX_RW)}, 1, &o, NULL));
-	wait_flag(&entered);
+	hold_worker(ctx, gate, b);
 	drains = atomic_load(&dev->inbox_drains);
 	tasks = atomic_load(&dev->inbox_tasks);
 	for (int i = 0; i < OVERFLOW; i++)
@@ -217,11 +223,8 @@ static void test_inbox_unlocked(void **state)
 	(void)state;
 	assert_ok(odx_buffer_create(ctx, 64, 0, &b));
 	for (int round = 0; round < 2; round++) {
-		atomic_store(test_gate(), 0);
-		atomic_store(&entered, 0);
 		atomic_store(&nseq, 0);
-		assert_ok(odx_submit(ctx, gate, (odx_arg[]){ODX_BUF(b, ODX_RW)}, 1, &o, NULL));
-		wait_flag(&entered);
+		hold_worker(ctx, gate, b);
 		unlocked = atomic_load(&dev->unlocked_takes);
 		if (round == 1)
 			assert_ok(odx_submit(ctx, k, (odx_arg[]){ODX_I32(-1)}, 1, &hi, NULL));
